@@ -1,0 +1,380 @@
+//! The cluster state the scheduler keeps: nodes, the pods on them (bound and assumed),
+//! namespaces and workload selectors; and the snapshots cycles read.
+//!
+//! One writer (the adapter's watchers or the simulator's loader) applies changes; after each
+//! decision the scheduler *assumes* the pod on its node at once, so the next cycle sees it,
+//! and either confirms it when the binding is observed or forgets it when binding fails.
+
+mod node_info;
+mod snapshot;
+mod workloads;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::model::selector::LabelSelector;
+use crate::model::{Labels, NodeModel, PodInfo};
+
+pub use node_info::NodeInfo;
+pub use snapshot::Snapshot;
+pub use workloads::Workloads;
+
+/// Label holding a node's zone.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// Label holding a node's region.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+
+/// A change the cache refuses because it contradicts its state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheError {
+    /// The pod is already placed (bound or assumed).
+    #[error("pod {0} is already placed on node {1}")]
+    AlreadyPlaced(String, String),
+    /// The pod carries no node.
+    #[error("pod {0} has no node to be placed on")]
+    NoNode(String),
+    /// The pod is not assumed.
+    #[error("pod {0} is not assumed")]
+    NotAssumed(String),
+}
+
+#[derive(Debug)]
+struct NodeEntry {
+    info: Arc<NodeInfo>,
+    /// False for a placeholder holding pods bound to a node not (or no longer) known.
+    present: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PodEntry {
+    node: Arc<str>,
+    assumed: bool,
+}
+
+/// The scheduler's cluster state.
+#[derive(Debug, Default)]
+pub struct Cache {
+    nodes: HashMap<Arc<str>, NodeEntry>,
+    /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order).
+    order: Vec<Arc<str>>,
+    pods: HashMap<(String, String), PodEntry>,
+    namespaces: Arc<HashMap<String, Labels>>,
+    workloads: Arc<Workloads>,
+    image_nodes: Arc<HashMap<String, usize>>,
+    generation: u64,
+    /// Nodes changed since the last snapshot refresh.
+    dirty: HashSet<Arc<str>>,
+    /// The node list itself changed (a node added or removed) since the last refresh.
+    list_changed: bool,
+}
+
+impl Cache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn touch(&mut self, name: &Arc<str>) -> &mut NodeInfo {
+        self.generation += 1;
+        let generation = self.generation;
+        self.dirty.insert(name.clone());
+        let entry = self.nodes.entry(name.clone()).or_insert_with(|| NodeEntry {
+            info: Arc::new(NodeInfo::new(Arc::new(placeholder(name)))),
+            present: false,
+        });
+        let info = Arc::make_mut(&mut entry.info);
+        info.generation = generation;
+        info
+    }
+
+    /// Adds a node, or replaces its object if already known.
+    pub fn upsert_node(&mut self, node: NodeModel) {
+        let name = node.name.clone();
+        let old_images = self
+            .nodes
+            .get(&name)
+            .filter(|e| e.present)
+            .map(|e| e.info.node.clone());
+        if let Some(old) = &old_images {
+            self.count_images(old, -1);
+        }
+        self.count_images(&node, 1);
+        let node = Arc::new(node);
+        self.touch(&name).node = node;
+        let entry = self.nodes.get_mut(&name).expect("touched above");
+        if !entry.present {
+            entry.present = true;
+            self.order.push(name);
+            self.list_changed = true;
+        }
+    }
+
+    /// Removes a node. Pods still bound to it stay accounted for until they are removed.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(entry) = self.nodes.get_mut(name) else {
+            return;
+        };
+        if !entry.present {
+            return;
+        }
+        entry.present = false;
+        let node = entry.info.node.clone();
+        let empty = entry.info.pods.is_empty();
+        self.count_images(&node, -1);
+        if empty {
+            self.nodes.remove(name);
+        }
+        self.order.retain(|n| &**n != name);
+        self.list_changed = true;
+        self.generation += 1;
+    }
+
+    fn count_images(&mut self, node: &NodeModel, delta: isize) {
+        if node.images.is_empty() {
+            return;
+        }
+        let counts = Arc::make_mut(&mut self.image_nodes);
+        for name in node.images.iter().flat_map(|i| i.names.iter()) {
+            let c = counts.entry(name.clone()).or_insert(0);
+            *c = c.saturating_add_signed(delta);
+            if *c == 0 {
+                counts.remove(name);
+            }
+        }
+    }
+
+    /// True when the node is known.
+    pub fn has_node(&self, name: &str) -> bool {
+        self.nodes.get(name).is_some_and(|e| e.present)
+    }
+
+    /// Number of known nodes.
+    pub fn node_count(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The node named `name`, as the cache currently holds it.
+    pub fn node(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.nodes.get(name).filter(|e| e.present).map(|e| &e.info)
+    }
+
+    /// Where the pod is placed, and whether only assumed.
+    pub fn pod_placement(&self, namespace: &str, name: &str) -> Option<(&Arc<str>, bool)> {
+        self.pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|e| (&e.node, e.assumed))
+    }
+
+    /// Records a pod bound to a node (from the API). Confirms an assumed pod; a pod assumed
+    /// on another node than the one it was bound to moves there.
+    pub fn add_bound_pod(&mut self, pod: Arc<PodInfo>) -> Result<(), CacheError> {
+        let node = pod
+            .node_name
+            .clone()
+            .ok_or_else(|| CacheError::NoNode(pod.key()))?;
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if let Some(e) = self.pods.get(&key).cloned() {
+            self.detach(&key, &e.node);
+        }
+        self.attach(key, node, pod, false);
+        Ok(())
+    }
+
+    /// Places a pod the scheduler decided on, before the binding is confirmed.
+    pub fn assume_pod(&mut self, pod: Arc<PodInfo>) -> Result<(), CacheError> {
+        let node = pod
+            .node_name
+            .clone()
+            .ok_or_else(|| CacheError::NoNode(pod.key()))?;
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if let Some(e) = self.pods.get(&key) {
+            return Err(CacheError::AlreadyPlaced(pod.key(), e.node.to_string()));
+        }
+        self.attach(key, node, pod, true);
+        Ok(())
+    }
+
+    /// Undoes an assumption (the binding failed).
+    pub fn forget_pod(&mut self, namespace: &str, name: &str) -> Result<(), CacheError> {
+        let key = (namespace.to_string(), name.to_string());
+        match self.pods.get(&key) {
+            Some(e) if e.assumed => {
+                let node = e.node.clone();
+                self.detach(&key, &node);
+                Ok(())
+            }
+            _ => Err(CacheError::NotAssumed(format!("{namespace}/{name}"))),
+        }
+    }
+
+    /// Removes a pod (deleted, or finished); returns whether it was placed.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> bool {
+        let key = (namespace.to_string(), name.to_string());
+        match self.pods.get(&key) {
+            Some(e) => {
+                let node = e.node.clone();
+                self.detach(&key, &node);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
+        self.touch(&node).add_pod(pod);
+        self.pods.insert(key, PodEntry { node, assumed });
+    }
+
+    fn detach(&mut self, key: &(String, String), node: &Arc<str>) {
+        self.pods.remove(key);
+        self.touch(node).remove_pod(&key.0, &key.1);
+        let entry = &self.nodes[node];
+        if !entry.present && entry.info.pods.is_empty() {
+            self.nodes.remove(node);
+        }
+    }
+
+    /// Records a namespace's labels (for namespace selectors in affinity terms).
+    pub fn set_namespace(&mut self, name: &str, labels: Labels) {
+        Arc::make_mut(&mut self.namespaces).insert(name.to_string(), labels);
+        self.generation += 1;
+    }
+
+    /// Forgets a namespace.
+    pub fn remove_namespace(&mut self, name: &str) {
+        Arc::make_mut(&mut self.namespaces).remove(name);
+        self.generation += 1;
+    }
+
+    /// Records a Service's selector (for default topology spreading).
+    pub fn set_service(&mut self, namespace: &str, name: &str, selector: Labels) {
+        Arc::make_mut(&mut self.workloads).set_service(namespace, name, selector);
+        self.generation += 1;
+    }
+
+    /// Records a controller's selector (for default topology spreading).
+    pub fn set_controller(&mut self, kind: &str, namespace: &str, name: &str, sel: LabelSelector) {
+        Arc::make_mut(&mut self.workloads).set_controller(kind, namespace, name, sel);
+        self.generation += 1;
+    }
+
+    /// Brings `snapshot` up to date, replacing only the nodes that changed since the last call.
+    /// The cache tracks changes for one snapshot: keep one per scheduler.
+    pub fn update_snapshot(&mut self, snapshot: &mut Snapshot) {
+        snapshot.namespaces = self.namespaces.clone();
+        snapshot.workloads = self.workloads.clone();
+        snapshot.image_nodes = self.image_nodes.clone();
+        snapshot.generation = self.generation;
+        if self.list_changed || snapshot.nodes.len() != self.order.len() {
+            self.rebuild(snapshot);
+        } else {
+            let mut affinity_changed = false;
+            for name in self.dirty.drain() {
+                let (Some(&i), Some(entry)) = (snapshot.index.get(&name), self.nodes.get(&name))
+                else {
+                    continue;
+                };
+                let old = &snapshot.nodes[i];
+                affinity_changed |= (old.pods_with_affinity > 0)
+                    != (entry.info.pods_with_affinity > 0)
+                    || (old.pods_with_required_anti_affinity > 0)
+                        != (entry.info.pods_with_required_anti_affinity > 0);
+                snapshot.nodes[i] = entry.info.clone();
+            }
+            if affinity_changed {
+                rebuild_affinity_lists(snapshot);
+            }
+        }
+    }
+
+    fn rebuild(&mut self, snapshot: &mut Snapshot) {
+        self.dirty.clear();
+        self.list_changed = false;
+        snapshot.nodes = zone_interleaved(&self.order, |n| &self.nodes[n].info.node.labels)
+            .into_iter()
+            .map(|n| self.nodes[n].info.clone())
+            .collect();
+        snapshot.index = snapshot
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.name.clone(), i))
+            .collect();
+        rebuild_affinity_lists(snapshot);
+    }
+}
+
+fn rebuild_affinity_lists(snapshot: &mut Snapshot) {
+    snapshot.with_affinity.clear();
+    snapshot.with_required_anti_affinity.clear();
+    for (i, n) in snapshot.nodes.iter().enumerate() {
+        if n.pods_with_affinity > 0 {
+            snapshot.with_affinity.push(i);
+        }
+        if n.pods_with_required_anti_affinity > 0 {
+            snapshot.with_required_anti_affinity.push(i);
+        }
+    }
+}
+
+fn placeholder(name: &Arc<str>) -> NodeModel {
+    NodeModel {
+        name: name.clone(),
+        labels: Labels::default(),
+        annotations: Labels::default(),
+        taints: Vec::new(),
+        unschedulable: false,
+        allocatable: Default::default(),
+        images: Vec::new(),
+    }
+}
+
+/// The zone key kube-scheduler groups nodes by: region and zone, empty when neither is set.
+pub fn zone_key(labels: &Labels) -> String {
+    let region = labels
+        .get(REGION_LABEL)
+        .or_else(|| labels.get("failure-domain.beta.kubernetes.io/region"))
+        .unwrap_or("");
+    let zone = labels
+        .get(ZONE_LABEL)
+        .or_else(|| labels.get("failure-domain.beta.kubernetes.io/zone"))
+        .unwrap_or("");
+    if region.is_empty() && zone.is_empty() {
+        String::new()
+    } else {
+        format!("{region}:\x00:{zone}")
+    }
+}
+
+/// Orders nodes by taking one node from each zone in turn (zones in order of first
+/// appearance, nodes in arrival order), so that a cycle that stops early still sees every
+/// zone. kube-scheduler's node tree does the same.
+fn zone_interleaved<'a>(
+    order: &'a [Arc<str>],
+    labels: impl Fn(&Arc<str>) -> &'a Labels,
+) -> Vec<&'a Arc<str>> {
+    let mut zones: Vec<(String, Vec<&Arc<str>>)> = Vec::new();
+    let mut zone_index: HashMap<String, usize> = HashMap::new();
+    for name in order {
+        let key = zone_key(labels(name));
+        let i = *zone_index.entry(key.clone()).or_insert_with(|| {
+            zones.push((key, Vec::new()));
+            zones.len() - 1
+        });
+        zones[i].1.push(name);
+    }
+    let mut out = Vec::with_capacity(order.len());
+    let mut round = 0;
+    while out.len() < order.len() {
+        for (_, nodes) in &zones {
+            if let Some(n) = nodes.get(round) {
+                out.push(*n);
+            }
+        }
+        round += 1;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,91 @@
+//! A node together with the pods on it and their aggregated requests.
+
+use std::sync::Arc;
+
+use crate::model::pod::HostPort;
+use crate::model::{NodeModel, PodInfo, Resources};
+
+/// A node and what is placed on it (bound and assumed pods). Snapshots share these behind
+/// `Arc`; the cache copies one on write, so a snapshot never changes under a running cycle.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The node.
+    pub node: Arc<NodeModel>,
+    /// Pods on the node, bound or assumed.
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Sum of the pods' requests.
+    pub requested: Resources,
+    /// Sum of the pods' non-zero cpu (scoring view).
+    pub non_zero_milli_cpu: i64,
+    /// Sum of the pods' non-zero memory (scoring view).
+    pub non_zero_memory: i64,
+    /// Host ports in use.
+    pub used_ports: Vec<HostPort>,
+    /// Number of pods with any pod affinity or anti-affinity term.
+    pub pods_with_affinity: usize,
+    /// Number of pods with required anti-affinity terms.
+    pub pods_with_required_anti_affinity: usize,
+    /// Cache generation of the last change.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    /// A node with nothing on it.
+    pub fn new(node: Arc<NodeModel>) -> Self {
+        NodeInfo {
+            node,
+            pods: Vec::new(),
+            requested: Resources::default(),
+            non_zero_milli_cpu: 0,
+            non_zero_memory: 0,
+            used_ports: Vec::new(),
+            pods_with_affinity: 0,
+            pods_with_required_anti_affinity: 0,
+            generation: 0,
+        }
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.node.name
+    }
+
+    /// Accounts for a pod placed on the node.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
+        self.requested.add(&pod.requests);
+        self.non_zero_milli_cpu += pod.non_zero_milli_cpu;
+        self.non_zero_memory += pod.non_zero_memory;
+        self.used_ports.extend_from_slice(&pod.host_ports);
+        if !pod.affinity.is_empty() {
+            self.pods_with_affinity += 1;
+        }
+        if !pod.affinity.required_anti.is_empty() {
+            self.pods_with_required_anti_affinity += 1;
+        }
+        self.pods.push(pod);
+    }
+
+    /// Removes the pod with `namespace/name`; returns it if it was here.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
+        let i = self
+            .pods
+            .iter()
+            .position(|p| p.namespace == namespace && p.name == name)?;
+        let pod = self.pods.swap_remove(i);
+        self.requested.sub(&pod.requests);
+        self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
+        self.non_zero_memory -= pod.non_zero_memory;
+        for port in &pod.host_ports {
+            if let Some(j) = self.used_ports.iter().position(|p| p == port) {
+                self.used_ports.swap_remove(j);
+            }
+        }
+        if !pod.affinity.is_empty() {
+            self.pods_with_affinity -= 1;
+        }
+        if !pod.affinity.required_anti.is_empty() {
+            self.pods_with_required_anti_affinity -= 1;
+        }
+        Some(pod)
+    }
+}

@@ -1,0 +1,91 @@
+//! An immutable view of the cluster for one scheduling cycle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::model::Labels;
+
+use super::node_info::NodeInfo;
+use super::workloads::Workloads;
+
+/// The cluster as one cycle sees it: nodes (with their pods) in a fixed order that interleaves
+/// zones, as kube-scheduler's node tree does, plus the namespace labels and workload selectors
+/// plugins need. Cheap to refresh: only nodes changed since the last refresh are replaced.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub(super) nodes: Vec<Arc<NodeInfo>>,
+    pub(super) index: HashMap<Arc<str>, usize>,
+    pub(super) with_affinity: Vec<usize>,
+    pub(super) with_required_anti_affinity: Vec<usize>,
+    pub(super) namespaces: Arc<HashMap<String, Labels>>,
+    pub(super) workloads: Arc<Workloads>,
+    pub(super) image_nodes: Arc<HashMap<String, usize>>,
+    pub(super) generation: u64,
+}
+
+impl Snapshot {
+    /// Nodes in scheduling order.
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the cluster has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The node named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|&i| &self.nodes[i])
+    }
+
+    /// Position of the node named `name` in [`Snapshot::nodes`].
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// Nodes running at least one pod with pod affinity or anti-affinity terms.
+    pub fn nodes_with_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.with_affinity.iter().map(|&i| &self.nodes[i])
+    }
+
+    /// Nodes running at least one pod with required anti-affinity terms.
+    pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.with_required_anti_affinity
+            .iter()
+            .map(|&i| &self.nodes[i])
+    }
+
+    /// Labels of a namespace (empty when the namespace is unknown).
+    pub fn namespace_labels(&self, namespace: &str) -> &Labels {
+        static EMPTY: std::sync::OnceLock<Labels> = std::sync::OnceLock::new();
+        self.namespaces
+            .get(namespace)
+            .unwrap_or_else(|| EMPTY.get_or_init(Labels::default))
+    }
+
+    /// All known namespaces with their labels.
+    pub fn namespaces(&self) -> &HashMap<String, Labels> {
+        &self.namespaces
+    }
+
+    /// Services' and controllers' selectors.
+    pub fn workloads(&self) -> &Workloads {
+        &self.workloads
+    }
+
+    /// On how many nodes the image (normalized name) is present.
+    pub fn nodes_with_image(&self, image: &str) -> usize {
+        self.image_nodes.get(image).copied().unwrap_or(0)
+    }
+
+    /// The cache generation this snapshot reflects.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}

@@ -1,0 +1,491 @@
+//! One scheduling cycle: `schedule_one(profile, snapshot, pod)` returns the chosen node, or a
+//! diagnosis of why no node fits. Pure: no clock, no I/O, and threads only from the pool the
+//! caller passes in.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, Profile, Status,
+};
+use crate::model::PodInfo;
+
+/// Below this many nodes, filtering and scoring run on the calling thread.
+const PARALLEL_THRESHOLD: usize = 256;
+/// kube-scheduler always looks for at least this many feasible nodes.
+const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// ... and never for fewer than this share of the cluster, with the adaptive default.
+const MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND: usize = 5;
+
+/// Message when the cluster has no nodes at all.
+pub const NO_NODES_AVAILABLE: &str = "no nodes available to schedule pods";
+
+/// What a cycle needs besides the profile, snapshot and pod.
+pub struct CycleOptions<'a> {
+    /// Threads for filtering and scoring large clusters; `None` runs on the caller's thread.
+    pub pool: Option<&'a rayon::ThreadPool>,
+    /// The configuration-wide `percentageOfNodesToScore` (0 = adaptive); a profile's own
+    /// value takes precedence.
+    pub percentage_of_nodes_to_score: u32,
+}
+
+/// Where the next cycle starts looking, so that successive cycles spread their search over
+/// the whole cluster (kube-scheduler's `nextStartNodeIndex`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Rotation {
+    next_start: usize,
+}
+
+/// The scores one feasible node received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeScores {
+    /// The node.
+    pub node: Arc<str>,
+    /// Each score plugin's normalized score times its weight, in profile order.
+    pub weighted: Vec<i64>,
+    /// The sum.
+    pub total: i64,
+}
+
+/// A successful cycle.
+#[derive(Debug)]
+pub struct Placement {
+    /// The chosen node.
+    pub node: Arc<str>,
+    /// Nodes examined by filters.
+    pub evaluated: usize,
+    /// Nodes that passed every filter (among those examined).
+    pub feasible: usize,
+    /// Names of the score plugins, in the order of [`NodeScores::weighted`].
+    pub score_plugins: Vec<&'static str>,
+    /// Scores of every feasible node, best first (empty when one node was feasible).
+    pub scores: Vec<NodeScores>,
+    /// Per-cycle plugin state, for Reserve, Permit and Bind.
+    pub state: CycleState,
+}
+
+/// Why no node could take the pod, as kube-scheduler reports it.
+#[derive(Debug, Clone, Default)]
+pub struct Diagnosis {
+    /// Nodes in the cluster.
+    pub num_all_nodes: usize,
+    /// Each rejected node with the status of the plugin that rejected it.
+    pub node_statuses: Vec<(Arc<str>, Status)>,
+    /// Set when a PreFilter plugin rejected the pod for all nodes.
+    pub pre_filter_msg: Option<String>,
+    /// Set when a PostFilter plugin had something to say.
+    pub post_filter_msg: Option<String>,
+    /// Plugins that rejected the pod (for requeueing on relevant cluster events).
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+}
+
+impl Diagnosis {
+    /// kube-scheduler's message: `0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had
+    /// untolerated taint {dedicated: gpu}.`, reasons counted and sorted as strings.
+    pub fn message(&self) -> String {
+        if self.num_all_nodes == 0 {
+            return NO_NODES_AVAILABLE.to_string();
+        }
+        let mut msg = format!("0/{} nodes are available:", self.num_all_nodes);
+        if let Some(pre) = &self.pre_filter_msg {
+            msg.push_str(&format!(" {pre}."));
+        } else {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, status) in &self.node_statuses {
+                for r in status.reasons() {
+                    *counts.entry(r).or_default() += 1;
+                }
+            }
+            let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            parts.sort();
+            if !parts.is_empty() {
+                msg.push_str(&format!(" {}.", parts.join(", ")));
+            }
+        }
+        if let Some(post) = &self.post_filter_msg {
+            msg.push_str(&format!(" {post}."));
+        }
+        msg
+    }
+}
+
+/// A failed cycle.
+#[derive(Debug, Clone)]
+pub enum CycleError {
+    /// No node fits; retry when the cluster changes.
+    Unschedulable(Diagnosis),
+    /// A plugin failed; retry with backoff.
+    Error(Status),
+}
+
+impl std::fmt::Display for CycleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CycleError::Unschedulable(d) => f.write_str(&d.message()),
+            CycleError::Error(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// How many feasible nodes to look for before scoring: kube-scheduler's rule, with an
+/// adaptive share (50% minus 1% per 125 nodes, at least 5%) when `percentage` is 0.
+pub fn num_feasible_nodes_to_find(percentage: u32, num_all_nodes: usize) -> usize {
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND {
+        return num_all_nodes;
+    }
+    let percentage = if percentage == 0 {
+        50usize
+            .saturating_sub(num_all_nodes / 125)
+            .max(MIN_FEASIBLE_NODES_PERCENTAGE_TO_FIND)
+    } else {
+        percentage.min(100) as usize
+    };
+    (num_all_nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// Runs one scheduling cycle for `pod` against `snapshot`.
+pub fn schedule_one(
+    profile: &Profile,
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    rotation: &mut Rotation,
+    options: &CycleOptions<'_>,
+) -> Result<Placement, CycleError> {
+    let num_all_nodes = snapshot.len();
+    if num_all_nodes == 0 {
+        return Err(CycleError::Unschedulable(Diagnosis::default()));
+    }
+    let mut state = CycleState::new();
+    let mut diagnosis = Diagnosis {
+        num_all_nodes,
+        ..Default::default()
+    };
+
+    // PreFilter.
+    let mut skip_filter: Vec<&'static str> = Vec::new();
+    let mut allowed: Option<BTreeSet<Arc<str>>> = None;
+    let mut narrowing_plugins: Vec<&'static str> = Vec::new();
+    for plugin in &profile.pre_filter {
+        let Some(pf) = plugin.as_pre_filter() else {
+            continue;
+        };
+        let (result, status) = pf.pre_filter(&mut state, pod, snapshot);
+        let status = status.with_plugin(plugin.name());
+        match status.code() {
+            Code::Success => {}
+            Code::Skip => {
+                skip_filter.push(plugin.name());
+                continue;
+            }
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                return Err(reject_all(snapshot, diagnosis, status));
+            }
+            _ => return Err(CycleError::Error(status)),
+        }
+        if let Some(names) = result.node_names {
+            narrowing_plugins.push(plugin.name());
+            allowed = Some(match allowed {
+                Some(prev) => prev.intersection(&names).cloned().collect(),
+                None => names,
+            });
+            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
+                let msg = if narrowing_plugins.len() == 1 {
+                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
+                } else {
+                    format!(
+                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                        narrowing_plugins.join(" ")
+                    )
+                };
+                let status = Status::unresolvable(msg).with_plugin(plugin.name());
+                return Err(reject_all(snapshot, diagnosis, status));
+            }
+        }
+    }
+
+    // The nodes to examine: all, or those PreFilter narrowed the search to.
+    let candidates: Vec<usize> = match &allowed {
+        None => (0..num_all_nodes).collect(),
+        Some(names) => {
+            for n in snapshot.nodes() {
+                if !names.contains(&n.node.name) {
+                    diagnosis.node_statuses.push((
+                        n.node.name.clone(),
+                        Status::unresolvable("node is filtered out by the prefilter result"),
+                    ));
+                }
+            }
+            names.iter().filter_map(|n| snapshot.position(n)).collect()
+        }
+    };
+
+    // Filter, from the rotating start, until enough feasible nodes are found.
+    let percentage = profile
+        .percentage_of_nodes_to_score
+        .unwrap_or(options.percentage_of_nodes_to_score);
+    let to_find = num_feasible_nodes_to_find(percentage, candidates.len());
+    let start = if candidates.is_empty() {
+        0
+    } else {
+        rotation.next_start % candidates.len()
+    };
+    let mut progress = FilterProgress {
+        feasible: Vec::with_capacity(to_find.min(candidates.len())),
+        processed: 0,
+        diagnosis,
+    };
+    let node_at = |i: usize| &snapshot.nodes()[candidates[(start + i) % candidates.len()]];
+    let filter_one = |i: usize| run_filters(profile, &state, pod, node_at(i), &skip_filter);
+    while progress.processed < candidates.len() && progress.feasible.len() < to_find {
+        let remaining = candidates.len() - progress.processed;
+        match options.pool {
+            Some(pool) if remaining >= PARALLEL_THRESHOLD => {
+                let want = (to_find - progress.feasible.len()).max(PARALLEL_THRESHOLD);
+                let range = progress.processed..progress.processed + want.min(remaining);
+                let batch =
+                    pool.install(|| range.into_par_iter().map(filter_one).collect::<Vec<_>>());
+                for status in batch {
+                    progress.record(node_at(progress.processed), status)?;
+                    if progress.feasible.len() >= to_find {
+                        break;
+                    }
+                }
+            }
+            _ => progress.record(node_at(progress.processed), filter_one(progress.processed))?,
+        }
+    }
+    let FilterProgress {
+        feasible,
+        processed,
+        mut diagnosis,
+    } = progress;
+    if !candidates.is_empty() {
+        rotation.next_start = (rotation.next_start + processed) % candidates.len();
+    }
+
+    if feasible.is_empty() {
+        run_post_filter(profile, &state, pod, snapshot, &mut diagnosis);
+        return Err(CycleError::Unschedulable(diagnosis));
+    }
+    let evaluated = processed + num_all_nodes - candidates.len();
+    if feasible.len() == 1 {
+        return Ok(Placement {
+            node: feasible[0].node.name.clone(),
+            evaluated,
+            feasible: 1,
+            score_plugins: Vec::new(),
+            scores: Vec::new(),
+            state,
+        });
+    }
+
+    let (score_plugins, mut scores) =
+        score_nodes(profile, &mut state, pod, snapshot, &feasible, options)?;
+    let chosen = select_host(pod, &scores);
+    let node = scores[chosen].node.clone();
+    scores.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.node.cmp(&b.node)));
+    Ok(Placement {
+        node,
+        evaluated,
+        feasible: feasible.len(),
+        score_plugins,
+        scores,
+        state,
+    })
+}
+
+/// Filtering results so far, in examination order.
+struct FilterProgress<'s> {
+    feasible: Vec<&'s NodeInfo>,
+    processed: usize,
+    diagnosis: Diagnosis,
+}
+
+impl<'s> FilterProgress<'s> {
+    fn record(&mut self, node: &'s NodeInfo, status: Status) -> Result<(), CycleError> {
+        self.processed += 1;
+        match status.code() {
+            Code::Success => self.feasible.push(node),
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                if let Some(p) = status.plugin() {
+                    self.diagnosis.unschedulable_plugins.insert(p);
+                }
+                self.diagnosis
+                    .node_statuses
+                    .push((node.node.name.clone(), status));
+            }
+            _ => return Err(CycleError::Error(status)),
+        }
+        Ok(())
+    }
+}
+
+fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> CycleError {
+    if let Some(p) = status.plugin() {
+        diagnosis.unschedulable_plugins.insert(p);
+    }
+    diagnosis.pre_filter_msg = Some(status.message());
+    diagnosis.node_statuses = snapshot
+        .nodes()
+        .iter()
+        .map(|n| (n.node.name.clone(), status.clone()))
+        .collect();
+    CycleError::Unschedulable(diagnosis)
+}
+
+/// Runs the profile's filters on one node; the first rejection wins.
+fn run_filters(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    skip: &[&'static str],
+) -> Status {
+    for plugin in &profile.filter {
+        if skip.contains(&plugin.name()) {
+            continue;
+        }
+        let Some(f) = plugin.as_filter() else {
+            continue;
+        };
+        let status = f.filter(state, pod, node);
+        if !status.is_success() {
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+fn run_post_filter(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    diagnosis: &mut Diagnosis,
+) {
+    for plugin in &profile.post_filter {
+        let Some(pf) = plugin.as_post_filter() else {
+            continue;
+        };
+        let (_, status) = pf.post_filter(state, pod, snapshot, &diagnosis.node_statuses);
+        if !status.reasons().is_empty() {
+            diagnosis.post_filter_msg = Some(status.message());
+        }
+        if status.is_success() {
+            break;
+        }
+    }
+}
+
+type Scored = (Vec<&'static str>, Vec<NodeScores>);
+
+fn score_nodes(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    feasible: &[&NodeInfo],
+    options: &CycleOptions<'_>,
+) -> Result<Scored, CycleError> {
+    let mut skip_score: Vec<&'static str> = Vec::new();
+    for plugin in &profile.pre_score {
+        let Some(ps) = plugin.as_pre_score() else {
+            continue;
+        };
+        let status = ps
+            .pre_score(state, pod, snapshot, feasible)
+            .with_plugin(plugin.name());
+        match status.code() {
+            Code::Success => {}
+            Code::Skip => skip_score.push(plugin.name()),
+            _ => return Err(CycleError::Error(status)),
+        }
+    }
+    let active: Vec<(&dyn crate::framework::ScorePlugin, &'static str, i64)> = profile
+        .score
+        .iter()
+        .filter(|(p, _)| !skip_score.contains(&p.name()))
+        .filter_map(|(p, w)| p.as_score().map(|s| (s, p.name(), *w)))
+        .collect();
+    let state: &CycleState = state;
+    let score_node = |node: &&NodeInfo| -> Result<Vec<i64>, Status> {
+        active
+            .iter()
+            .map(|(s, name, _)| s.score(state, pod, node).map_err(|e| e.with_plugin(name)))
+            .collect()
+    };
+    let raw: Vec<Vec<i64>> = match options.pool {
+        Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
+            feasible
+                .par_iter()
+                .map(score_node)
+                .collect::<Result<_, _>>()
+        }),
+        _ => feasible.iter().map(score_node).collect::<Result<_, _>>(),
+    }
+    .map_err(CycleError::Error)?;
+
+    let mut weighted = vec![vec![0i64; active.len()]; feasible.len()];
+    let mut column: Vec<NodeScore> = Vec::with_capacity(feasible.len());
+    for (j, (plugin, name, weight)) in active.iter().enumerate() {
+        column.clear();
+        column.extend(raw.iter().enumerate().map(|(i, r)| NodeScore {
+            index: i,
+            score: r[j],
+        }));
+        let status = plugin.normalize(state, pod, &mut column);
+        if !status.is_success() {
+            return Err(CycleError::Error(status.with_plugin(name)));
+        }
+        for s in &column {
+            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
+                return Err(CycleError::Error(
+                    Status::error(format!(
+                        "plugin {name} returns an invalid score {}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                        s.score
+                    ))
+                    .with_plugin(name),
+                ));
+            }
+            weighted[s.index][j] = s.score * weight;
+        }
+    }
+    let names = active.iter().map(|(_, n, _)| *n).collect();
+    let scores = feasible
+        .iter()
+        .zip(weighted)
+        .map(|(node, w)| NodeScores {
+            node: node.node.name.clone(),
+            total: w.iter().sum(),
+            weighted: w,
+        })
+        .collect();
+    Ok((names, scores))
+}
+
+/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
+/// so a replay makes the same choice whatever order the nodes were examined in.
+fn select_host(pod: &PodInfo, scores: &[NodeScores]) -> usize {
+    let tie_key = |node: &str| {
+        let mut h = std::hash::DefaultHasher::new();
+        pod.namespace.hash(&mut h);
+        pod.name.hash(&mut h);
+        node.hash(&mut h);
+        h.finish()
+    };
+    let mut best = 0;
+    for i in 1..scores.len() {
+        let (a, b) = (&scores[i], &scores[best]);
+        if a.total > b.total || (a.total == b.total && tie_key(&a.node) < tie_key(&b.node)) {
+            best = i;
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests;

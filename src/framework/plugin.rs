@@ -1,0 +1,204 @@
+//! The extension points, one trait each, with kube-scheduler's contracts.
+//!
+//! A plugin is one value implementing [`Plugin`] and any of the extension-point traits; it
+//! announces which through the `as_*` methods, so a profile can place it at every point it
+//! implements (kube-scheduler's `multiPoint`).
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::model::PodInfo;
+
+use super::cycle_state::CycleState;
+use super::status::Status;
+
+/// Highest score a plugin may give a node after normalization.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// Lowest score a plugin may give a node after normalization.
+pub const MIN_NODE_SCORE: i64 = 0;
+
+/// What every plugin is: a name, and the extension points it implements.
+pub trait Plugin: Send + Sync + 'static {
+    /// The name used in configuration files (`NodeResourcesFit`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The QueueSort implementation, if any.
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
+    /// The PreEnqueue implementation, if any.
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    /// The PreFilter implementation, if any.
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    /// The Filter implementation, if any.
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    /// The PostFilter implementation, if any.
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    /// The PreScore implementation, if any.
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    /// The Score implementation, if any.
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    /// The Reserve implementation, if any.
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    /// The Permit implementation, if any.
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    /// The Bind implementation, if any.
+    fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+}
+
+/// Orders the active queue: `less(a, b)` is true when `a` should be scheduled before `b`.
+/// A profile has exactly one, and all profiles must agree on it.
+pub trait QueueSortPlugin: Send + Sync {
+    /// Compares two queued pods; `a_seq` and `b_seq` are their arrival sequence numbers.
+    fn compare(&self, a: &PodInfo, a_seq: u64, b: &PodInfo, b_seq: u64) -> Ordering;
+}
+
+/// Decides whether a pod may enter the active queue at all (e.g. scheduling gates). A
+/// non-success status keeps the pod parked, with the status as the reason.
+pub trait PreEnqueuePlugin: Send + Sync {
+    /// Checks the pod.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// What a PreFilter plugin can narrow the search to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PreFilterResult {
+    /// When set, only these nodes can possibly fit; the sets of all plugins are intersected.
+    pub node_names: Option<BTreeSet<Arc<str>>>,
+}
+
+/// Runs once per cycle before filtering: precomputes state, or rejects the pod outright.
+pub trait PreFilterPlugin: Send + Sync {
+    /// A rejection here fails the cycle for every node with this status; `Skip` skips this
+    /// plugin's Filter for the cycle.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status);
+}
+
+/// Decides whether one node can run the pod. Called concurrently for many nodes, so it only
+/// reads `state`. A rejected node is a normal status, not an error.
+pub trait FilterPlugin: Send + Sync {
+    /// Checks `node`.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Runs when no node fits (e.g. preemption). Returns a nominated node, if it made room.
+pub trait PostFilterPlugin: Send + Sync {
+    /// Tries to make the pod schedulable; `rejections` holds each rejected node's status.
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rejections: &[(Arc<str>, Status)],
+    ) -> (Option<Arc<str>>, Status);
+}
+
+/// Runs once per cycle before scoring, with the feasible nodes; `Skip` skips this plugin's
+/// Score for the cycle.
+pub trait PreScorePlugin: Send + Sync {
+    /// Precomputes scoring state.
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[&NodeInfo],
+    ) -> Status;
+}
+
+/// A node and the score a plugin gave it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeScore {
+    /// Index of the node among the feasible nodes of this cycle.
+    pub index: usize,
+    /// The score.
+    pub score: i64,
+}
+
+/// Ranks feasible nodes. Raw scores may be on any scale if `normalize` maps them into
+/// `0..=MAX_NODE_SCORE`; the profile applies the plugin's weight afterwards, once.
+pub trait ScorePlugin: Send + Sync {
+    /// Scores one node; called concurrently, so it only reads `state`.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Maps the raw scores of all feasible nodes into `0..=MAX_NODE_SCORE`.
+    fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
+        Status::success()
+    }
+}
+
+/// Claims resources for the pod on the chosen node before binding; `unreserve` releases them
+/// if a later step fails. Unreserve must be idempotent.
+pub trait ReservePlugin: Send + Sync {
+    /// Reserves; a failure aborts the attempt.
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Releases what `reserve` claimed.
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Approves, rejects, or delays the binding.
+pub trait PermitPlugin: Send + Sync {
+    /// `Wait` with a timeout delays binding until the pod is allowed or the timeout passes.
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+}
+
+/// What binding a pod means: the node, and annotations to set on the pod as it is bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindPlan {
+    /// The node to bind to.
+    pub node: Arc<str>,
+    /// Annotations to write on the pod with the binding (e.g. device assignments).
+    pub annotations: Vec<(String, String)>,
+}
+
+/// Decides how the pod is bound. The core stays free of I/O: a bind plugin returns a plan
+/// that the front end (the Kubernetes adapter, or the simulator) carries out. `Err(Skip)`
+/// passes the decision to the next bind plugin.
+pub trait BindPlugin: Send + Sync {
+    /// Plans the binding of `pod` to `node`.
+    fn bind(&self, state: &CycleState, pod: &PodInfo, node: &Arc<str>) -> Result<BindPlan, Status>;
+}
+
+/// `scores` scaled into `0..=max`, proportionally to the highest one; with `reverse`, the
+/// highest raw score maps to 0. kube-scheduler's `DefaultNormalizeScore`.
+pub fn default_normalize_score(max: i64, reverse: bool, scores: &mut [NodeScore]) {
+    let highest = scores.iter().map(|s| s.score).max().unwrap_or(0);
+    if highest == 0 {
+        if reverse {
+            for s in scores.iter_mut() {
+                s.score = max;
+            }
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        let scaled = max * s.score / highest;
+        s.score = if reverse { max - scaled } else { scaled };
+    }
+}

@@ -1,0 +1,111 @@
+//! The plugin registry: names to factories, and the decoding of plugin arguments.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use super::plugin::Plugin;
+
+/// Invalid plugin arguments; `field` is the path inside `args`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct ArgsError {
+    /// Path of the offending field, relative to the plugin's `args`.
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl ArgsError {
+    /// An error at `field`.
+    pub fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ArgsError {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A plugin's arguments, as they appear under `pluginConfig[].args`.
+pub trait PluginArgs: DeserializeOwned + Default {
+    /// The `kind` Kubernetes gives these arguments (`NodeResourcesFitArgs`).
+    const KIND: &'static str;
+
+    /// Checks the values; the error names the field.
+    fn validate(&self) -> Result<(), ArgsError>;
+}
+
+/// Decodes and validates a plugin's arguments; no arguments means the defaults. Unknown
+/// fields are rejected (the args types deny them), and `apiVersion`/`kind`, which
+/// Kubernetes allows in args, are checked and removed first.
+pub fn decode_args<T: PluginArgs>(value: Option<&serde_json::Value>) -> Result<T, ArgsError> {
+    let Some(value) = value else {
+        let args = T::default();
+        args.validate()?;
+        return Ok(args);
+    };
+    let mut value = value.clone();
+    if let Some(obj) = value.as_object_mut() {
+        if let Some(kind) = obj.remove("kind")
+            && kind.as_str() != Some(T::KIND)
+        {
+            return Err(ArgsError::new(
+                "kind",
+                format!("expected {}, got {kind}", T::KIND),
+            ));
+        }
+        obj.remove("apiVersion");
+    } else if !value.is_null() {
+        return Err(ArgsError::new("", "must be a mapping"));
+    }
+    if value.is_null() {
+        value = serde_json::Value::Object(Default::default());
+    }
+    let args: T = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        ArgsError::new(
+            if path == "." { String::new() } else { path },
+            e.inner().to_string(),
+        )
+    })?;
+    args.validate()?;
+    Ok(args)
+}
+
+/// Builds a plugin from its (optional) arguments.
+pub type Factory = fn(Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError>;
+
+/// Known plugins by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    factories: BTreeMap<&'static str, Factory>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a plugin; a later registration under the same name replaces the earlier.
+    pub fn register(&mut self, name: &'static str, factory: Factory) {
+        self.factories.insert(name, factory);
+    }
+
+    /// The factory for `name`.
+    pub fn get(&self, name: &str) -> Option<Factory> {
+        self.factories.get(name).copied()
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.factories.keys().copied()
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.factories.keys()).finish()
+    }
+}

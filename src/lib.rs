@@ -1,0 +1,11 @@
+//! gantry: a Kubernetes scheduler.
+//!
+//! The scheduling core (model, cache, queue, framework, plugins, cycle) is synchronous and
+//! pure; the simulator and the Kubernetes adapter drive it.
+
+pub mod cache;
+pub mod cycle;
+pub mod framework;
+pub mod model;
+pub mod plugins;
+pub mod testing;

@@ -1,0 +1,704 @@
+//! The scheduler's view of a pod, computed once when the pod arrives.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as core;
+
+use super::ModelError;
+use super::labels::Labels;
+use super::resources::{
+    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceError, Resources,
+};
+use super::selector::{LabelSelector, NodeSelector, NodeSelectorTerm, SelectorError};
+use super::taint::Toleration;
+
+/// Annotation prefixes the scheduler keeps; every other annotation is dropped at the edge.
+pub const KEPT_ANNOTATION_PREFIXES: &[&str] = &["gantry.io/", "scheduler.alpha.kubernetes.io/"];
+
+/// A host port a container binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    /// The host IP; `0.0.0.0` (unspecified) when empty.
+    pub ip: std::net::IpAddr,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: Protocol,
+    /// The port number.
+    pub port: u16,
+}
+
+/// Transport protocol of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// TCP, the default.
+    Tcp,
+    /// UDP.
+    Udp,
+    /// SCTP.
+    Sctp,
+}
+
+impl HostPort {
+    /// True when the two ports cannot both be bound on one node: same protocol and number,
+    /// and the same IP or either one the wildcard address.
+    pub fn conflicts_with(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || self.ip.is_unspecified() || other.ip.is_unspecified())
+    }
+}
+
+/// A compiled pod (anti-)affinity term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AffinityTerm {
+    /// Namespaces listed by the term (the pod's own when neither list nor selector is given).
+    pub namespaces: Vec<String>,
+    /// Namespaces chosen by their labels; matches nothing when absent.
+    pub namespace_selector: LabelSelector,
+    /// Which pods the term is about (with `matchLabelKeys`/`mismatchLabelKeys` merged in).
+    pub selector: LabelSelector,
+    /// The node label that defines the topology domain.
+    pub topology_key: String,
+}
+
+impl AffinityTerm {
+    /// True when a pod in `namespace` (whose namespace has `namespace_labels`) with `labels`
+    /// is one this term is about.
+    pub fn matches(&self, namespace: &str, labels: &Labels, namespace_labels: &Labels) -> bool {
+        (self.namespaces.iter().any(|n| n == namespace)
+            || self.namespace_selector.matches(namespace_labels))
+            && self.selector.matches(labels)
+    }
+}
+
+/// A preferred affinity term with its weight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WeightedAffinityTerm {
+    /// 1..=100.
+    pub weight: i32,
+    /// The term.
+    pub term: AffinityTerm,
+}
+
+/// A pod's inter-pod affinity and anti-affinity.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodAffinity {
+    /// Required affinity: every term must be satisfied.
+    pub required: Vec<AffinityTerm>,
+    /// Preferred affinity.
+    pub preferred: Vec<WeightedAffinityTerm>,
+    /// Required anti-affinity.
+    pub required_anti: Vec<AffinityTerm>,
+    /// Preferred anti-affinity.
+    pub preferred_anti: Vec<WeightedAffinityTerm>,
+}
+
+impl PodAffinity {
+    /// True when the pod has any affinity or anti-affinity term.
+    pub fn is_empty(&self) -> bool {
+        self.required.is_empty()
+            && self.preferred.is_empty()
+            && self.required_anti.is_empty()
+            && self.preferred_anti.is_empty()
+    }
+}
+
+/// What to do when a topology spread constraint cannot be satisfied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenUnsatisfiable {
+    /// Hard constraint: filter nodes out.
+    DoNotSchedule,
+    /// Soft constraint: score nodes.
+    ScheduleAnyway,
+}
+
+/// Whether a node inclusion policy honours or ignores the pod's node affinity or taints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InclusionPolicy {
+    /// Count only nodes that pass.
+    Honor,
+    /// Count all nodes.
+    Ignore,
+}
+
+/// A compiled topology spread constraint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologySpreadConstraint {
+    /// Largest allowed difference between domains' matching pod counts.
+    pub max_skew: i32,
+    /// The node label that defines the domains.
+    pub topology_key: String,
+    /// Hard or soft.
+    pub when_unsatisfiable: WhenUnsatisfiable,
+    /// Which pods are counted (with `matchLabelKeys` merged in).
+    pub selector: LabelSelector,
+    /// Minimum number of eligible domains, for hard constraints.
+    pub min_domains: Option<i32>,
+    /// Whether node affinity restricts the counted nodes (default Honor).
+    pub node_affinity_policy: InclusionPolicy,
+    /// Whether taints restrict the counted nodes (default Ignore).
+    pub node_taints_policy: InclusionPolicy,
+}
+
+/// The controller that owns a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    /// `ReplicaSet`, `StatefulSet`, `Job`, ...
+    pub kind: String,
+    /// The owner's name.
+    pub name: String,
+    /// The owner's uid.
+    pub uid: String,
+}
+
+/// Everything the scheduler reads from a pod, computed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodInfo {
+    /// The pod's uid (empty in hand-written simulator input, where `namespace/name` is used).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: Labels,
+    /// Only the annotations the scheduler reads (see [`KEPT_ANNOTATION_PREFIXES`]).
+    pub annotations: Labels,
+    /// `spec.priority`, 0 when unset.
+    pub priority: i32,
+    /// `spec.schedulerName`, `default-scheduler` when unset.
+    pub scheduler_name: String,
+    /// `spec.nodeName`: the node the pod is bound to, if any.
+    pub node_name: Option<Arc<str>>,
+    /// The pod's effective requests, by Kubernetes' rules.
+    pub requests: Resources,
+    /// cpu used for scoring: requests with a default for containers that set none.
+    pub non_zero_milli_cpu: i64,
+    /// Memory used for scoring: requests with a default for containers that set none.
+    pub non_zero_memory: i64,
+    /// Host ports bound by the pod's containers.
+    pub host_ports: Vec<HostPort>,
+    /// `spec.nodeSelector`.
+    pub node_selector: Labels,
+    /// Required node affinity.
+    pub required_node_affinity: Option<NodeSelector>,
+    /// Preferred node affinity terms with weights.
+    pub preferred_node_affinity: Vec<(i32, NodeSelectorTerm)>,
+    /// Tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints.
+    pub topology_spread: Vec<TopologySpreadConstraint>,
+    /// Inter-pod affinity and anti-affinity.
+    pub affinity: PodAffinity,
+    /// Scheduling gates still present.
+    pub scheduling_gates: Vec<String>,
+    /// Images of all containers (init ones included), normalized to carry a tag.
+    pub images: Vec<String>,
+    /// The controller owning the pod.
+    pub owner: Option<OwnerRef>,
+    /// True once the pod has a deletion timestamp.
+    pub terminating: bool,
+}
+
+impl PodInfo {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Converts an API pod. Every malformed field is an error naming the pod and the field.
+    pub fn from_api(pod: &core::Pod) -> Result<Self, ModelError> {
+        let meta = &pod.metadata;
+        let namespace = meta
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        let name = meta.name.clone().unwrap_or_default();
+        let fail = |field: String| ModelError::Pod {
+            pod: format!("{namespace}/{name}"),
+            reason: field,
+        };
+        if name.is_empty() {
+            return Err(fail("metadata.name: must be set".to_string()));
+        }
+        let empty_spec = core::PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
+        let labels = meta.labels.as_ref().map(Labels::from).unwrap_or_default();
+        let (requests, non_zero) = pod_requests(spec).map_err(|e| fail(e.to_string()))?;
+        let host_ports = host_ports(spec).map_err(fail)?;
+        let tolerations = spec
+            .tolerations
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, t)| Toleration::from_api(t, &format!("spec.tolerations[{i}]")))
+            .collect::<Result<_, _>>()
+            .map_err(fail)?;
+        let node_affinity = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref());
+        let required_node_affinity = node_affinity
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .map(|sel| {
+                NodeSelector::compile(
+                    sel,
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+                )
+            })
+            .transpose()
+            .map_err(|e| fail(e.to_string()))?;
+        let preferred_node_affinity = node_affinity
+            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, p)| {
+                let field = format!(
+                    "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+                );
+                check_weight(p.weight, &field)?;
+                let term = NodeSelectorTerm::compile(&p.preference, &format!("{field}.preference"))?;
+                Ok((p.weight, term))
+            })
+            .collect::<Result<_, SelectorError>>()
+            .map_err(|e| fail(e.to_string()))?;
+        let affinity = pod_affinity(spec, &namespace, &labels).map_err(|e| fail(e.to_string()))?;
+        let topology_spread = topology_spread(spec, &labels).map_err(|e| fail(e.to_string()))?;
+        let images = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .filter_map(|c| c.image.as_deref())
+            .map(normalized_image_name)
+            .collect();
+        let owner = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| OwnerRef {
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+            });
+        let annotations = meta
+            .annotations
+            .iter()
+            .flatten()
+            .filter(|(k, _)| KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .collect();
+        Ok(PodInfo {
+            uid: meta.uid.clone().unwrap_or_default(),
+            labels,
+            annotations,
+            priority: spec.priority.unwrap_or(0),
+            scheduler_name: spec
+                .scheduler_name
+                .clone()
+                .unwrap_or_else(|| "default-scheduler".to_string()),
+            node_name: spec
+                .node_name
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .map(Arc::from),
+            requests,
+            non_zero_milli_cpu: non_zero.0,
+            non_zero_memory: non_zero.1,
+            host_ports,
+            node_selector: spec
+                .node_selector
+                .as_ref()
+                .map(Labels::from)
+                .unwrap_or_default(),
+            required_node_affinity,
+            preferred_node_affinity,
+            tolerations,
+            topology_spread,
+            affinity,
+            scheduling_gates: spec
+                .scheduling_gates
+                .iter()
+                .flatten()
+                .map(|g| g.name.clone())
+                .collect(),
+            images,
+            owner,
+            terminating: meta.deletion_timestamp.is_some(),
+            namespace,
+            name,
+        })
+    }
+}
+
+fn check_weight(weight: i32, field: &str) -> Result<(), SelectorError> {
+    if (1..=100).contains(&weight) {
+        Ok(())
+    } else {
+        Err(SelectorError {
+            field: format!("{field}.weight"),
+            reason: format!("must be in the range 1-100, got {weight}"),
+        })
+    }
+}
+
+/// A container's requests, with requests defaulted from limits as the API server does.
+fn container_requests(c: &core::Container, field: &str) -> Result<Resources, ResourceError> {
+    let res = c.resources.as_ref();
+    let requests = res.and_then(|r| r.requests.as_ref());
+    let limits = res.and_then(|r| r.limits.as_ref());
+    let defaulted = limits
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !requests.is_some_and(|r| r.contains_key(*k)));
+    Resources::from_list(
+        requests
+            .into_iter()
+            .flatten()
+            .chain(defaulted)
+            .map(|(k, v)| (k, v.0.as_str())),
+        &format!("{field}.resources.requests"),
+    )
+}
+
+/// True when the container names `name` among requests or limits (for the scoring defaults,
+/// which apply only to resources a container does not mention).
+fn mentions(c: &core::Container, name: &str) -> bool {
+    c.resources.as_ref().is_some_and(|r| {
+        r.requests.as_ref().is_some_and(|m| m.contains_key(name))
+            || r.limits.as_ref().is_some_and(|m| m.contains_key(name))
+    })
+}
+
+/// The pod's effective requests and its non-zero cpu and memory for scoring.
+///
+/// Kubernetes' rules: regular containers are summed; each init container runs alone, so the
+/// init phase needs the largest of them, plus the restartable (sidecar) init containers started
+/// before it; sidecars keep running, so they also add to the sum; overhead is added last.
+fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), ResourceError> {
+    let mut sum = Resources::default();
+    let mut non_zero_sum = (0i64, 0i64);
+    let non_zero = |c: &core::Container, r: &Resources| {
+        (
+            if mentions(c, "cpu") {
+                r.milli_cpu
+            } else {
+                DEFAULT_MILLI_CPU_REQUEST
+            },
+            if mentions(c, "memory") {
+                r.memory
+            } else {
+                DEFAULT_MEMORY_REQUEST
+            },
+        )
+    };
+    for (i, c) in spec.containers.iter().enumerate() {
+        let r = container_requests(c, &format!("spec.containers[{i}]"))?;
+        let nz = non_zero(c, &r);
+        non_zero_sum = (non_zero_sum.0 + nz.0, non_zero_sum.1 + nz.1);
+        sum.add(&r);
+    }
+    let mut init_max = Resources::default();
+    let mut non_zero_init_max = (0i64, 0i64);
+    let mut sidecars = Resources::default();
+    let mut non_zero_sidecars = (0i64, 0i64);
+    for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+        let r = container_requests(c, &format!("spec.initContainers[{i}]"))?;
+        let nz = non_zero(c, &r);
+        let (phase, nz_phase) = if c.restart_policy.as_deref() == Some("Always") {
+            sum.add(&r);
+            non_zero_sum = (non_zero_sum.0 + nz.0, non_zero_sum.1 + nz.1);
+            sidecars.add(&r);
+            non_zero_sidecars = (non_zero_sidecars.0 + nz.0, non_zero_sidecars.1 + nz.1);
+            (sidecars.clone(), non_zero_sidecars)
+        } else {
+            let mut phase = r;
+            phase.add(&sidecars);
+            (
+                phase,
+                (nz.0 + non_zero_sidecars.0, nz.1 + non_zero_sidecars.1),
+            )
+        };
+        init_max.max_with(&phase);
+        non_zero_init_max = (
+            non_zero_init_max.0.max(nz_phase.0),
+            non_zero_init_max.1.max(nz_phase.1),
+        );
+    }
+    sum.max_with(&init_max);
+    non_zero_sum = (
+        non_zero_sum.0.max(non_zero_init_max.0),
+        non_zero_sum.1.max(non_zero_init_max.1),
+    );
+    if let Some(overhead) = &spec.overhead {
+        let o = Resources::from_list(
+            overhead.iter().map(|(k, v)| (k, v.0.as_str())),
+            "spec.overhead",
+        )?;
+        sum.add(&o);
+        non_zero_sum = (non_zero_sum.0 + o.milli_cpu, non_zero_sum.1 + o.memory);
+    }
+    Ok((sum, non_zero_sum))
+}
+
+fn host_ports(spec: &core::PodSpec) -> Result<Vec<HostPort>, String> {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    let mut out = Vec::new();
+    for (i, c) in spec.containers.iter().chain(sidecars).enumerate() {
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            let Some(port) = p.host_port.filter(|p| *p > 0) else {
+                continue;
+            };
+            let field = format!("spec.containers[{i}].ports[{j}]");
+            let port = u16::try_from(port)
+                .map_err(|_| format!("{field}.hostPort: {port} is not a valid port number"))?;
+            let protocol = match p.protocol.as_deref() {
+                None | Some("") | Some("TCP") => Protocol::Tcp,
+                Some("UDP") => Protocol::Udp,
+                Some("SCTP") => Protocol::Sctp,
+                Some(other) => return Err(format!("{field}.protocol: unknown protocol {other:?}")),
+            };
+            let ip = match p.host_ip.as_deref() {
+                None | Some("") => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                Some(ip) => ip
+                    .parse()
+                    .map_err(|_| format!("{field}.hostIP: {ip:?} is not an IP address"))?,
+            };
+            out.push(HostPort { ip, protocol, port });
+        }
+    }
+    Ok(out)
+}
+
+fn affinity_term(
+    t: &core::PodAffinityTerm,
+    namespace: &str,
+    labels: &Labels,
+    field: &str,
+) -> Result<AffinityTerm, SelectorError> {
+    let mut selector =
+        LabelSelector::compile(t.label_selector.as_ref(), &format!("{field}.labelSelector"))?;
+    // matchLabelKeys / mismatchLabelKeys only narrow a selector that exists.
+    if t.label_selector.is_some() {
+        for key in t.match_label_keys.iter().flatten() {
+            if let Some(v) = labels.get(key) {
+                selector.require_equal(key, v);
+            }
+        }
+        for key in t.mismatch_label_keys.iter().flatten() {
+            if let Some(v) = labels.get(key) {
+                selector.require_not_equal(key, v);
+            }
+        }
+    }
+    let namespaces = t.namespaces.clone().unwrap_or_default();
+    let namespaces = if namespaces.is_empty() && t.namespace_selector.is_none() {
+        vec![namespace.to_string()]
+    } else {
+        namespaces
+    };
+    if t.topology_key.is_empty() {
+        return Err(SelectorError {
+            field: format!("{field}.topologyKey"),
+            reason: "must be non-empty".to_string(),
+        });
+    }
+    Ok(AffinityTerm {
+        namespaces,
+        namespace_selector: LabelSelector::compile(
+            t.namespace_selector.as_ref(),
+            &format!("{field}.namespaceSelector"),
+        )?,
+        selector,
+        topology_key: t.topology_key.clone(),
+    })
+}
+
+fn affinity_terms(
+    required: Option<&Vec<core::PodAffinityTerm>>,
+    preferred: Option<&Vec<core::WeightedPodAffinityTerm>>,
+    namespace: &str,
+    labels: &Labels,
+    field: &str,
+) -> Result<(Vec<AffinityTerm>, Vec<WeightedAffinityTerm>), SelectorError> {
+    let required = required
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, t)| {
+            affinity_term(
+                t,
+                namespace,
+                labels,
+                &format!("{field}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let preferred = preferred
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, w)| {
+            let f = format!("{field}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            check_weight(w.weight, &f)?;
+            Ok(WeightedAffinityTerm {
+                weight: w.weight,
+                term: affinity_term(
+                    &w.pod_affinity_term,
+                    namespace,
+                    labels,
+                    &format!("{f}.podAffinityTerm"),
+                )?,
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((required, preferred))
+}
+
+fn pod_affinity(
+    spec: &core::PodSpec,
+    namespace: &str,
+    labels: &Labels,
+) -> Result<PodAffinity, SelectorError> {
+    let Some(a) = spec.affinity.as_ref() else {
+        return Ok(PodAffinity::default());
+    };
+    let (required, preferred) = match &a.pod_affinity {
+        Some(p) => affinity_terms(
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            p.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
+            namespace,
+            labels,
+            "spec.affinity.podAffinity",
+        )?,
+        None => Default::default(),
+    };
+    let (required_anti, preferred_anti) = match &a.pod_anti_affinity {
+        Some(p) => affinity_terms(
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref(),
+            p.preferred_during_scheduling_ignored_during_execution
+                .as_ref(),
+            namespace,
+            labels,
+            "spec.affinity.podAntiAffinity",
+        )?,
+        None => Default::default(),
+    };
+    Ok(PodAffinity {
+        required,
+        preferred,
+        required_anti,
+        preferred_anti,
+    })
+}
+
+fn topology_spread(
+    spec: &core::PodSpec,
+    labels: &Labels,
+) -> Result<Vec<TopologySpreadConstraint>, SelectorError> {
+    let mut out = Vec::new();
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("spec.topologySpreadConstraints[{i}]");
+        let err = |f: &str, reason: String| SelectorError {
+            field: format!("{field}.{f}"),
+            reason,
+        };
+        if c.max_skew < 1 {
+            return Err(err(
+                "maxSkew",
+                format!("must be greater than zero, got {}", c.max_skew),
+            ));
+        }
+        if c.topology_key.is_empty() {
+            return Err(err("topologyKey", "must be non-empty".to_string()));
+        }
+        let when_unsatisfiable = match c.when_unsatisfiable.as_str() {
+            "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
+            "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
+            other => {
+                return Err(err(
+                    "whenUnsatisfiable",
+                    format!("unsupported value {other:?}"),
+                ));
+            }
+        };
+        if let Some(m) = c.min_domains {
+            if m < 1 {
+                return Err(err(
+                    "minDomains",
+                    format!("must be greater than zero, got {m}"),
+                ));
+            }
+            if when_unsatisfiable != WhenUnsatisfiable::DoNotSchedule {
+                return Err(err(
+                    "minDomains",
+                    "can only be set with whenUnsatisfiable: DoNotSchedule".to_string(),
+                ));
+            }
+        }
+        let policy = |v: Option<&str>, default: InclusionPolicy, f: &str| match v {
+            None => Ok(default),
+            Some("Honor") => Ok(InclusionPolicy::Honor),
+            Some("Ignore") => Ok(InclusionPolicy::Ignore),
+            Some(other) => Err(err(f, format!("unsupported value {other:?}"))),
+        };
+        let mut selector =
+            LabelSelector::compile(c.label_selector.as_ref(), &format!("{field}.labelSelector"))?;
+        if c.label_selector.is_some() {
+            for key in c.match_label_keys.iter().flatten() {
+                if let Some(v) = labels.get(key) {
+                    selector.require_equal(key, v);
+                }
+            }
+        }
+        out.push(TopologySpreadConstraint {
+            max_skew: c.max_skew,
+            topology_key: c.topology_key.clone(),
+            when_unsatisfiable,
+            selector,
+            min_domains: c.min_domains,
+            node_affinity_policy: policy(
+                c.node_affinity_policy.as_deref(),
+                InclusionPolicy::Honor,
+                "nodeAffinityPolicy",
+            )?,
+            node_taints_policy: policy(
+                c.node_taints_policy.as_deref(),
+                InclusionPolicy::Ignore,
+                "nodeTaintsPolicy",
+            )?,
+        });
+    }
+    Ok(out)
+}
+
+/// Adds `:latest` to an image reference without a tag or digest, as the kubelet reports them.
+pub fn normalized_image_name(name: &str) -> String {
+    let last_colon = name.rfind(':');
+    let last_slash = name.rfind('/');
+    let has_tag = match (last_colon, last_slash) {
+        (Some(c), Some(s)) => c > s,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if has_tag || name.contains('@') {
+        name.to_string()
+    } else {
+        format!("{name}:latest")
+    }
+}

@@ -1,0 +1,143 @@
+//! Request computation and conversion errors, checked against Kubernetes' rules.
+
+use k8s_openapi::api::core::v1::Pod;
+
+use super::PodInfo;
+
+fn pod(yaml: &str) -> Result<PodInfo, super::ModelError> {
+    let p: Pod = serde_yaml::from_str(yaml).expect("test yaml");
+    PodInfo::from_api(&p)
+}
+
+#[test]
+fn sums_containers_and_takes_max_of_init() {
+    let p = pod(r#"
+metadata: {name: p, namespace: ns}
+spec:
+  initContainers:
+  - {name: i1, resources: {requests: {cpu: "3", memory: 1Gi}}}
+  - {name: i2, resources: {requests: {cpu: 500m, memory: 4Gi}}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "1", memory: 1Gi}}}
+  - {name: b, resources: {requests: {cpu: 500m, memory: 512Mi}}}
+"#)
+    .unwrap();
+    assert_eq!(p.requests.milli_cpu, 3000, "init max wins for cpu");
+    assert_eq!(p.requests.memory, 4 << 30, "init max wins for memory");
+    assert_eq!(p.non_zero_milli_cpu, 3000);
+}
+
+#[test]
+fn sidecars_add_to_the_sum_and_to_later_init_containers() {
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - {name: sidecar, restartPolicy: Always, resources: {requests: {cpu: "1"}}}
+  - {name: init, resources: {requests: {cpu: "2"}}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "1"}}}
+"#)
+    .unwrap();
+    // Sum: 1 (a) + 1 (sidecar) = 2; init phase: 2 (init) + 1 (sidecar started before) = 3.
+    assert_eq!(p.requests.milli_cpu, 3000);
+    let q = pod(r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - {name: init, resources: {requests: {cpu: "2"}}}
+  - {name: sidecar, restartPolicy: Always, resources: {requests: {cpu: "1"}}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "2"}}}
+"#)
+    .unwrap();
+    // Sum: 2 + 1 = 3; init phase: 2 (sidecar not started yet).
+    assert_eq!(q.requests.milli_cpu, 3000);
+}
+
+#[test]
+fn overhead_and_limits_defaulting() {
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  overhead: {cpu: 250m, memory: 120Mi}
+  containers:
+  - {name: a, resources: {limits: {cpu: "1", memory: 1Gi, nvidia.com/gpu: "1"}}}
+"#)
+    .unwrap();
+    assert_eq!(p.requests.milli_cpu, 1250);
+    assert_eq!(p.requests.memory, (1 << 30) + (120 << 20));
+    assert_eq!(p.requests.scalar("nvidia.com/gpu"), 1);
+}
+
+#[test]
+fn non_zero_defaults_for_scoring() {
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  containers:
+  - {name: a}
+  - {name: b, resources: {requests: {cpu: "0"}}}
+"#)
+    .unwrap();
+    assert_eq!(p.requests.milli_cpu, 0);
+    assert_eq!(
+        p.non_zero_milli_cpu, 100,
+        "explicit zero stays zero, missing gets 100m"
+    );
+    assert_eq!(p.non_zero_memory, 2 * 200 * 1024 * 1024);
+}
+
+#[test]
+fn errors_name_the_pod_and_the_field() {
+    let e = pod(r#"
+metadata: {name: bad, namespace: ns}
+spec:
+  containers:
+  - {name: a, resources: {requests: {cpu: "a lot"}}}
+"#)
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pod ns/bad: spec.containers[0].resources.requests[cpu]: invalid quantity \"a lot\": must start with a number"
+    );
+    let e = pod(r#"
+metadata: {name: bad}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+        - matchExpressions: [{key: zone, operator: Near, values: [a]}]
+  containers: [{name: a}]
+"#)
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "pod default/bad: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]: unsupported operator \"Near\""
+    );
+}
+
+#[test]
+fn affinity_namespaces_default_to_own() {
+    let p = pod(r#"
+metadata: {name: p, namespace: team, labels: {app: web, rev: "2"}}
+spec:
+  affinity:
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+      - labelSelector: {matchLabels: {app: web}}
+        matchLabelKeys: [rev]
+        topologyKey: kubernetes.io/hostname
+  containers: [{name: a}]
+"#)
+    .unwrap();
+    let t = &p.affinity.required_anti[0];
+    assert_eq!(t.namespaces, vec!["team".to_string()]);
+    let same_rev: super::Labels = [("app", "web"), ("rev", "2")].into_iter().collect();
+    let other_rev: super::Labels = [("app", "web"), ("rev", "1")].into_iter().collect();
+    let ns = super::Labels::default();
+    assert!(t.matches("team", &same_rev, &ns));
+    assert!(!t.matches("team", &other_rev, &ns));
+    assert!(!t.matches("other", &same_rev, &ns));
+}
