@@ -4,8 +4,10 @@
 //! pure; the simulator and the Kubernetes adapter drive it.
 
 pub mod cache;
+pub mod config;
 pub mod cycle;
 pub mod framework;
 pub mod model;
 pub mod plugins;
+pub mod queue;
 pub mod testing;

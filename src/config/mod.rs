@@ -1,0 +1,352 @@
+//! Configuration: a `KubeSchedulerConfiguration` (v1) file, validated and resolved into
+//! ready-to-run profiles. No file means kube-scheduler's defaults.
+
+mod duration;
+mod resolve;
+pub mod types;
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::framework::{Profile, Registry};
+
+pub use duration::parse_go_duration;
+pub use resolve::{DEFAULT_PLUGINS, UNSUPPORTED_KUBE_PLUGINS};
+pub use types::KubeSchedulerConfiguration;
+
+/// The scheduler name of the default profile.
+pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
+
+/// A configuration that cannot be used; names the file and field where it can.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A field is malformed or invalid.
+    #[error("{field}: {reason}")]
+    Field {
+        /// Path of the field, such as `profiles[0].plugins.score.enabled[1].weight`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// An error at `field`.
+    pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Field {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Leader election settings, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Whether to elect a leader.
+    pub enabled: bool,
+    /// How long a lease is valid.
+    pub lease_duration: Duration,
+    /// How long the leader keeps trying to renew before giving up leadership.
+    pub renew_deadline: Duration,
+    /// How often to retry acquiring or renewing.
+    pub retry_period: Duration,
+    /// Lease name.
+    pub resource_name: String,
+    /// Lease namespace.
+    pub resource_namespace: String,
+}
+
+/// API client settings, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientConnection {
+    /// kubeconfig path, if given in the file.
+    pub kubeconfig: Option<String>,
+    /// Requests per second (0 disables client-side throttling).
+    pub qps: f64,
+    /// Burst.
+    pub burst: u32,
+}
+
+/// Default client QPS: high enough never to be the bottleneck of a fast scheduler, unlike
+/// kube-scheduler's 50.
+pub const DEFAULT_QPS: f64 = 5000.0;
+/// Default client burst.
+pub const DEFAULT_BURST: u32 = 10000;
+
+/// A validated configuration with its profiles built.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The profiles, one per scheduler name.
+    pub profiles: Vec<Profile>,
+    /// Threads for filtering and scoring.
+    pub parallelism: usize,
+    /// Global share of nodes to score (0 = adaptive).
+    pub percentage_of_nodes_to_score: u32,
+    /// First backoff after a failed attempt.
+    pub pod_initial_backoff: Duration,
+    /// Longest backoff.
+    pub pod_max_backoff: Duration,
+    /// Leader election.
+    pub leader_election: LeaderElection,
+    /// API client.
+    pub client_connection: ClientConnection,
+}
+
+impl Config {
+    /// kube-scheduler's defaults: one `default-scheduler` profile with the default plugins.
+    pub fn default_with(registry: &Registry) -> Result<Self, ConfigError> {
+        Self::from_file_config(&KubeSchedulerConfiguration::default(), registry)
+    }
+
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path, registry: &Registry) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text, registry)
+    }
+
+    /// Parses and validates configuration text (YAML or JSON).
+    pub fn parse(text: &str, registry: &Registry) -> Result<Self, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let file: KubeSchedulerConfiguration =
+            serde_path_to_error::deserialize(de).map_err(|e| {
+                let path = e.path().to_string();
+                let field = if path == "." {
+                    "config".to_string()
+                } else {
+                    path
+                };
+                ConfigError::field(field, e.into_inner().to_string())
+            })?;
+        if file.api_version.as_deref() != Some(types::API_VERSION) {
+            return Err(ConfigError::field(
+                "apiVersion",
+                format!(
+                    "must be {:?}, got {:?}",
+                    types::API_VERSION,
+                    file.api_version.unwrap_or_default()
+                ),
+            ));
+        }
+        if file.kind.as_deref() != Some(types::KIND) {
+            return Err(ConfigError::field(
+                "kind",
+                format!(
+                    "must be {:?}, got {:?}",
+                    types::KIND,
+                    file.kind.unwrap_or_default()
+                ),
+            ));
+        }
+        Self::from_file_config(&file, registry)
+    }
+
+    /// Validates a decoded file and builds its profiles.
+    pub fn from_file_config(
+        file: &KubeSchedulerConfiguration,
+        registry: &Registry,
+    ) -> Result<Self, ConfigError> {
+        let parallelism = file.parallelism.unwrap_or(16);
+        if !(1..=1024).contains(&parallelism) {
+            return Err(ConfigError::field(
+                "parallelism",
+                format!("must be between 1 and 1024, got {parallelism}"),
+            ));
+        }
+        let percentage = |v: Option<i64>, field: &str| -> Result<Option<u32>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(p) if (0..=100).contains(&p) => Ok(Some(p as u32)),
+                Some(p) => Err(ConfigError::field(
+                    field,
+                    format!("not in valid range [0-100], got {p}"),
+                )),
+            }
+        };
+        let global_percentage = percentage(
+            file.percentage_of_nodes_to_score,
+            "percentageOfNodesToScore",
+        )?
+        .unwrap_or(0);
+        let initial = file.pod_initial_backoff_seconds.unwrap_or(1);
+        if initial <= 0 {
+            return Err(ConfigError::field(
+                "podInitialBackoffSeconds",
+                format!("must be greater than 0, got {initial}"),
+            ));
+        }
+        let max = file.pod_max_backoff_seconds.unwrap_or(10);
+        if max < initial {
+            return Err(ConfigError::field(
+                "podMaxBackoffSeconds",
+                format!(
+                    "must be greater than or equal to podInitialBackoffSeconds ({initial}), got {max}"
+                ),
+            ));
+        }
+        if !file.extenders.is_empty() {
+            return Err(ConfigError::field(
+                "extenders",
+                "scheduler extenders are not supported by gantry; use plugins",
+            ));
+        }
+        let leader_election = leader_election(file.leader_election.clone().unwrap_or_default())?;
+        let client_connection =
+            client_connection(file.client_connection.clone().unwrap_or_default())?;
+
+        let default_profiles = [types::ProfileConfig::default()];
+        let profile_configs: &[types::ProfileConfig] = if file.profiles.is_empty() {
+            &default_profiles
+        } else {
+            &file.profiles
+        };
+        let mut profiles: Vec<Profile> = Vec::new();
+        for (i, pc) in profile_configs.iter().enumerate() {
+            let base = format!("profiles[{i}]");
+            let name = pc
+                .scheduler_name
+                .as_deref()
+                .unwrap_or(DEFAULT_SCHEDULER_NAME);
+            if name.is_empty() {
+                return Err(ConfigError::field(
+                    format!("{base}.schedulerName"),
+                    "must not be empty",
+                ));
+            }
+            if profiles.iter().any(|p| p.scheduler_name == name) {
+                return Err(ConfigError::field(
+                    format!("{base}.schedulerName"),
+                    format!("duplicate profile {name:?}"),
+                ));
+            }
+            let pct = percentage(
+                pc.percentage_of_nodes_to_score,
+                &format!("{base}.percentageOfNodesToScore"),
+            )?;
+            let profile = resolve::build_profile(pc, &base, registry, pct)?;
+            if let Some(first) = profiles.first()
+                && first.queue_sort.name() != profile.queue_sort.name()
+            {
+                return Err(ConfigError::field(
+                    format!("{base}.plugins.queueSort"),
+                    format!(
+                        "queueSort must be the same for all profiles: {} has {}, {name} has {}",
+                        first.scheduler_name,
+                        first.queue_sort.name(),
+                        profile.queue_sort.name()
+                    ),
+                ));
+            }
+            profiles.push(profile);
+        }
+        Ok(Config {
+            profiles,
+            parallelism: parallelism as usize,
+            percentage_of_nodes_to_score: global_percentage,
+            pod_initial_backoff: Duration::from_secs(initial as u64),
+            pod_max_backoff: Duration::from_secs(max as u64),
+            leader_election,
+            client_connection,
+        })
+    }
+
+    /// The profile serving `scheduler_name`.
+    pub fn profile(&self, scheduler_name: &str) -> Option<&Profile> {
+        self.profiles
+            .iter()
+            .find(|p| p.scheduler_name == scheduler_name)
+    }
+}
+
+fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigError> {
+    let dur = |v: Option<String>, default: u64, field: &str| -> Result<Duration, ConfigError> {
+        match v {
+            None => Ok(Duration::from_secs(default)),
+            Some(s) => parse_go_duration(&s)
+                .map_err(|e| ConfigError::field(format!("leaderElection.{field}"), e)),
+        }
+    };
+    let lease_duration = dur(le.lease_duration, 15, "leaseDuration")?;
+    let renew_deadline = dur(le.renew_deadline, 10, "renewDeadline")?;
+    let retry_period = dur(le.retry_period, 2, "retryPeriod")?;
+    let positive = |d: Duration, field: &str| {
+        if d.is_zero() {
+            Err(ConfigError::field(
+                format!("leaderElection.{field}"),
+                "must be greater than zero",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    positive(lease_duration, "leaseDuration")?;
+    positive(renew_deadline, "renewDeadline")?;
+    positive(retry_period, "retryPeriod")?;
+    if lease_duration <= renew_deadline {
+        return Err(ConfigError::field(
+            "leaderElection.leaseDuration",
+            "must be greater than renewDeadline",
+        ));
+    }
+    if renew_deadline <= retry_period {
+        return Err(ConfigError::field(
+            "leaderElection.renewDeadline",
+            "must be greater than retryPeriod",
+        ));
+    }
+    match le.resource_lock.as_deref() {
+        None | Some("leases") => {}
+        Some(other) => {
+            return Err(ConfigError::field(
+                "leaderElection.resourceLock",
+                format!("only \"leases\" is supported, got {other:?}"),
+            ));
+        }
+    }
+    Ok(LeaderElection {
+        enabled: le.leader_elect.unwrap_or(true),
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        resource_name: le.resource_name.unwrap_or_else(|| "gantry".to_string()),
+        resource_namespace: le
+            .resource_namespace
+            .unwrap_or_else(|| "kube-system".to_string()),
+    })
+}
+
+fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, ConfigError> {
+    let qps = cc.qps.unwrap_or(DEFAULT_QPS);
+    if !(qps >= 0.0 && qps.is_finite()) {
+        return Err(ConfigError::field(
+            "clientConnection.qps",
+            format!("must not be negative, got {qps}"),
+        ));
+    }
+    let burst = cc.burst.map(i64::from).unwrap_or(i64::from(DEFAULT_BURST));
+    let burst = u32::try_from(burst).map_err(|_| {
+        ConfigError::field(
+            "clientConnection.burst",
+            format!("must be between 0 and {}, got {burst}", u32::MAX),
+        )
+    })?;
+    Ok(ClientConnection {
+        kubeconfig: cc.kubeconfig.filter(|k| !k.is_empty()),
+        qps,
+        burst,
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,384 @@
+//! From a profile's plugin sets to the plugins at each extension point, by kube-scheduler's
+//! rules: the default plugins are enabled through `multiPoint`; a user's `multiPoint` set is
+//! merged into the defaults (a re-listed default keeps its place, `*` disables all); each
+//! extension point then holds the plugins enabled there explicitly and, unless disabled
+//! there, the `multiPoint` plugins that implement it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::framework::{Plugin, Profile, Registry};
+
+use super::ConfigError;
+use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
+
+/// The default plugins kube-scheduler enables, in its order, with its default weights, less
+/// those gantry does not implement (volumes, preemption).
+pub const DEFAULT_PLUGINS: &[(&str, Option<i64>)] = &[
+    ("SchedulingGates", None),
+    ("PrioritySort", None),
+    ("NodeUnschedulable", None),
+    ("NodeName", None),
+    ("TaintToleration", Some(3)),
+    ("NodeAffinity", Some(2)),
+    ("NodePorts", None),
+    ("NodeResourcesFit", Some(1)),
+    ("PodTopologySpread", Some(2)),
+    ("InterPodAffinity", Some(2)),
+    ("NodeResourcesBalancedAllocation", Some(1)),
+    ("ImageLocality", Some(1)),
+    ("DefaultBinder", None),
+];
+
+/// kube-scheduler plugins gantry does not implement. Disabling them is accepted (a config
+/// written for kube-scheduler keeps working); enabling them is an error.
+pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeBinding",
+    "VolumeZone",
+    "DefaultPreemption",
+    "DynamicResources",
+    "EBSLimits",
+    "GCEPDLimits",
+    "AzureDiskLimits",
+    "CinderLimits",
+];
+
+/// The extension points, in the order kube-scheduler lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    PreEnqueue,
+    QueueSort,
+    PreFilter,
+    Filter,
+    PostFilter,
+    PreScore,
+    Score,
+    Reserve,
+    Permit,
+    PreBind,
+    Bind,
+    PostBind,
+}
+
+const POINTS: [Point; 12] = [
+    Point::PreEnqueue,
+    Point::QueueSort,
+    Point::PreFilter,
+    Point::Filter,
+    Point::PostFilter,
+    Point::PreScore,
+    Point::Score,
+    Point::Reserve,
+    Point::Permit,
+    Point::PreBind,
+    Point::Bind,
+    Point::PostBind,
+];
+
+impl Point {
+    fn key(self) -> &'static str {
+        match self {
+            Point::PreEnqueue => "preEnqueue",
+            Point::QueueSort => "queueSort",
+            Point::PreFilter => "preFilter",
+            Point::Filter => "filter",
+            Point::PostFilter => "postFilter",
+            Point::PreScore => "preScore",
+            Point::Score => "score",
+            Point::Reserve => "reserve",
+            Point::Permit => "permit",
+            Point::PreBind => "preBind",
+            Point::Bind => "bind",
+            Point::PostBind => "postBind",
+        }
+    }
+
+    fn set(self, p: &Plugins) -> &PluginSet {
+        match self {
+            Point::PreEnqueue => &p.pre_enqueue,
+            Point::QueueSort => &p.queue_sort,
+            Point::PreFilter => &p.pre_filter,
+            Point::Filter => &p.filter,
+            Point::PostFilter => &p.post_filter,
+            Point::PreScore => &p.pre_score,
+            Point::Score => &p.score,
+            Point::Reserve => &p.reserve,
+            Point::Permit => &p.permit,
+            Point::PreBind => &p.pre_bind,
+            Point::Bind => &p.bind,
+            Point::PostBind => &p.post_bind,
+        }
+    }
+
+    fn implemented_by(self, p: &dyn Plugin) -> bool {
+        match self {
+            Point::PreEnqueue => p.as_pre_enqueue().is_some(),
+            Point::QueueSort => p.as_queue_sort().is_some(),
+            Point::PreFilter => p.as_pre_filter().is_some(),
+            Point::Filter => p.as_filter().is_some(),
+            Point::PostFilter => p.as_post_filter().is_some(),
+            Point::PreScore => p.as_pre_score().is_some(),
+            Point::Score => p.as_score().is_some(),
+            Point::Reserve => p.as_reserve().is_some(),
+            Point::Permit => p.as_permit().is_some(),
+            Point::Bind => p.as_bind().is_some(),
+            // No gantry plugin implements these.
+            Point::PreBind | Point::PostBind => false,
+        }
+    }
+}
+
+/// A plugin entry with where it came from, for error messages.
+#[derive(Debug, Clone)]
+struct Entry {
+    name: String,
+    weight: Option<i64>,
+    field: String,
+}
+
+/// kube-scheduler's `mergePluginSet` for `multiPoint`: defaults not disabled keep their
+/// order (replaced in place by a re-listed custom entry), then the other custom entries.
+fn merge_multi_point(custom: &PluginSet, base: &str) -> (Vec<Entry>, Vec<String>) {
+    let disabled: Vec<String> = custom.disabled.iter().map(|p| p.name.clone()).collect();
+    let custom_index: HashMap<&str, usize> = custom
+        .enabled
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.name.as_str(), i))
+        .collect();
+    let mut replaced = vec![false; custom.enabled.len()];
+    let mut enabled = Vec::new();
+    let custom_entry = |i: usize, p: &PluginRef| Entry {
+        name: p.name.clone(),
+        weight: p.weight,
+        field: format!("{base}.multiPoint.enabled[{i}]"),
+    };
+    if !disabled.iter().any(|d| d == "*") {
+        for (name, weight) in DEFAULT_PLUGINS {
+            if disabled.iter().any(|d| d == name) {
+                continue;
+            }
+            match custom_index.get(name) {
+                Some(&i) => {
+                    replaced[i] = true;
+                    enabled.push(custom_entry(i, &custom.enabled[i]));
+                }
+                None => enabled.push(Entry {
+                    name: name.to_string(),
+                    weight: *weight,
+                    field: format!("{base}.multiPoint (default {name})"),
+                }),
+            }
+        }
+    }
+    for (i, p) in custom.enabled.iter().enumerate() {
+        if !replaced[i] {
+            enabled.push(custom_entry(i, p));
+        }
+    }
+    (enabled, disabled)
+}
+
+/// Builds one profile; `base` is its path (`profiles[0]`), `args` its decoded plugin configs.
+pub(super) fn build_profile(
+    cfg: &ProfileConfig,
+    base: &str,
+    registry: &Registry,
+    percentage: Option<u32>,
+) -> Result<Profile, ConfigError> {
+    let plugins = cfg.plugins.clone().unwrap_or_default();
+    let base_plugins = format!("{base}.plugins");
+
+    // Plugin arguments, validated whether or not the plugin is enabled.
+    let mut args: BTreeMap<&str, (&Option<serde_json::Value>, String)> = BTreeMap::new();
+    for (i, pc) in cfg.plugin_config.iter().enumerate() {
+        let field = format!("{base}.pluginConfig[{i}]");
+        if registry.get(&pc.name).is_none() {
+            return Err(unknown_plugin(&pc.name, &format!("{field}.name")));
+        }
+        if args.insert(&pc.name, (&pc.args, field.clone())).is_some() {
+            return Err(ConfigError::field(
+                format!("{field}.name"),
+                format!("repeated config for plugin {:?}", pc.name),
+            ));
+        }
+    }
+    let mut instances: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
+    let mut instantiate = |name: &str, field: &str| -> Result<Arc<dyn Plugin>, ConfigError> {
+        if let Some(p) = instances.get(name) {
+            return Ok(p.clone());
+        }
+        let factory = registry
+            .get(name)
+            .ok_or_else(|| unknown_plugin(name, field))?;
+        let (value, args_field) = match args.get(name) {
+            Some((v, f)) => (v.as_ref(), format!("{f}.args")),
+            None => (None, format!("{base}.pluginConfig[{name}].args")),
+        };
+        let plugin = factory(value).map_err(|e| {
+            let sub = if e.field.is_empty() {
+                args_field.clone()
+            } else {
+                format!("{args_field}.{}", e.field)
+            };
+            ConfigError::field(sub, e.reason)
+        })?;
+        instances.insert(name.to_string(), plugin.clone());
+        Ok(plugin)
+    };
+    for name in args.keys() {
+        instantiate(name, base)?;
+    }
+
+    let (multi, multi_disabled) = merge_multi_point(&plugins.multi_point, &base_plugins);
+    let mut multi_plugins = Vec::new();
+    for e in &multi {
+        if multi_disabled.iter().any(|d| d == &e.name) {
+            continue;
+        }
+        multi_plugins.push((e, instantiate(&e.name, &e.field)?));
+    }
+
+    let mut resolved: Vec<Vec<(Arc<dyn Plugin>, i64)>> = Vec::new();
+    for point in POINTS {
+        let set = point.set(&plugins);
+        let point_field = format!("{base_plugins}.{}", point.key());
+        let mut explicit: Vec<(Entry, Arc<dyn Plugin>)> = Vec::new();
+        for (i, p) in set.enabled.iter().enumerate() {
+            let field = format!("{point_field}.enabled[{i}]");
+            let plugin = instantiate(&p.name, &format!("{field}.name"))?;
+            if !point.implemented_by(plugin.as_ref()) {
+                return Err(ConfigError::field(
+                    format!("{field}.name"),
+                    format!(
+                        "plugin {:?} does not extend the {} extension point",
+                        p.name,
+                        point.key()
+                    ),
+                ));
+            }
+            if explicit.iter().any(|(e, _)| e.name == p.name) {
+                return Err(ConfigError::field(
+                    format!("{field}.name"),
+                    format!("plugin {:?} already registered as {}", p.name, point.key()),
+                ));
+            }
+            explicit.push((
+                Entry {
+                    name: p.name.clone(),
+                    weight: p.weight,
+                    field,
+                },
+                plugin,
+            ));
+        }
+        let disabled_here: Vec<&str> = set.disabled.iter().map(|d| d.name.as_str()).collect();
+        let mut overrides: Vec<&str> = Vec::new();
+        let mut from_multi: Vec<(&Entry, Arc<dyn Plugin>)> = Vec::new();
+        if !disabled_here.contains(&"*") {
+            for (e, plugin) in &multi_plugins {
+                if !point.implemented_by(plugin.as_ref())
+                    || disabled_here.contains(&e.name.as_str())
+                {
+                    continue;
+                }
+                if explicit.iter().any(|(x, _)| x.name == e.name) {
+                    overrides.push(&e.name);
+                    continue;
+                }
+                if from_multi.iter().any(|(x, _)| x.name == e.name) {
+                    return Err(ConfigError::field(
+                        e.field.clone(),
+                        format!("plugin {:?} already registered as {}", e.name, point.key()),
+                    ));
+                }
+                from_multi.push((e, plugin.clone()));
+            }
+        }
+        // Order: explicit overrides of multiPoint plugins, then multiPoint, then the rest.
+        let weight_of = |name: &str, explicit_weight: Option<i64>, field: &str| {
+            let multi_weight = multi.iter().find(|m| m.name == name).and_then(|m| m.weight);
+            let w = explicit_weight.or(multi_weight).unwrap_or(0);
+            if w < 0 {
+                return Err(ConfigError::field(
+                    format!("{field}.weight"),
+                    format!("must not be negative, got {w}"),
+                ));
+            }
+            Ok(if w == 0 { 1 } else { w })
+        };
+        let mut list = Vec::new();
+        for (e, p) in explicit
+            .iter()
+            .filter(|(e, _)| overrides.contains(&e.name.as_str()))
+        {
+            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+        }
+        for (e, p) in &from_multi {
+            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+        }
+        for (e, p) in explicit
+            .iter()
+            .filter(|(e, _)| !overrides.contains(&e.name.as_str()))
+        {
+            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+        }
+        resolved.push(list);
+    }
+    let total_weight: i64 = resolved[6].iter().map(|(_, w)| *w).sum();
+    if total_weight > i64::MAX / crate::framework::MAX_NODE_SCORE / 2 {
+        return Err(ConfigError::field(
+            format!("{base_plugins}.score"),
+            "total score plugin weight is too large".to_string(),
+        ));
+    }
+    let take =
+        |i: usize| -> Vec<Arc<dyn Plugin>> { resolved[i].iter().map(|(p, _)| p.clone()).collect() };
+    let queue_sort = take(1);
+    if queue_sort.len() != 1 {
+        return Err(ConfigError::field(
+            format!("{base_plugins}.queueSort"),
+            format!(
+                "exactly one queue sort plugin must be enabled, got {}",
+                queue_sort.len()
+            ),
+        ));
+    }
+    let bind = take(10);
+    if bind.is_empty() {
+        return Err(ConfigError::field(
+            format!("{base_plugins}.bind"),
+            "at least one bind plugin is needed".to_string(),
+        ));
+    }
+    Ok(Profile {
+        scheduler_name: cfg
+            .scheduler_name
+            .clone()
+            .unwrap_or_else(|| super::DEFAULT_SCHEDULER_NAME.to_string()),
+        percentage_of_nodes_to_score: percentage,
+        queue_sort: queue_sort[0].clone(),
+        pre_enqueue: take(0),
+        pre_filter: take(2),
+        filter: take(3),
+        post_filter: take(4),
+        pre_score: take(5),
+        score: resolved[6].clone(),
+        reserve: take(7),
+        permit: take(8),
+        bind,
+    })
+}
+
+fn unknown_plugin(name: &str, field: &str) -> ConfigError {
+    let reason = if UNSUPPORTED_KUBE_PLUGINS.contains(&name) {
+        format!(
+            "plugin {name:?} is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+        )
+    } else {
+        format!("unknown plugin {name:?}")
+    };
+    ConfigError::field(field.to_string(), reason)
+}

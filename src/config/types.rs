@@ -1,0 +1,171 @@
+//! The `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`) file, as written.
+//! Every struct rejects unknown fields, so a typo is an error that names the field.
+
+use serde::Deserialize;
+
+/// The API version gantry reads.
+pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+/// The kind gantry reads.
+pub const KIND: &str = "KubeSchedulerConfiguration";
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeSchedulerConfiguration {
+    /// Must be `kubescheduler.config.k8s.io/v1`.
+    pub api_version: Option<String>,
+    /// Must be `KubeSchedulerConfiguration`.
+    pub kind: Option<String>,
+    /// Threads for filtering and scoring (default 16).
+    pub parallelism: Option<i64>,
+    /// Leader election settings.
+    pub leader_election: Option<LeaderElection>,
+    /// API client settings.
+    pub client_connection: Option<ClientConnection>,
+    /// Accepted for compatibility; gantry serves no profiling endpoints.
+    pub enable_profiling: Option<bool>,
+    /// Accepted for compatibility; gantry serves no profiling endpoints.
+    pub enable_contention_profiling: Option<bool>,
+    /// Share of nodes to find feasible before scoring; 0 (default) is adaptive.
+    pub percentage_of_nodes_to_score: Option<i64>,
+    /// First backoff of a pod that failed scheduling (default 1).
+    pub pod_initial_backoff_seconds: Option<i64>,
+    /// Longest backoff (default 10).
+    pub pod_max_backoff_seconds: Option<i64>,
+    /// The profiles; one `default-scheduler` profile when absent.
+    #[serde(default)]
+    pub profiles: Vec<ProfileConfig>,
+    /// Scheduler extenders; gantry does not support them and rejects a non-empty list.
+    #[serde(default)]
+    pub extenders: Vec<serde_json::Value>,
+    /// Accepted for compatibility.
+    pub delay_cache_until_active: Option<bool>,
+}
+
+/// `leaderElection`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaderElection {
+    /// Whether to elect a leader (default true).
+    pub leader_elect: Option<bool>,
+    /// Lease duration (default `15s`).
+    pub lease_duration: Option<String>,
+    /// Renew deadline (default `10s`).
+    pub renew_deadline: Option<String>,
+    /// Retry period (default `2s`).
+    pub retry_period: Option<String>,
+    /// Only `leases` is supported.
+    pub resource_lock: Option<String>,
+    /// Lease name (default `gantry`, so gantry never contends with kube-scheduler's lease).
+    pub resource_name: Option<String>,
+    /// Lease namespace (default `kube-system`).
+    pub resource_namespace: Option<String>,
+}
+
+/// `clientConnection`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientConnection {
+    /// Path of a kubeconfig file.
+    pub kubeconfig: Option<String>,
+    /// Accepted for compatibility.
+    pub accept_content_types: Option<String>,
+    /// Accepted for compatibility.
+    pub content_type: Option<String>,
+    /// Requests per second to the API server.
+    pub qps: Option<f64>,
+    /// Burst above `qps`.
+    pub burst: Option<i64>,
+}
+
+/// One entry of `profiles`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProfileConfig {
+    /// The `spec.schedulerName` served (default `default-scheduler`).
+    pub scheduler_name: Option<String>,
+    /// Per-profile override of the global setting.
+    pub percentage_of_nodes_to_score: Option<i64>,
+    /// Plugin sets per extension point.
+    pub plugins: Option<Plugins>,
+    /// Arguments per plugin.
+    #[serde(default)]
+    pub plugin_config: Vec<PluginConfig>,
+}
+
+/// `plugins`: one set per extension point, and `multiPoint` for all of them.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Plugins {
+    /// PreEnqueue.
+    #[serde(default)]
+    pub pre_enqueue: PluginSet,
+    /// QueueSort.
+    #[serde(default)]
+    pub queue_sort: PluginSet,
+    /// PreFilter.
+    #[serde(default)]
+    pub pre_filter: PluginSet,
+    /// Filter.
+    #[serde(default)]
+    pub filter: PluginSet,
+    /// PostFilter.
+    #[serde(default)]
+    pub post_filter: PluginSet,
+    /// PreScore.
+    #[serde(default)]
+    pub pre_score: PluginSet,
+    /// Score.
+    #[serde(default)]
+    pub score: PluginSet,
+    /// Reserve.
+    #[serde(default)]
+    pub reserve: PluginSet,
+    /// Permit.
+    #[serde(default)]
+    pub permit: PluginSet,
+    /// PreBind (no gantry plugin implements it).
+    #[serde(default)]
+    pub pre_bind: PluginSet,
+    /// Bind.
+    #[serde(default)]
+    pub bind: PluginSet,
+    /// PostBind (no gantry plugin implements it).
+    #[serde(default)]
+    pub post_bind: PluginSet,
+    /// Every extension point each plugin implements.
+    #[serde(default)]
+    pub multi_point: PluginSet,
+}
+
+/// Enabled and disabled plugins of one extension point.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginSet {
+    /// Plugins to enable, in order.
+    #[serde(default)]
+    pub enabled: Vec<PluginRef>,
+    /// Plugins to disable; `*` disables all defaults.
+    #[serde(default)]
+    pub disabled: Vec<PluginRef>,
+}
+
+/// A plugin named in a set.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginRef {
+    /// The plugin's name.
+    pub name: String,
+    /// Score weight (Score and multiPoint only).
+    pub weight: Option<i64>,
+}
+
+/// One entry of `pluginConfig`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginConfig {
+    /// The plugin's name.
+    pub name: String,
+    /// Its arguments.
+    pub args: Option<serde_json::Value>,
+}

@@ -1,0 +1,396 @@
+//! The scheduling queue: active (ordered by the QueueSort plugin: priority, then arrival),
+//! backoff (exponential, per pod), and unschedulable (parked until a cluster event that could
+//! help, or flushed after a while). Time is passed in by the caller, never read here.
+
+mod heap;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::framework::{Plugin, Status};
+use crate::model::PodInfo;
+
+use heap::Heap;
+
+/// How long a pod may stay unschedulable before it is retried anyway (kube-scheduler's
+/// `podMaxInUnschedulablePodsDuration`).
+pub const MAX_UNSCHEDULABLE_DURATION: Duration = Duration::from_secs(5 * 60);
+
+/// A pod in the queue, with its scheduling history.
+#[derive(Debug, Clone)]
+pub struct QueuedPod {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// Scheduling attempts so far (incremented when popped).
+    pub attempts: u32,
+    /// When the pod first entered the queue (for the scheduling SLI).
+    pub first_queued: Duration,
+    /// When it last entered the active queue.
+    pub enqueued: Duration,
+    /// Plugins that rejected it last time (to decide which events can help).
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// Why it is gated (PreEnqueue), if it is.
+    pub gated: Option<Status>,
+}
+
+/// A cluster change that may make parked pods schedulable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A node appeared.
+    NodeAdd,
+    /// A node changed (labels, taints, allocatable, cordon).
+    NodeUpdate,
+    /// A pod was deleted or finished, freeing resources.
+    PodDelete,
+    /// A pod was placed (relevant to affinity and spreading).
+    PodAdd,
+    /// A pod's labels changed.
+    PodUpdate,
+    /// A namespace or workload selector changed.
+    Other,
+}
+
+impl ClusterEvent {
+    /// True when the event could make a pod rejected by `plugin` fit.
+    fn may_help(self, plugin: &str) -> bool {
+        match self {
+            ClusterEvent::NodeAdd | ClusterEvent::NodeUpdate | ClusterEvent::Other => true,
+            ClusterEvent::PodDelete => !matches!(
+                plugin,
+                "NodeUnschedulable" | "NodeName" | "TaintToleration" | "NodeAffinity"
+            ),
+            ClusterEvent::PodAdd | ClusterEvent::PodUpdate => {
+                matches!(plugin, "InterPodAffinity" | "PodTopologySpread")
+            }
+        }
+    }
+}
+
+/// Which sub-queue a pod is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueName {
+    /// Ready to be scheduled.
+    Active,
+    /// Waiting out its backoff.
+    Backoff,
+    /// Parked until something changes (includes gated pods).
+    Unschedulable,
+}
+
+impl QueueName {
+    /// The label value kube-scheduler's `scheduler_pending_pods{queue}` uses.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            QueueName::Active => "active",
+            QueueName::Backoff => "backoff",
+            QueueName::Unschedulable => "unschedulable",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    queued: QueuedPod,
+    queue: QueueName,
+    /// When it leaves backoff.
+    backoff_until: Duration,
+    /// When it was parked as unschedulable.
+    parked_at: Duration,
+}
+
+/// The scheduling queue.
+pub struct SchedulingQueue {
+    sort: Arc<dyn Plugin>,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    entries: HashMap<Arc<str>, Entry>,
+    active: Heap,
+    /// Keys of pods popped and not yet done, with the move-request counter at pop time.
+    in_flight: HashMap<Arc<str>, u64>,
+    /// Incremented by every cluster event that moves pods.
+    move_requests: u64,
+    seq: u64,
+}
+
+impl SchedulingQueue {
+    /// A queue ordered by `sort` (a QueueSort plugin).
+    pub fn new(sort: Arc<dyn Plugin>, initial_backoff: Duration, max_backoff: Duration) -> Self {
+        SchedulingQueue {
+            sort,
+            initial_backoff,
+            max_backoff,
+            entries: HashMap::new(),
+            active: Heap::default(),
+            in_flight: HashMap::new(),
+            move_requests: 0,
+            seq: 0,
+        }
+    }
+
+    fn push_active(&mut self, key: Arc<str>, now: Duration) {
+        self.seq += 1;
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.queue = QueueName::Active;
+            e.queued.enqueued = now;
+            let (sort, entries) = (&*self.sort, &self.entries);
+            self.active
+                .push(key, self.seq, |a, b| compare(sort, entries, a, b));
+        }
+    }
+
+    fn remove_active(&mut self, key: &str) {
+        let (sort, entries) = (&*self.sort, &self.entries);
+        self.active
+            .remove(key, &|a, b| compare(sort, entries, a, b));
+    }
+
+    /// Adds a new pending pod (or replaces a queued one with the same key). `gated` is the
+    /// status of the PreEnqueue plugin that keeps it out of the active queue, if any.
+    pub fn add(&mut self, pod: Arc<PodInfo>, gated: Option<Status>, now: Duration) {
+        let key: Arc<str> = Arc::from(pod.key());
+        if self.in_flight.contains_key(&key) {
+            return;
+        }
+        let queue = if gated.is_some() {
+            QueueName::Unschedulable
+        } else {
+            QueueName::Active
+        };
+        let first_queued = self
+            .entries
+            .get(&key)
+            .map_or(now, |e| e.queued.first_queued);
+        let attempts = self.entries.get(&key).map_or(0, |e| e.queued.attempts);
+        self.remove_active(&key);
+        self.entries.insert(
+            key.clone(),
+            Entry {
+                queued: QueuedPod {
+                    pod,
+                    attempts,
+                    first_queued,
+                    enqueued: now,
+                    unschedulable_plugins: BTreeSet::new(),
+                    gated,
+                },
+                queue,
+                backoff_until: now,
+                parked_at: now,
+            },
+        );
+        if queue == QueueName::Active {
+            self.push_active(key, now);
+        }
+    }
+
+    /// A queued pod changed (e.g. gates removed, labels edited): requeue it if it may now
+    /// fit. `gated` is the pod's PreEnqueue verdict, as for [`add`](Self::add).
+    pub fn update(&mut self, pod: Arc<PodInfo>, gated: Option<Status>, now: Duration) {
+        let key: Arc<str> = Arc::from(pod.key());
+        let Some(e) = self.entries.get_mut(&key) else {
+            self.add(pod, gated, now);
+            return;
+        };
+        e.queued.pod = pod;
+        let was_parked = e.queue == QueueName::Unschedulable;
+        let ungated = gated.is_none();
+        e.queued.gated = gated;
+        if was_parked && ungated {
+            self.push_active(key, now);
+        } else if !ungated && e.queue == QueueName::Active {
+            e.queue = QueueName::Unschedulable;
+            self.remove_active(&key);
+        }
+    }
+
+    /// Removes a pod (deleted, or bound by someone else). Returns whether it was queued or in
+    /// flight.
+    pub fn delete(&mut self, namespace: &str, name: &str) -> bool {
+        let key = format!("{namespace}/{name}");
+        self.remove_active(&key);
+        let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
+        self.entries.remove(key.as_str()).is_some() || was_in_flight
+    }
+
+    /// True when the pod is queued or in flight.
+    pub fn contains(&self, namespace: &str, name: &str) -> bool {
+        let key = format!("{namespace}/{name}");
+        self.entries.contains_key(key.as_str()) || self.in_flight.contains_key(key.as_str())
+    }
+
+    /// Moves pods whose backoff ended, and pods parked too long, to the active queue.
+    pub fn flush(&mut self, now: Duration) {
+        let due: Vec<Arc<str>> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| match e.queue {
+                QueueName::Backoff => e.backoff_until <= now,
+                QueueName::Unschedulable => {
+                    e.queued.gated.is_none()
+                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION
+                }
+                QueueName::Active => false,
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            self.push_active(key, now);
+        }
+    }
+
+    /// The next pod to schedule, after flushing what is due. The pod stays tracked as in
+    /// flight until [`done`](Self::done), [`requeue_unschedulable`](Self::requeue_unschedulable)
+    /// or [`requeue_backoff`](Self::requeue_backoff).
+    pub fn pop(&mut self, now: Duration) -> Option<QueuedPod> {
+        self.flush(now);
+        let (sort, entries) = (&*self.sort, &self.entries);
+        let key = self.active.pop(|a, b| compare(sort, entries, a, b))?;
+        let mut entry = self.entries.remove(&key)?;
+        entry.queued.attempts += 1;
+        self.in_flight.insert(key, self.move_requests);
+        Some(entry.queued)
+    }
+
+    /// The pod was scheduled (or dropped): forget it.
+    pub fn done(&mut self, namespace: &str, name: &str) {
+        self.in_flight
+            .remove(format!("{namespace}/{name}").as_str());
+    }
+
+    fn backoff_for(&self, attempts: u32) -> Duration {
+        let shift = attempts.saturating_sub(1).min(31);
+        self.initial_backoff
+            .saturating_mul(1u32 << shift)
+            .min(self.max_backoff)
+    }
+
+    /// The pod did not fit: park it until an event that could help it, unless such an event
+    /// already happened while it was being scheduled, in which case it backs off and retries.
+    pub fn requeue_unschedulable(
+        &mut self,
+        mut queued: QueuedPod,
+        plugins: BTreeSet<&'static str>,
+        now: Duration,
+    ) {
+        let key: Arc<str> = Arc::from(queued.pod.key());
+        let Some(popped_at) = self.in_flight.remove(&key) else {
+            return; // deleted while in flight
+        };
+        queued.unschedulable_plugins = plugins;
+        let moved_meanwhile = self.move_requests > popped_at;
+        let backoff_until = now + self.backoff_for(queued.attempts);
+        self.entries.insert(
+            key,
+            Entry {
+                queued,
+                queue: if moved_meanwhile {
+                    QueueName::Backoff
+                } else {
+                    QueueName::Unschedulable
+                },
+                backoff_until,
+                parked_at: now,
+            },
+        );
+    }
+
+    /// The attempt failed for a reason unrelated to the cluster (an error, a failed binding):
+    /// retry after the pod's backoff.
+    pub fn requeue_backoff(&mut self, queued: QueuedPod, now: Duration) {
+        let key: Arc<str> = Arc::from(queued.pod.key());
+        if self.in_flight.remove(&key).is_none() {
+            return; // deleted while in flight
+        }
+        let backoff_until = now + self.backoff_for(queued.attempts);
+        self.entries.insert(
+            key,
+            Entry {
+                queued,
+                queue: QueueName::Backoff,
+                backoff_until,
+                parked_at: now,
+            },
+        );
+    }
+
+    /// A cluster event happened: parked pods it could help go to backoff (if still backing
+    /// off) or active.
+    pub fn on_event(&mut self, event: ClusterEvent, now: Duration) {
+        self.move_requests += 1;
+        let movable: Vec<Arc<str>> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.queue == QueueName::Unschedulable
+                    && e.queued.gated.is_none()
+                    && (e.queued.unschedulable_plugins.is_empty()
+                        || e.queued
+                            .unschedulable_plugins
+                            .iter()
+                            .any(|p| event.may_help(p)))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in movable {
+            let e = self.entries.get_mut(&key).expect("listed above");
+            if e.backoff_until > now {
+                e.queue = QueueName::Backoff;
+            } else {
+                self.push_active(key, now);
+            }
+        }
+    }
+
+    /// Number of pods in each sub-queue.
+    pub fn len(&self, queue: QueueName) -> usize {
+        self.entries.values().filter(|e| e.queue == queue).count()
+    }
+
+    /// Pods queued in total (not counting those in flight).
+    pub fn total(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Pods popped and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// When the earliest backoff or parking period ends, if any pod waits on time.
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        self.entries
+            .values()
+            .filter_map(|e| match e.queue {
+                QueueName::Backoff => Some(e.backoff_until),
+                QueueName::Unschedulable if e.queued.gated.is_none() => {
+                    Some(e.parked_at + MAX_UNSCHEDULABLE_DURATION)
+                }
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Every queued pod that is not active, with its sub-queue (for reports).
+    pub fn waiting(&self) -> impl Iterator<Item = (&QueuedPod, QueueName)> {
+        self.entries
+            .values()
+            .filter(|e| e.queue != QueueName::Active)
+            .map(|e| (&e.queued, e.queue))
+    }
+}
+
+fn compare(
+    sort: &dyn Plugin,
+    entries: &HashMap<Arc<str>, Entry>,
+    a: (&str, u64),
+    b: (&str, u64),
+) -> std::cmp::Ordering {
+    match (entries.get(a.0), sort.as_queue_sort(), entries.get(b.0)) {
+        (Some(ea), Some(s), Some(eb)) => s.compare(&ea.queued.pod, a.1, &eb.queued.pod, b.1),
+        _ => a.1.cmp(&b.1),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+use std::cmp::Ordering;
+
+use super::*;
+use crate::framework::QueueSortPlugin;
+use crate::testing::pod;
+
+/// Priority first, then arrival.
+struct Sort;
+impl Plugin for Sort {
+    fn name(&self) -> &'static str {
+        "Sort"
+    }
+    fn as_queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        Some(self)
+    }
+}
+impl QueueSortPlugin for Sort {
+    fn compare(&self, a: &PodInfo, sa: u64, b: &PodInfo, sb: u64) -> Ordering {
+        b.priority.cmp(&a.priority).then(sa.cmp(&sb))
+    }
+}
+
+fn queue() -> SchedulingQueue {
+    SchedulingQueue::new(
+        Arc::new(Sort),
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+    )
+}
+
+const T0: Duration = Duration::ZERO;
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[test]
+fn priority_then_fifo() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    q.add(pod("b").priority(10).build(), None, T0);
+    q.add(pod("c").build(), None, T0);
+    q.add(pod("d").priority(10).build(), None, T0);
+    let order: Vec<String> = std::iter::from_fn(|| q.pop(T0))
+        .map(|p| p.pod.name.clone())
+        .collect();
+    assert_eq!(order, ["b", "d", "a", "c"]);
+    assert_eq!(q.in_flight(), 4);
+}
+
+#[test]
+fn exponential_backoff_capped() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let mut now = T0;
+    let mut waits = Vec::new();
+    for _ in 0..6 {
+        let p = q.pop(now).expect("due");
+        q.requeue_backoff(p, now);
+        let due = q.next_wakeup().unwrap();
+        assert!(
+            q.pop(due - Duration::from_millis(1)).is_none(),
+            "not before backoff ends"
+        );
+        waits.push((due - now).as_secs());
+        now = due;
+    }
+    assert_eq!(waits, [1, 2, 4, 8, 10, 10]);
+}
+
+#[test]
+fn unschedulable_pods_wait_for_a_helpful_event() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["TaintToleration"].into_iter().collect(), T0);
+    assert_eq!(q.len(QueueName::Unschedulable), 1);
+    q.on_event(ClusterEvent::PodDelete, secs(5));
+    assert!(
+        q.pop(secs(5)).is_none(),
+        "a pod deletion does not help a taint"
+    );
+    q.on_event(ClusterEvent::NodeUpdate, secs(5));
+    assert_eq!(q.pop(secs(5)).unwrap().attempts, 2);
+}
+
+#[test]
+fn event_during_backoff_goes_to_backoff_then_active() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
+    q.on_event(ClusterEvent::NodeAdd, Duration::from_millis(100));
+    assert_eq!(q.len(QueueName::Backoff), 1);
+    assert!(q.pop(Duration::from_millis(500)).is_none());
+    assert!(q.pop(secs(1)).is_some());
+}
+
+#[test]
+fn event_while_in_flight_means_retry_not_park() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.on_event(ClusterEvent::NodeAdd, T0);
+    q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
+    assert_eq!(q.len(QueueName::Backoff), 1);
+}
+
+#[test]
+fn parked_pods_are_flushed_after_five_minutes() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeAffinity"].into_iter().collect(), T0);
+    assert!(q.pop(secs(299)).is_none());
+    assert!(q.pop(secs(300)).is_some());
+}
+
+#[test]
+fn gated_pods_wait_for_an_update() {
+    let mut q = queue();
+    q.add(pod("a").build(), Some(Status::unresolvable("gated")), T0);
+    assert!(q.pop(T0).is_none());
+    q.on_event(ClusterEvent::NodeAdd, secs(1));
+    assert!(q.pop(secs(400)).is_none(), "gated pods are not flushed");
+    q.update(pod("a").build(), None, secs(400));
+    assert!(q.pop(secs(400)).is_some());
+}
+
+#[test]
+fn deleted_pods_disappear_even_in_flight() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    q.add(pod("b").build(), None, T0);
+    assert!(q.delete("default", "a"));
+    let p = q.pop(T0).unwrap();
+    assert_eq!(p.pod.name, "b");
+    assert!(q.delete("default", "b"));
+    q.requeue_backoff(p, T0);
+    assert_eq!(q.total(), 0, "a pod deleted in flight is not requeued");
+}
