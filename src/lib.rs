@@ -10,4 +10,6 @@ pub mod framework;
 pub mod model;
 pub mod plugins;
 pub mod queue;
+pub mod scheduler;
+pub mod sim;
 pub mod testing;

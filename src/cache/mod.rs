@@ -158,6 +158,11 @@ impl Cache {
         self.nodes.get(name).filter(|e| e.present).map(|e| &e.info)
     }
 
+    /// Known nodes in arrival order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.order.iter().map(|n| &self.nodes[n].info)
+    }
+
     /// Where the pod is placed, and whether only assumed.
     pub fn pod_placement(&self, namespace: &str, name: &str) -> Option<(&Arc<str>, bool)> {
         self.pods

@@ -344,6 +344,9 @@ impl SchedulingQueue {
 
     /// Number of pods in each sub-queue.
     pub fn len(&self, queue: QueueName) -> usize {
+        if queue == QueueName::Active {
+            return self.active.len();
+        }
         self.entries.values().filter(|e| e.queue == queue).count()
     }
 
@@ -368,6 +371,15 @@ impl SchedulingQueue {
                 }
                 _ => None,
             })
+            .min()
+    }
+
+    /// When the earliest backoff ends, if any pod is backing off.
+    pub fn next_backoff_expiry(&self) -> Option<Duration> {
+        self.entries
+            .values()
+            .filter(|e| e.queue == QueueName::Backoff)
+            .map(|e| e.backoff_until)
             .min()
     }
 

@@ -1,0 +1,33 @@
+//! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
+
+mod simulate;
+
+use clap::{Parser, Subcommand};
+
+/// gantry: a Kubernetes scheduler written in Rust.
+#[derive(Debug, Parser)]
+#[command(name = "gantry", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Schedule a cluster snapshot offline through the scheduling core and report the result.
+    Simulate(simulate::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => simulate::run(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

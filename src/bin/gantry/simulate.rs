@@ -1,0 +1,60 @@
+//! `gantry simulate`: schedule a snapshot offline.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gantry::config::Config;
+use gantry::plugins;
+use gantry::sim::{self, ClusterInput};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Output {
+    /// Readable tables.
+    Table,
+    /// JSON: per pod its namespace, name, node (or null) and message.
+    Json,
+}
+
+/// Arguments of `gantry simulate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubernetes YAML files (multi-document or `List`); pods with `spec.nodeName` are running,
+    /// the others are scheduled in order. Without files, an embedded example cluster is used.
+    files: Vec<PathBuf>,
+    /// A KubeSchedulerConfiguration (v1) file; kube-scheduler's defaults without it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// Runs the simulation and prints the report.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let registry = plugins::registry();
+    let config = match &args.config {
+        Some(path) => Config::load(path, &registry)?,
+        None => Config::default_with(&registry)?,
+    };
+    let mut input = ClusterInput::default();
+    if args.files.is_empty() {
+        input.add_yaml(sim::EXAMPLE, "<embedded example>")?;
+    }
+    for file in &args.files {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        input.add_yaml(&text, &file.display().to_string())?;
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.parallelism)
+        .build()
+        .context("cannot start the scheduling threads")?;
+    let report = sim::simulate(&input, config, Some(Arc::new(pool)));
+    match args.output {
+        Output::Table => print!("{}", report.to_table()),
+        Output::Json => println!("{}", report.to_json()),
+    }
+    Ok(())
+}

@@ -1,0 +1,399 @@
+//! The scheduler: cache, queue and profiles around the cycle. Both front ends drive this one
+//! type: they feed it cluster changes and the current time, take attempts from it, carry out
+//! the bindings it plans, and report how each binding went.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::{Cache, CacheError, Snapshot};
+use crate::config::Config;
+use crate::cycle::{self, CycleError, CycleOptions, Diagnosis, NodeScores, Rotation};
+use crate::framework::{BindPlan, Code, CycleState, Profile, Status};
+use crate::model::{NodeModel, PodInfo};
+use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
+
+/// A decision to carry out: bind `queued.pod` as `plan` says.
+#[derive(Debug)]
+pub struct BindTask {
+    /// The pod as it was queued, with its attempt count.
+    pub queued: QueuedPod,
+    /// The pod as assumed in the cache (with its node set).
+    pub assumed: Arc<PodInfo>,
+    /// What binding means for it.
+    pub plan: BindPlan,
+    /// The profile that scheduled it.
+    pub profile: String,
+    /// Per-cycle plugin state, kept for Unreserve if the binding fails.
+    pub state: CycleState,
+}
+
+/// How the cycle went, for the decision log and metrics.
+#[derive(Debug, Clone, Default)]
+pub struct CycleSummary {
+    /// Nodes examined by filters.
+    pub evaluated: usize,
+    /// Nodes that passed.
+    pub feasible: usize,
+    /// Score plugin names, in the order of each [`NodeScores::weighted`].
+    pub score_plugins: Vec<&'static str>,
+    /// Scores of the feasible nodes, best first.
+    pub scores: Vec<NodeScores>,
+}
+
+/// The outcome of one [`Scheduler::schedule_next`].
+#[derive(Debug)]
+pub enum Attempt {
+    /// A node was chosen and the pod is assumed there; the caller binds it.
+    Scheduled(Box<BindTask>, CycleSummary),
+    /// No node fits; the pod waits for a cluster change.
+    Unschedulable {
+        /// The pod.
+        pod: Arc<PodInfo>,
+        /// Why, per node.
+        diagnosis: Diagnosis,
+        /// kube-scheduler's message for it.
+        message: String,
+    },
+    /// Something failed (a plugin error); the pod retries after backoff.
+    Failed {
+        /// The pod.
+        pod: Arc<PodInfo>,
+        /// What failed.
+        status: Status,
+    },
+}
+
+/// The scheduling core with its state.
+pub struct Scheduler {
+    config: Config,
+    cache: Cache,
+    queue: SchedulingQueue,
+    snapshot: Snapshot,
+    rotation: Rotation,
+    pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+impl Scheduler {
+    /// A scheduler for `config`; filtering and scoring of large clusters use `pool`.
+    pub fn new(config: Config, pool: Option<Arc<rayon::ThreadPool>>) -> Self {
+        let queue = SchedulingQueue::new(
+            config.profiles[0].queue_sort.clone(),
+            config.pod_initial_backoff,
+            config.pod_max_backoff,
+        );
+        Scheduler {
+            config,
+            cache: Cache::new(),
+            queue,
+            snapshot: Snapshot::default(),
+            rotation: Rotation::default(),
+            pool,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The cluster state (read-only; change it through the methods below so the queue
+    /// hears of every change).
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// Direct access for changes that do not affect the queue (namespaces, workloads).
+    pub fn cache_mut(&mut self) -> &mut Cache {
+        &mut self.cache
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &SchedulingQueue {
+        &self.queue
+    }
+
+    /// True when some profile serves the pod's scheduler name.
+    pub fn is_responsible_for(&self, pod: &PodInfo) -> bool {
+        self.config.profile(&pod.scheduler_name).is_some()
+    }
+
+    /// A node appeared or changed.
+    pub fn upsert_node(&mut self, node: NodeModel, now: Duration) {
+        let event = if self.cache.has_node(&node.name) {
+            ClusterEvent::NodeUpdate
+        } else {
+            ClusterEvent::NodeAdd
+        };
+        self.cache.upsert_node(node);
+        self.queue.on_event(event, now);
+    }
+
+    /// A node disappeared.
+    pub fn remove_node(&mut self, name: &str) {
+        self.cache.remove_node(name);
+    }
+
+    /// A pod appeared or changed: bound pods go to the cache, pending pods this scheduler
+    /// serves go to the queue, others are ignored.
+    pub fn upsert_pod(&mut self, pod: Arc<PodInfo>, now: Duration) -> Result<(), CacheError> {
+        if pod.node_name.is_some() {
+            // Bound (by us or anyone else): no longer ours to schedule.
+            self.queue.delete(&pod.namespace, &pod.name);
+            let was_placed = self
+                .cache
+                .pod_placement(&pod.namespace, &pod.name)
+                .is_some();
+            self.cache.add_bound_pod(pod)?;
+            self.queue.on_event(
+                if was_placed {
+                    ClusterEvent::PodUpdate
+                } else {
+                    ClusterEvent::PodAdd
+                },
+                now,
+            );
+            return Ok(());
+        }
+        let Some(profile) = self.config.profile(&pod.scheduler_name) else {
+            return Ok(());
+        };
+        let gated = gate(profile, &pod);
+        if self.queue.contains(&pod.namespace, &pod.name) {
+            self.queue.update(pod, gated, now);
+        } else {
+            self.queue.add(pod, gated, now);
+        }
+        Ok(())
+    }
+
+    /// A pod was deleted (or finished).
+    pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
+        self.queue.delete(namespace, name);
+        if self.cache.remove_pod(namespace, name) {
+            self.queue.on_event(ClusterEvent::PodDelete, now);
+        }
+    }
+
+    /// Something else changed that may help parked pods (namespaces, workload selectors).
+    pub fn notify(&mut self, now: Duration) {
+        self.queue.on_event(ClusterEvent::Other, now);
+    }
+
+    /// Schedules the next pod in the queue, if one is due.
+    pub fn schedule_next(&mut self, now: Duration) -> Option<Attempt> {
+        let queued = self.queue.pop(now)?;
+        let Some(profile) = self.config.profile(&queued.pod.scheduler_name).cloned() else {
+            self.queue.done(&queued.pod.namespace, &queued.pod.name);
+            return None;
+        };
+        self.cache.update_snapshot(&mut self.snapshot);
+        let options = CycleOptions {
+            pool: self.pool.as_deref(),
+            percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
+        };
+        let result = cycle::schedule_one(
+            &profile,
+            &self.snapshot,
+            &queued.pod,
+            &mut self.rotation,
+            &options,
+        );
+        match result {
+            Ok(placement) => {
+                let summary = CycleSummary {
+                    evaluated: placement.evaluated,
+                    feasible: placement.feasible,
+                    score_plugins: placement.score_plugins,
+                    scores: placement.scores,
+                };
+                Some(self.reserve_and_plan(
+                    &profile,
+                    queued,
+                    placement.node,
+                    placement.state,
+                    summary,
+                    now,
+                ))
+            }
+            Err(CycleError::Unschedulable(diagnosis)) => {
+                let message = diagnosis.message();
+                let pod = queued.pod.clone();
+                self.queue.requeue_unschedulable(
+                    queued,
+                    diagnosis.unschedulable_plugins.clone(),
+                    now,
+                );
+                Some(Attempt::Unschedulable {
+                    pod,
+                    diagnosis,
+                    message,
+                })
+            }
+            Err(CycleError::Error(status)) => {
+                let pod = queued.pod.clone();
+                self.queue.requeue_backoff(queued, now);
+                Some(Attempt::Failed { pod, status })
+            }
+        }
+    }
+
+    /// Reserve, assume, Permit and Bind planning for a chosen node.
+    fn reserve_and_plan(
+        &mut self,
+        profile: &Profile,
+        queued: QueuedPod,
+        node: Arc<str>,
+        mut state: CycleState,
+        summary: CycleSummary,
+        now: Duration,
+    ) -> Attempt {
+        let mut assumed = (*queued.pod).clone();
+        assumed.node_name = Some(node.clone());
+        let assumed = Arc::new(assumed);
+        let fail = |this: &mut Self, queued: QueuedPod, status: Status| {
+            let pod = queued.pod.clone();
+            if status.is_rejected() {
+                let plugins: BTreeSet<&'static str> = status.plugin().into_iter().collect();
+                this.queue.requeue_unschedulable(queued, plugins, now);
+                let message = status.message();
+                Attempt::Unschedulable {
+                    pod,
+                    diagnosis: Diagnosis::default(),
+                    message,
+                }
+            } else {
+                this.queue.requeue_backoff(queued, now);
+                Attempt::Failed { pod, status }
+            }
+        };
+        for (i, plugin) in profile.reserve.iter().enumerate() {
+            let Some(r) = plugin.as_reserve() else {
+                continue;
+            };
+            let status = r.reserve(&mut state, &assumed, &node);
+            if !status.is_success() {
+                unreserve(profile, &mut state, &assumed, &node, i + 1);
+                return fail(self, queued, status.with_plugin(plugin.name()));
+            }
+        }
+        if let Err(e) = self.cache.assume_pod(assumed.clone()) {
+            unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
+            return fail(self, queued, Status::error(e.to_string()));
+        }
+        for plugin in &profile.permit {
+            let Some(p) = plugin.as_permit() else {
+                continue;
+            };
+            let (status, _) = p.permit(&mut state, &assumed, &node);
+            let status = match status.code() {
+                Code::Success => continue,
+                // No gantry plugin asks to wait; a plugin that does is reported, not ignored.
+                Code::Wait => {
+                    Status::error("Permit Wait is not supported").with_plugin(plugin.name())
+                }
+                _ => status.with_plugin(plugin.name()),
+            };
+            self.forget(profile, &mut state, &assumed, &node);
+            return fail(self, queued, status);
+        }
+        let mut plan = None;
+        for plugin in &profile.bind {
+            let Some(b) = plugin.as_bind() else { continue };
+            match b.bind(&state, &assumed, &node) {
+                Ok(p) => {
+                    plan = Some(p);
+                    break;
+                }
+                Err(s) if s.is_skip() => continue,
+                Err(s) => {
+                    self.forget(profile, &mut state, &assumed, &node);
+                    return fail(self, queued, s.with_plugin(plugin.name()));
+                }
+            }
+        }
+        let Some(plan) = plan else {
+            self.forget(profile, &mut state, &assumed, &node);
+            return fail(self, queued, Status::error("no bind plugin bound the pod"));
+        };
+        Attempt::Scheduled(
+            Box::new(BindTask {
+                queued,
+                assumed,
+                plan,
+                profile: profile.scheduler_name.clone(),
+                state,
+            }),
+            summary,
+        )
+    }
+
+    fn forget(
+        &mut self,
+        profile: &Profile,
+        state: &mut CycleState,
+        pod: &Arc<PodInfo>,
+        node: &str,
+    ) {
+        unreserve(profile, state, pod, node, profile.reserve.len());
+        // The pod was assumed just before; forgetting it cannot fail.
+        let _ = self.cache.forget_pod(&pod.namespace, &pod.name);
+    }
+
+    /// The binding was carried out: the pod is bound (confirmed in the cache).
+    pub fn binding_succeeded(&mut self, task: &BindTask, now: Duration) -> Result<(), CacheError> {
+        let pod = &task.assumed;
+        self.queue.done(&pod.namespace, &pod.name);
+        // A pod deleted while its binding was in flight is no longer in the cache.
+        if self
+            .cache
+            .pod_placement(&pod.namespace, &pod.name)
+            .is_some()
+        {
+            self.cache.add_bound_pod(pod.clone())?;
+            self.queue.on_event(ClusterEvent::PodAdd, now);
+        }
+        Ok(())
+    }
+
+    /// The binding failed: undo the assumption and retry the pod after its backoff.
+    pub fn binding_failed(&mut self, mut task: BindTask, now: Duration) {
+        let profile = self.config.profile(&task.profile).cloned();
+        if let Some(profile) = profile {
+            let node = task.plan.node.clone();
+            self.forget(&profile, &mut task.state, &task.assumed, &node);
+        }
+        self.queue.requeue_backoff(task.queued, now);
+        self.queue.on_event(ClusterEvent::PodDelete, now);
+    }
+
+    /// Pods currently waiting (backoff or unschedulable), with their sub-queue.
+    pub fn waiting(&self) -> impl Iterator<Item = (&QueuedPod, QueueName)> {
+        self.queue.waiting()
+    }
+
+    /// When the earliest backoff ends, if any pod is backing off.
+    pub fn next_backoff_expiry(&self) -> Option<Duration> {
+        self.queue.next_backoff_expiry()
+    }
+
+    /// When the queue next has a pod due, if it is waiting on time.
+    pub fn next_wakeup(&self) -> Option<Duration> {
+        self.queue.next_wakeup()
+    }
+}
+
+fn gate(profile: &Profile, pod: &PodInfo) -> Option<Status> {
+    profile.pre_enqueue.iter().find_map(|p| {
+        let s = p.as_pre_enqueue()?.pre_enqueue(pod);
+        (!s.is_success()).then(|| s.with_plugin(p.name()))
+    })
+}
+
+fn unreserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &str, upto: usize) {
+    for plugin in profile.reserve[..upto].iter().rev() {
+        if let Some(r) = plugin.as_reserve() {
+            r.unreserve(state, pod, node);
+        }
+    }
+}

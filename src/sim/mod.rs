@@ -1,0 +1,224 @@
+//! The offline simulator: loads a cluster, schedules its pending pods through the same core
+//! the real scheduler runs, on a virtual clock, and reports where everything went.
+
+mod input;
+mod report;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::Cache;
+use crate::config::Config;
+use crate::model::selector::LabelSelector;
+use crate::model::{Labels, NodeModel, PodInfo};
+use crate::scheduler::{Attempt, Scheduler};
+
+pub use input::{ClusterInput, InputError};
+pub use report::{NodeUsage, PodOutcome, Report};
+
+/// The example cluster `gantry simulate` runs with no input.
+pub const EXAMPLE: &str = include_str!("example.yaml");
+
+/// Runs the simulation of `input` under `config`.
+pub fn simulate(
+    input: &ClusterInput,
+    config: Config,
+    pool: Option<Arc<rayon::ThreadPool>>,
+) -> Report {
+    let mut sched = Scheduler::new(config, pool);
+    let mut report = Report::default();
+    report.ignored = input.ignored.clone();
+    let now = Duration::ZERO;
+
+    load_workloads(sched.cache_mut(), input);
+    for node in &input.nodes {
+        match NodeModel::from_api(node) {
+            Ok(n) => sched.upsert_node(n, now),
+            Err(e) => report.invalid.push(e.to_string()),
+        }
+    }
+    // Running pods first, so pending ones see them; then pending pods in input order.
+    let mut pending: Vec<Arc<PodInfo>> = Vec::new();
+    for pod in &input.pods {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            continue;
+        }
+        let info = match PodInfo::from_api(pod) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                let (namespace, name) = pod_name(pod);
+                report.pods.push(PodOutcome {
+                    namespace,
+                    name,
+                    node: None,
+                    message: Some(e.to_string()),
+                    running: false,
+                });
+                continue;
+            }
+        };
+        if let Some(node) = &info.node_name {
+            if let Err(e) = sched.upsert_pod(info.clone(), now) {
+                report.invalid.push(e.to_string());
+                continue;
+            }
+            report.pods.push(PodOutcome {
+                namespace: info.namespace.clone(),
+                name: info.name.clone(),
+                node: Some(node.to_string()),
+                message: None,
+                running: true,
+            });
+        } else {
+            pending.push(info);
+        }
+    }
+    let mut outcome_index: HashMap<String, usize> = HashMap::new();
+    for pod in pending {
+        outcome_index.insert(pod.key(), report.pods.len());
+        let message = (!sched.is_responsible_for(&pod)).then(|| {
+            format!(
+                "not scheduled: no profile serves schedulerName {:?}",
+                pod.scheduler_name
+            )
+        });
+        report.pods.push(PodOutcome {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            node: None,
+            message,
+            running: false,
+        });
+        // Pending pods carry no node, so the cache cannot refuse them.
+        let _ = sched.upsert_pod(pod, now);
+    }
+
+    run_queue(&mut sched, &mut report, &outcome_index);
+    for (queued, _) in sched.waiting() {
+        if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
+            report.pods[i].message = Some(status.message());
+        }
+    }
+    report.nodes = node_usage(&sched);
+    report
+}
+
+/// Schedules until nothing is due; advances the virtual clock over backoffs.
+fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String, usize>) {
+    let mut now = Duration::ZERO;
+    loop {
+        while let Some(attempt) = sched.schedule_next(now) {
+            match attempt {
+                Attempt::Scheduled(task, _) => {
+                    let key = task.assumed.key();
+                    let node = task.plan.node.to_string();
+                    match sched.binding_succeeded(&task, now) {
+                        Ok(()) => {
+                            if let Some(&i) = index.get(&key) {
+                                report.pods[i].node = Some(node);
+                                report.pods[i].message = None;
+                            }
+                        }
+                        Err(e) => report.invalid.push(e.to_string()),
+                    }
+                }
+                Attempt::Unschedulable { pod, message, .. } => {
+                    if let Some(&i) = index.get(&pod.key()) {
+                        report.pods[i].message = Some(message);
+                    }
+                }
+                Attempt::Failed { pod, status } => {
+                    if let Some(&i) = index.get(&pod.key()) {
+                        report.pods[i].message = Some(format!("error: {status}"));
+                    }
+                }
+            }
+        }
+        // Pods parked as unschedulable stay so: nothing else changes in a simulation.
+        match sched.next_backoff_expiry() {
+            Some(t) => now = t.max(now),
+            None => break,
+        }
+    }
+}
+
+fn load_workloads(cache: &mut Cache, input: &ClusterInput) {
+    for ns in &input.namespaces {
+        if let Some(name) = &ns.metadata.name {
+            let labels = ns
+                .metadata
+                .labels
+                .as_ref()
+                .map(Labels::from)
+                .unwrap_or_default();
+            cache.set_namespace(name, labels);
+        }
+    }
+    let ns_name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        (
+            m.namespace.clone().unwrap_or_else(|| "default".to_string()),
+            m.name.clone().unwrap_or_default(),
+        )
+    };
+    for svc in &input.services {
+        let (ns, name) = ns_name(&svc.metadata);
+        let selector = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .map(Labels::from)
+            .unwrap_or_default();
+        cache.set_service(&ns, &name, selector);
+    }
+    for rc in &input.replication_controllers {
+        let (ns, name) = ns_name(&rc.metadata);
+        if let Some(sel) = rc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+            cache.set_controller(
+                "ReplicationController",
+                &ns,
+                &name,
+                LabelSelector::from_map(sel),
+            );
+        }
+    }
+    let controller = |cache: &mut Cache, kind: &str, meta, sel| {
+        let (ns, name) = ns_name(meta);
+        if let Ok(s) = LabelSelector::compile(Some(sel), "spec.selector") {
+            cache.set_controller(kind, &ns, &name, s);
+        }
+    };
+    for rs in &input.replica_sets {
+        controller(cache, "ReplicaSet", &rs.metadata, &rs.spec.selector);
+    }
+    for ss in &input.stateful_sets {
+        controller(cache, "StatefulSet", &ss.metadata, &ss.spec.selector);
+    }
+}
+
+fn pod_name(pod: &k8s_openapi::api::core::v1::Pod) -> (String, String) {
+    (
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+fn node_usage(sched: &Scheduler) -> Vec<NodeUsage> {
+    sched
+        .cache()
+        .nodes()
+        .map(|info| NodeUsage {
+            name: info.node.name.to_string(),
+            milli_cpu_requested: info.requested.milli_cpu,
+            milli_cpu_allocatable: info.node.allocatable.milli_cpu,
+            memory_requested: info.requested.memory,
+            memory_allocatable: info.node.allocatable.memory,
+            pods: info.pods.len() as i64,
+            pods_allocatable: info.node.allocatable.allowed_pods,
+        })
+        .collect()
+}

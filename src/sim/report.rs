@@ -1,0 +1,169 @@
+//! What a simulation found: where every pod went, how full every node is, and why the pending
+//! pods are pending. Printed as tables or JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// Where one pod ended up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodOutcome {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The node, or `None` when pending.
+    pub node: Option<String>,
+    /// Why it is pending (kube-scheduler's message), or what is wrong with it.
+    pub message: Option<String>,
+    /// True for pods that were already running in the input.
+    #[serde(skip)]
+    pub running: bool,
+}
+
+/// How much of a node is requested.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeUsage {
+    /// Node name.
+    pub name: String,
+    /// cpu requested by its pods, in millicores.
+    pub milli_cpu_requested: i64,
+    /// Allocatable cpu, in millicores.
+    pub milli_cpu_allocatable: i64,
+    /// Memory requested, in bytes.
+    pub memory_requested: i64,
+    /// Allocatable memory, in bytes.
+    pub memory_allocatable: i64,
+    /// Pods on the node.
+    pub pods: i64,
+    /// Allocatable pods.
+    pub pods_allocatable: i64,
+}
+
+/// The result of a simulation.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    /// Every pod: running ones, then pending ones in input order.
+    pub pods: Vec<PodOutcome>,
+    /// Every node, in input order.
+    pub nodes: Vec<NodeUsage>,
+    /// Objects that could not be used, with the reason.
+    pub invalid: Vec<String>,
+    /// Objects of kinds the scheduler does not read, counted by kind.
+    pub ignored: BTreeMap<String, usize>,
+}
+
+fn percent(part: i64, whole: i64) -> String {
+    if whole <= 0 {
+        "-".to_string()
+    } else {
+        format!("{:.0}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Formats rows as aligned columns.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(header.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+impl Report {
+    /// Pods placed by the simulation (not those already running).
+    pub fn scheduled(&self) -> impl Iterator<Item = &PodOutcome> {
+        self.pods.iter().filter(|p| !p.running && p.node.is_some())
+    }
+
+    /// Pods left pending.
+    pub fn pending(&self) -> impl Iterator<Item = &PodOutcome> {
+        self.pods.iter().filter(|p| p.node.is_none())
+    }
+
+    /// The report as readable tables.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let placed: Vec<Vec<String>> = self
+            .scheduled()
+            .map(|p| {
+                vec![
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.node.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        let _ = writeln!(out, "Scheduled pods ({}):", placed.len());
+        out.push_str(&table(&["NAMESPACE", "POD", "NODE"], &placed));
+        let nodes: Vec<Vec<String>> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                vec![
+                    n.name.clone(),
+                    percent(n.milli_cpu_requested, n.milli_cpu_allocatable),
+                    percent(n.memory_requested, n.memory_allocatable),
+                    format!("{}/{}", n.pods, n.pods_allocatable),
+                ]
+            })
+            .collect();
+        let _ = writeln!(out, "\nNode utilisation (requests / allocatable):");
+        out.push_str(&table(&["NODE", "CPU", "MEMORY", "PODS"], &nodes));
+        let pending: Vec<Vec<String>> = self
+            .pending()
+            .map(|p| {
+                vec![
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.message.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        let _ = writeln!(out, "\nUnschedulable pods ({}):", pending.len());
+        if !pending.is_empty() {
+            out.push_str(&table(&["NAMESPACE", "POD", "WHY"], &pending));
+        }
+        for msg in &self.invalid {
+            let _ = writeln!(out, "invalid input: {msg}");
+        }
+        if !self.ignored.is_empty() {
+            let kinds: Vec<String> = self
+                .ignored
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nIgnored objects the scheduler does not read: {}",
+                kinds.join(", ")
+            );
+        }
+        out
+    }
+
+    /// The report as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
