@@ -334,7 +334,7 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
             format!("must not be negative, got {qps}"),
         ));
     }
-    let burst = cc.burst.map(i64::from).unwrap_or(i64::from(DEFAULT_BURST));
+    let burst = cc.burst.unwrap_or(i64::from(DEFAULT_BURST));
     let burst = u32::try_from(burst).map_err(|_| {
         ConfigError::field(
             "clientConnection.burst",

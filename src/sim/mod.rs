@@ -27,8 +27,10 @@ pub fn simulate(
     pool: Option<Arc<rayon::ThreadPool>>,
 ) -> Report {
     let mut sched = Scheduler::new(config, pool);
-    let mut report = Report::default();
-    report.ignored = input.ignored.clone();
+    let mut report = Report {
+        ignored: input.ignored.clone(),
+        ..Default::default()
+    };
     let now = Duration::ZERO;
 
     load_workloads(sched.cache_mut(), input);
