@@ -12,4 +12,5 @@ pub mod plugins;
 pub mod queue;
 pub mod scheduler;
 pub mod sim;
+pub mod synthetic;
 pub mod testing;

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, Profile, Status,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, Profile, Status,
 };
 use crate::model::PodInfo;
 
@@ -239,7 +239,13 @@ pub fn schedule_one(
         diagnosis,
     };
     let node_at = |i: usize| &snapshot.nodes()[candidates[(start + i) % candidates.len()]];
-    let filter_one = |i: usize| run_filters(profile, &state, pod, node_at(i), &skip_filter);
+    let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
+        .filter
+        .iter()
+        .filter(|p| !skip_filter.contains(&p.name()))
+        .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
+        .collect();
+    let filter_one = |i: usize| run_filters(&filters, &state, pod, node_at(i));
     while progress.processed < candidates.len() && progress.feasible.len() < to_find {
         let remaining = candidates.len() - progress.processed;
         match options.pool {
@@ -337,24 +343,17 @@ fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> 
     CycleError::Unschedulable(diagnosis)
 }
 
-/// Runs the profile's filters on one node; the first rejection wins.
+/// Runs the filters on one node; the first rejection wins.
 fn run_filters(
-    profile: &Profile,
+    filters: &[(&dyn FilterPlugin, &'static str)],
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
-    skip: &[&'static str],
 ) -> Status {
-    for plugin in &profile.filter {
-        if skip.contains(&plugin.name()) {
-            continue;
-        }
-        let Some(f) = plugin.as_filter() else {
-            continue;
-        };
+    for (f, name) in filters {
         let status = f.filter(state, pod, node);
         if !status.is_success() {
-            return status.with_plugin(plugin.name());
+            return status.with_plugin(name);
         }
     }
     Status::success()

@@ -1,5 +1,6 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
+mod bench;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -16,12 +17,15 @@ struct Cli {
 enum Command {
     /// Schedule a cluster snapshot offline through the scheduling core and report the result.
     Simulate(simulate::Args),
+    /// Measure scheduling decisions per second on synthetic clusters (no API server).
+    Bench(bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,137 @@
+//! `gantry bench`: scheduling decisions per second of the core on synthetic clusters.
+//! Measures the scheduling loop alone (queue, snapshot, filter, score, assume, confirm), not
+//! the API server: the end-to-end benchmark against a real control plane is separate.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use gantry::config::Config;
+use gantry::model::{NodeModel, PodInfo};
+use gantry::plugins;
+use gantry::scheduler::{Attempt, Scheduler};
+use gantry::synthetic::{self, Workload};
+
+/// Arguments of `gantry bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Cluster sizes (nodes), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,15000")]
+    nodes: Vec<usize>,
+    /// Pending pods per run.
+    #[arg(long, default_value_t = 10_000)]
+    pods: usize,
+    /// Workloads: plain, constrained.
+    #[arg(long, value_delimiter = ',', default_value = "plain,constrained")]
+    workload: Vec<WorkloadArg>,
+    /// Scheduling threads: 1 runs filtering and scoring on the calling thread.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// percentageOfNodesToScore values: 0 is kube-scheduler's adaptive default.
+    #[arg(long, value_delimiter = ',', default_value = "0,100")]
+    percentage: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum WorkloadArg {
+    Plain,
+    Constrained,
+}
+
+/// Runs every combination and prints one row each.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    println!(
+        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10} {:>9} {:>9} {:>7}",
+        "nodes", "pods", "workload", "pct", "threads", "pods/s", "us/pod", "scheduled", "pending"
+    );
+    for &nodes in &args.nodes {
+        let node_models: Vec<NodeModel> = synthetic::nodes(nodes)
+            .iter()
+            .map(NodeModel::from_api)
+            .collect::<Result<_, _>>()?;
+        for &w in &args.workload {
+            let (workload, label) = match w {
+                WorkloadArg::Plain => (Workload::Plain, "plain"),
+                WorkloadArg::Constrained => (Workload::Constrained, "constrained"),
+            };
+            let pods: Vec<Arc<PodInfo>> =
+                synthetic::pods(args.pods, workload, "default-scheduler", 42)
+                    .iter()
+                    .map(|p| PodInfo::from_api(p).map(Arc::new))
+                    .collect::<Result<_, _>>()?;
+            for &pct in &args.percentage {
+                for &threads in &args.threads {
+                    let r = run_one(&node_models, &pods, pct, threads)?;
+                    println!(
+                        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10.0} {:>9.1} {:>9} {:>7}",
+                        nodes,
+                        pods.len(),
+                        label,
+                        if pct == 0 {
+                            "auto".to_string()
+                        } else {
+                            pct.to_string()
+                        },
+                        threads,
+                        pods.len() as f64 / r.elapsed.as_secs_f64(),
+                        r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
+                        r.scheduled,
+                        r.pending
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+struct RunResult {
+    elapsed: Duration,
+    scheduled: usize,
+    pending: usize,
+}
+
+fn run_one(
+    nodes: &[NodeModel],
+    pods: &[Arc<PodInfo>],
+    percentage: u32,
+    threads: usize,
+) -> anyhow::Result<RunResult> {
+    let registry = plugins::registry();
+    let mut config = Config::default_with(&registry)?;
+    config.percentage_of_nodes_to_score = percentage;
+    let pool = if threads > 1 {
+        Some(Arc::new(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .context("cannot start threads")?,
+        ))
+    } else {
+        None
+    };
+    let mut sched = Scheduler::new(config, pool);
+    let now = Duration::ZERO;
+    for n in nodes {
+        sched.upsert_node(n.clone(), now);
+    }
+    for p in pods {
+        sched.upsert_pod(p.clone(), now)?;
+    }
+    let (mut scheduled, mut pending) = (0, 0);
+    let start = Instant::now();
+    while let Some(attempt) = sched.schedule_next(now) {
+        match attempt {
+            Attempt::Scheduled(task, _) => {
+                sched.binding_succeeded(&task, now)?;
+                scheduled += 1;
+            }
+            Attempt::Unschedulable { .. } | Attempt::Failed { .. } => pending += 1,
+        }
+    }
+    Ok(RunResult {
+        elapsed: start.elapsed(),
+        scheduled,
+        pending,
+    })
+}

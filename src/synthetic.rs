@@ -1,0 +1,84 @@
+//! Synthetic clusters for benchmarks and demos: uniform nodes over three zones, and pending
+//! pods with mixed requests, optionally grouped in deployments with spreading and
+//! anti-affinity. Deterministic for a given seed.
+
+use k8s_openapi::api::core::v1 as core;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::testing::{node, pod};
+
+/// Zones the synthetic nodes are spread over.
+pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// Which pods to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// Pods with requests only.
+    Plain,
+    /// Pods of 100 deployments, each with preferred pod anti-affinity on the hostname and a
+    /// zone topology spread constraint.
+    Constrained,
+}
+
+/// `count` nodes with 32 cpu, 128Gi memory and 110 pods, Ready, round-robin over [`ZONES`].
+pub fn nodes(count: usize) -> Vec<core::Node> {
+    (0..count)
+        .map(|i| {
+            let name = format!("node-{i:05}");
+            let mut n = node(&name)
+                .capacity("32", "128Gi")
+                .label("kubernetes.io/hostname", &name)
+                .label("topology.kubernetes.io/region", "region-1")
+                .label("topology.kubernetes.io/zone", ZONES[i % ZONES.len()])
+                .api();
+            let status = n.status.get_or_insert_with(Default::default);
+            status.capacity = status.allocatable.clone();
+            status.conditions = Some(vec![core::NodeCondition {
+                type_: "Ready".to_string(),
+                status: "True".to_string(),
+                ..Default::default()
+            }]);
+            n
+        })
+        .collect()
+}
+
+/// `count` pending pods for `scheduler_name`, requesting 100m..2 cpu and 128Mi..2Gi memory.
+pub fn pods(count: usize, workload: Workload, scheduler_name: &str, seed: u64) -> Vec<core::Pod> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..count)
+        .map(|i| {
+            let cpu = rng.random_range(1..=20) * 100;
+            let mem = rng.random_range(1..=16) * 128;
+            let mut b = pod(&format!("pod-{i:05}"))
+                .req("cpu", &format!("{cpu}m"))
+                .req("memory", &format!("{mem}Mi"));
+            if workload == Workload::Constrained {
+                let app = format!("deploy-{:03}", i % 100);
+                b = b.label("app", &app).spec_yaml(&format!(
+                    r#"
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        labelSelector: {{matchLabels: {{app: {app}}}}}
+        topologyKey: kubernetes.io/hostname
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: DoNotSchedule
+  labelSelector: {{matchLabels: {{app: {app}}}}}
+"#
+                ));
+            }
+            let mut p = b.api();
+            if let Some(spec) = p.spec.as_mut() {
+                spec.scheduler_name = Some(scheduler_name.to_string());
+                spec.containers[0].image = Some("registry.example/app:1".to_string());
+            }
+            p
+        })
+        .collect()
+}

@@ -1,0 +1,167 @@
+//! Scenario tests as data: each file in `tests/scenarios/` holds a cluster, pods, optionally a
+//! scheduler configuration, and the expected placements and messages. One harness runs them
+//! all through the simulator (the same core as the real scheduler) and reports every mismatch.
+//!
+//! Format (YAML):
+//! ```yaml
+//! description: what the scenario shows
+//! config: { ... }          # optional KubeSchedulerConfiguration (v1)
+//! configError: "..."       # instead of `expect`: the configuration must be rejected so
+//! cluster: [ ... ]         # Kubernetes objects: Nodes, Pods (running ones have nodeName), ...
+//! expect:
+//!   pod-a: node-1          # placed on node-1 (pods named `name` or `namespace/name`)
+//!   pod-b: {oneOf: [node-1, node-2]}
+//!   pod-c: {pending: "0/3 nodes are available: 3 Insufficient cpu."}
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gantry::config::Config;
+use gantry::plugins;
+use gantry::sim::{self, ClusterInput};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Scenario {
+    description: String,
+    #[serde(default)]
+    config: Option<serde_yaml::Value>,
+    #[serde(default)]
+    config_error: Option<String>,
+    #[serde(default)]
+    cluster: Vec<serde_yaml::Value>,
+    #[serde(default)]
+    expect: BTreeMap<String, Expect>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Expect {
+    Node(String),
+    Detailed(Detailed),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Detailed {
+    #[serde(default)]
+    one_of: Option<Vec<String>>,
+    #[serde(default)]
+    pending: Option<String>,
+}
+
+fn scenario_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/scenarios exists")
+        .map(|e| e.expect("readable dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs one scenario; returns the mismatches.
+fn run(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("readable scenario");
+    let scenario: Scenario = match serde_yaml::from_str(&text) {
+        Ok(s) => s,
+        Err(e) => return vec![format!("malformed scenario: {e}")],
+    };
+    assert!(!scenario.description.is_empty());
+    let registry = plugins::registry();
+    let config = match &scenario.config {
+        Some(c) => Config::parse(&serde_yaml::to_string(c).expect("yaml"), &registry),
+        None => Config::default_with(&registry),
+    };
+    let config = match (config, &scenario.config_error) {
+        (Err(e), Some(want)) if e.to_string() == *want => return vec![],
+        (Err(e), Some(want)) => {
+            return vec![format!("config error:\n   got: {e}\n  want: {want}")];
+        }
+        (Ok(_), Some(want)) => return vec![format!("config accepted, want error: {want}")],
+        (Err(e), None) => return vec![format!("config rejected: {e}")],
+        (Ok(c), None) => c,
+    };
+    let mut input = ClusterInput::default();
+    let docs: String = scenario
+        .cluster
+        .iter()
+        .map(|o| format!("---\n{}", serde_yaml::to_string(o).expect("yaml")))
+        .collect();
+    if let Err(e) = input.add_yaml(&docs, &path.display().to_string()) {
+        return vec![format!("invalid cluster: {e}")];
+    }
+    let report = sim::simulate(&input, config, None);
+    let mut problems: Vec<String> = report
+        .invalid
+        .iter()
+        .map(|i| format!("invalid: {i}"))
+        .collect();
+    if scenario.expect.is_empty() {
+        problems.push("no expectations".to_string());
+    }
+    for (pod, want) in &scenario.expect {
+        let (ns, name) = pod.split_once('/').unwrap_or(("default", pod));
+        let Some(got) = report
+            .pods
+            .iter()
+            .find(|p| p.namespace == ns && p.name == name)
+        else {
+            problems.push(format!("{pod}: not in the cluster"));
+            continue;
+        };
+        let got_desc = match (&got.node, &got.message) {
+            (Some(n), _) => format!("on {n}"),
+            (None, Some(m)) => format!("pending: {m}"),
+            (None, None) => "pending".to_string(),
+        };
+        let ok = match want {
+            Expect::Node(n) => got.node.as_deref() == Some(n.as_str()),
+            Expect::Detailed(Detailed {
+                one_of: Some(nodes),
+                pending: None,
+            }) => got.node.as_ref().is_some_and(|n| nodes.contains(n)),
+            Expect::Detailed(Detailed {
+                one_of: None,
+                pending: Some(msg),
+            }) => got.node.is_none() && got.message.as_deref() == Some(msg.as_str()),
+            Expect::Detailed(d) => {
+                problems.push(format!(
+                    "{pod}: give exactly one of oneOf or pending: {d:?}"
+                ));
+                continue;
+            }
+        };
+        if !ok {
+            problems.push(format!("{pod}:\n   got: {got_desc}\n  want: {want:?}"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn scenarios() {
+    let files = scenario_files();
+    let mut failures = Vec::new();
+    for f in &files {
+        let problems = run(f);
+        if !problems.is_empty() {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            failures.push(format!("{name}:\n  {}", problems.join("\n  ")));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} scenarios failed:\n{}",
+        failures.len(),
+        files.len(),
+        failures.join("\n")
+    );
+    assert!(files.len() >= 40, "only {} scenarios", files.len());
+}
