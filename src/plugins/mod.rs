@@ -5,6 +5,7 @@ use crate::framework::Registry;
 
 pub mod default_binder;
 pub mod image_locality;
+pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_unschedulable;
@@ -17,6 +18,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     r.register(default_binder::NAME, default_binder::factory);
     r.register(image_locality::NAME, image_locality::factory);
+    r.register(node_affinity::NAME, node_affinity::factory);
     r.register(node_name::NAME, node_name::factory);
     r.register(node_ports::NAME, node_ports::factory);
     r.register(node_unschedulable::NAME, node_unschedulable::factory);
