@@ -193,6 +193,9 @@ pub struct PodInfo {
     pub scheduling_gates: Vec<String>,
     /// Images of all containers (init ones included), normalized to carry a tag.
     pub images: Vec<String>,
+    /// Number of containers, init ones included, with or without an image (ImageLocality
+    /// scales its score range by it).
+    pub num_containers: usize,
     /// The controller owning the pod.
     pub owner: Option<OwnerRef>,
     /// True once the pod has a deletion timestamp.
@@ -326,6 +329,8 @@ impl PodInfo {
                 .map(|g| g.name.clone())
                 .collect(),
             images,
+            num_containers: spec.init_containers.as_ref().map_or(0, Vec::len)
+                + spec.containers.len(),
             owner,
             terminating: meta.deletion_timestamp.is_some(),
             namespace,

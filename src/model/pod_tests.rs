@@ -141,3 +141,22 @@ spec:
     assert!(!t.matches("team", &other_rev, &ns));
     assert!(!t.matches("other", &same_rev, &ns));
 }
+
+#[test]
+fn images_are_normalized_and_every_container_is_counted() {
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  initContainers:
+  - {name: init, image: "busybox"}
+  containers:
+  - {name: a, image: "gcr.io:5000/app:v1"}
+  - {name: b}
+"#)
+    .unwrap();
+    assert_eq!(p.images, ["busybox:latest", "gcr.io:5000/app:v1"]);
+    assert_eq!(
+        p.num_containers, 3,
+        "the container without an image counts too"
+    );
+}

@@ -3,7 +3,27 @@
 
 use crate::framework::Registry;
 
+pub mod default_binder;
+pub mod image_locality;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_unschedulable;
+pub mod priority_sort;
+pub mod scheduling_gates;
+pub mod taint_toleration;
+
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
-    Registry::new()
+    let mut r = Registry::new();
+    r.register(default_binder::NAME, default_binder::factory);
+    r.register(image_locality::NAME, image_locality::factory);
+    r.register(node_affinity::NAME, node_affinity::factory);
+    r.register(node_name::NAME, node_name::factory);
+    r.register(node_ports::NAME, node_ports::factory);
+    r.register(node_unschedulable::NAME, node_unschedulable::factory);
+    r.register(priority_sort::NAME, priority_sort::factory);
+    r.register(scheduling_gates::NAME, scheduling_gates::factory);
+    r.register(taint_toleration::NAME, taint_toleration::factory);
+    r
 }
