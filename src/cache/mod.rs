@@ -134,7 +134,10 @@ impl Cache {
             return;
         }
         let counts = Arc::make_mut(&mut self.image_nodes);
-        for name in node.images.iter().flat_map(|i| i.names.iter()) {
+        // Count the node once per image name, even if it reports a name twice.
+        let names: std::collections::BTreeSet<&String> =
+            node.images.iter().flat_map(|i| i.names.iter()).collect();
+        for name in names {
             let c = counts.entry(name.clone()).or_insert(0);
             *c = c.saturating_add_signed(delta);
             if *c == 0 {

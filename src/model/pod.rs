@@ -39,11 +39,13 @@ pub enum Protocol {
 
 impl HostPort {
     /// True when the two ports cannot both be bound on one node: same protocol and number,
-    /// and the same IP or either one the wildcard address.
+    /// and the same IP or either one `0.0.0.0` (which kube-scheduler, unlike `::`, treats as
+    /// every address).
     pub fn conflicts_with(&self, other: &HostPort) -> bool {
+        let any = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
         self.port == other.port
             && self.protocol == other.protocol
-            && (self.ip == other.ip || self.ip.is_unspecified() || other.ip.is_unspecified())
+            && (self.ip == other.ip || self.ip == any || other.ip == any)
     }
 }
 

@@ -1,0 +1,50 @@
+# shellcheck shell=bash
+# Shared helpers for scripts/install-kube.sh and scripts/control-plane.sh.
+# Sourced, never executed: the callers set `set -euo pipefail` themselves.
+
+# The repository root, found from this file's own location so the scripts
+# work from any current directory and in any clone (CI clones elsewhere).
+GANTRY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+# Everything the scripts build or download lives here (git-ignored).
+GANTRY_KUBE_CACHE="${GANTRY_ROOT}/.cache/kube"
+GANTRY_KUBE_BIN="${GANTRY_KUBE_CACHE}/bin"
+
+# Absolute, so paths handed to servers and written to env files stay
+# valid from any directory.
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && -d "${KUBEBUILDER_ASSETS}" ]]; then
+  KUBEBUILDER_ASSETS=$(cd "${KUBEBUILDER_ASSETS}" && pwd -P)
+fi
+
+# Progress and errors go to stderr so that stdout stays machine-readable
+# (install-kube.sh prints only the bin folder there).
+log() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() { printf '%s: error: %s\n' "${0##*/}" "$*" >&2; exit 1; }
+
+# run_logged LOGFILE CMD...: run CMD with all its output in LOGFILE; on
+# failure show the end of the log and stop, so failures are loud but
+# successful runs stay quiet.
+run_logged() {
+  local logfile=$1; shift
+  if ! "$@" >"${logfile}" 2>&1; then
+    printf '%s: error: command failed: %s\n' "${0##*/}" "$*" >&2
+    printf -- '--- last lines of %s ---\n' "${logfile}" >&2
+    tail -n 40 "${logfile}" >&2 || true
+    exit 1
+  fi
+}
+
+# kube_bin NAME: path of the binary NAME (etcd, kube-apiserver,
+# kube-scheduler, kubectl). KUBEBUILDER_ASSETS (the envtest convention: a
+# folder holding etcd and kube-apiserver, often kubectl too) wins when it
+# has the binary; otherwise the folder install-kube.sh fills. Prints
+# nothing and returns 1 when neither has it.
+kube_bin() {
+  local name=$1
+  if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "${KUBEBUILDER_ASSETS}/${name}" ]]; then
+    printf '%s\n' "${KUBEBUILDER_ASSETS}/${name}"
+  elif [[ -x "${GANTRY_KUBE_BIN}/${name}" ]]; then
+    printf '%s\n' "${GANTRY_KUBE_BIN}/${name}"
+  else
+    return 1
+  fi
+}
