@@ -3,7 +3,14 @@
 
 use crate::framework::Registry;
 
+pub mod balanced_allocation;
+pub mod node_resources_fit;
+pub mod resource_allocation;
+
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
-    Registry::new()
+    let mut r = Registry::new();
+    r.register(node_resources_fit::NAME, node_resources_fit::factory);
+    r.register(balanced_allocation::NAME, balanced_allocation::factory);
+    r
 }
