@@ -3,24 +3,29 @@
 
 use crate::framework::Registry;
 
+pub mod balanced_allocation;
 pub mod default_binder;
 pub mod image_locality;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
+pub mod node_resources_fit;
 pub mod node_unschedulable;
 pub mod priority_sort;
+pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
     let mut r = Registry::new();
+    r.register(balanced_allocation::NAME, balanced_allocation::factory);
     r.register(default_binder::NAME, default_binder::factory);
     r.register(image_locality::NAME, image_locality::factory);
     r.register(node_affinity::NAME, node_affinity::factory);
     r.register(node_name::NAME, node_name::factory);
     r.register(node_ports::NAME, node_ports::factory);
+    r.register(node_resources_fit::NAME, node_resources_fit::factory);
     r.register(node_unschedulable::NAME, node_unschedulable::factory);
     r.register(priority_sort::NAME, priority_sort::factory);
     r.register(scheduling_gates::NAME, scheduling_gates::factory);

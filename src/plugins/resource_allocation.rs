@@ -1,0 +1,316 @@
+//! What NodeResourcesFit's scoring strategies and NodeResourcesBalancedAllocation share
+//! (kube-scheduler's `resourceAllocationScorer`): the configured resources with their
+//! weights, the pod's request for each, and for every node the (requested, allocatable) pair
+//! of each resource that takes part in the score.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::cache::NodeInfo;
+use crate::model::PodInfo;
+use crate::model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, ResourceName, is_scalar_resource};
+
+/// A resource to score on and its weight, as configured (`{name: cpu, weight: 1}`).
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ResourceSpec {
+    /// The resource name (`cpu`, `memory`, `nvidia.com/gpu`, ...).
+    pub name: String,
+    /// Its weight; 0 or absent means 1, as kube-scheduler's defaulting does.
+    #[serde(default)]
+    pub weight: i64,
+}
+
+impl ResourceSpec {
+    /// A resource with a weight.
+    pub fn new(name: &str, weight: i64) -> Self {
+        ResourceSpec {
+            name: name.to_string(),
+            weight,
+        }
+    }
+}
+
+/// kube-scheduler's default resources to score on: cpu and memory, weight 1 each.
+pub fn default_resources() -> Vec<ResourceSpec> {
+    vec![ResourceSpec::new(CPU, 1), ResourceSpec::new(MEMORY, 1)]
+}
+
+/// Deserializes a resource list with kube-scheduler's v1 defaulting applied: an absent,
+/// null or empty list means [`default_resources`], and a weight of 0 means 1.
+pub fn deserialize_resources<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<ResourceSpec>, D::Error> {
+    let list = Option::<Vec<ResourceSpec>>::deserialize(deserializer)?.unwrap_or_default();
+    if list.is_empty() {
+        return Ok(default_resources());
+    }
+    Ok(list
+        .into_iter()
+        .map(|r| ResourceSpec {
+            weight: if r.weight == 0 { 1 } else { r.weight },
+            ..r
+        })
+        .collect())
+}
+
+/// How a configured resource is looked up, decided once when the plugin is built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// `cpu`, in millicores.
+    Cpu,
+    /// `memory`, in bytes.
+    Memory,
+    /// `ephemeral-storage`, in bytes.
+    EphemeralStorage,
+    /// An extended, hugepages or attachable-volumes resource.
+    Scalar(ResourceName),
+    /// Any other name (`pods`, `storage`, ...): nodes have no allocatable amount of it that
+    /// the scorers read, so it never takes part in a score.
+    Unscored,
+}
+
+impl ResourceKind {
+    /// The kind of the resource named `name`.
+    pub fn of(name: &str) -> Self {
+        match name {
+            CPU => ResourceKind::Cpu,
+            MEMORY => ResourceKind::Memory,
+            EPHEMERAL_STORAGE => ResourceKind::EphemeralStorage,
+            _ if is_scalar_resource(name) => ResourceKind::Scalar(Arc::from(name)),
+            _ => ResourceKind::Unscored,
+        }
+    }
+}
+
+/// Which view of cpu and memory requests a scorer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestView {
+    /// Requests with kube-scheduler's defaults (100m cpu, 200Mi memory) for containers that
+    /// set none, so that pods without requests still count (NodeResourcesFit's strategies).
+    NonZero,
+    /// The requests as they are (NodeResourcesBalancedAllocation).
+    Actual,
+}
+
+/// The configured resources of a scoring plugin, resolved once, with the request view it
+/// scores with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceAllocation {
+    resources: Vec<(ResourceKind, i64)>,
+    view: RequestView,
+}
+
+impl ResourceAllocation {
+    /// Resolves `specs` (already defaulted and validated) for scoring with `view`.
+    pub fn new(specs: &[ResourceSpec], view: RequestView) -> Self {
+        ResourceAllocation {
+            resources: specs
+                .iter()
+                .map(|s| (ResourceKind::of(&s.name), s.weight))
+                .collect(),
+            view,
+        }
+    }
+
+    /// The pod's request of each configured resource, in configuration order; computed once
+    /// per cycle at PreScore.
+    pub fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
+        self.resources
+            .iter()
+            .map(|(kind, _)| match kind {
+                ResourceKind::Cpu => match self.view {
+                    RequestView::NonZero => pod.non_zero_milli_cpu,
+                    RequestView::Actual => pod.requests.milli_cpu,
+                },
+                ResourceKind::Memory => match self.view {
+                    RequestView::NonZero => pod.non_zero_memory,
+                    RequestView::Actual => pod.requests.memory,
+                },
+                ResourceKind::EphemeralStorage => pod.requests.ephemeral_storage,
+                ResourceKind::Scalar(name) => pod.requests.scalar(name),
+                ResourceKind::Unscored => 0,
+            })
+            .collect()
+    }
+
+    /// Calls `f(weight, requested, allocatable)` for each configured resource, in order, that
+    /// takes part in the node's score, where `requested` already includes the pod's request.
+    /// As kube-scheduler does, a resource is left out when the node has no allocatable amount
+    /// of it, and an extended resource is left out when the pod does not request it.
+    /// `pod_requests` is what [`ResourceAllocation::pod_requests`] returned for the pod.
+    pub fn for_each(
+        &self,
+        node: &NodeInfo,
+        pod_requests: &[i64],
+        mut f: impl FnMut(i64, i64, i64),
+    ) {
+        let allocatable = &node.node.allocatable;
+        let requested = &node.requested;
+        for ((kind, weight), &pod_request) in self.resources.iter().zip(pod_requests) {
+            let (alloc, req) = match kind {
+                ResourceKind::Cpu => (
+                    allocatable.milli_cpu,
+                    match self.view {
+                        RequestView::NonZero => node.non_zero_milli_cpu,
+                        RequestView::Actual => requested.milli_cpu,
+                    } + pod_request,
+                ),
+                ResourceKind::Memory => (
+                    allocatable.memory,
+                    match self.view {
+                        RequestView::NonZero => node.non_zero_memory,
+                        RequestView::Actual => requested.memory,
+                    } + pod_request,
+                ),
+                ResourceKind::EphemeralStorage => (
+                    allocatable.ephemeral_storage,
+                    requested.ephemeral_storage + pod_request,
+                ),
+                ResourceKind::Scalar(name) => {
+                    if pod_request == 0 {
+                        continue;
+                    }
+                    (
+                        allocatable.scalar(name),
+                        requested.scalar(name) + pod_request,
+                    )
+                }
+                ResourceKind::Unscored => continue,
+            };
+            if alloc == 0 {
+                continue;
+            }
+            f(*weight, req, alloc);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pod};
+
+    fn node_info(n: crate::model::NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
+        let mut info = NodeInfo::new(Arc::new(n));
+        for p in pods {
+            info.add_pod(p.clone());
+        }
+        info
+    }
+
+    fn collect(alloc: &ResourceAllocation, node: &NodeInfo, pod: &PodInfo) -> Vec<(i64, i64, i64)> {
+        let reqs = alloc.pod_requests(pod);
+        let mut out = Vec::new();
+        alloc.for_each(node, &reqs, |w, r, a| out.push((w, r, a)));
+        out
+    }
+
+    #[test]
+    fn defaulting_of_resource_lists() {
+        #[derive(Deserialize)]
+        struct W {
+            #[serde(
+                default = "default_resources",
+                deserialize_with = "deserialize_resources"
+            )]
+            r: Vec<ResourceSpec>,
+        }
+        let parse = |s: &str| serde_json::from_str::<W>(s).unwrap().r;
+        assert_eq!(parse("{}"), default_resources());
+        assert_eq!(parse(r#"{"r": null}"#), default_resources());
+        assert_eq!(parse(r#"{"r": []}"#), default_resources());
+        assert_eq!(
+            parse(
+                r#"{"r": [{"name": "cpu"}, {"name": "memory", "weight": 0}, {"name": "x.io/y", "weight": 7}]}"#
+            ),
+            vec![
+                ResourceSpec::new("cpu", 1),
+                ResourceSpec::new("memory", 1),
+                ResourceSpec::new("x.io/y", 7)
+            ]
+        );
+    }
+
+    #[test]
+    fn kinds() {
+        assert_eq!(ResourceKind::of("cpu"), ResourceKind::Cpu);
+        assert_eq!(ResourceKind::of("memory"), ResourceKind::Memory);
+        assert_eq!(
+            ResourceKind::of("ephemeral-storage"),
+            ResourceKind::EphemeralStorage
+        );
+        assert_eq!(
+            ResourceKind::of("nvidia.com/gpu"),
+            ResourceKind::Scalar(Arc::from("nvidia.com/gpu"))
+        );
+        assert_eq!(ResourceKind::of("pods"), ResourceKind::Unscored);
+        assert_eq!(ResourceKind::of("storage"), ResourceKind::Unscored);
+    }
+
+    #[test]
+    fn non_zero_view_counts_defaults_for_pods_without_requests() {
+        let existing = pod("a").on("n").build();
+        let n = node_info(
+            node("n")
+                .capacity("4", "8Gi")
+                .alloc("ephemeral-storage", "10Gi")
+                .build(),
+            &[existing],
+        );
+        let specs = vec![
+            ResourceSpec::new("cpu", 1),
+            ResourceSpec::new("memory", 2),
+            ResourceSpec::new("ephemeral-storage", 3),
+        ];
+        let incoming = pod("b").req("ephemeral-storage", "1Gi").build();
+        let non_zero = ResourceAllocation::new(&specs, RequestView::NonZero);
+        assert_eq!(
+            collect(&non_zero, &n, &incoming),
+            vec![
+                (1, 200, 4000),
+                (2, 400 << 20, 8 << 30),
+                (3, 1 << 30, 10 << 30)
+            ]
+        );
+        let actual = ResourceAllocation::new(&specs, RequestView::Actual);
+        assert_eq!(
+            collect(&actual, &n, &incoming),
+            vec![(1, 0, 4000), (2, 0, 8 << 30), (3, 1 << 30, 10 << 30)]
+        );
+    }
+
+    #[test]
+    fn skips_unrequested_extended_and_unallocatable_resources() {
+        let existing = pod("a").on("n").req("example.com/foo", "2").build();
+        let n = node_info(
+            node("n")
+                .capacity("4", "0")
+                .alloc("example.com/foo", "8")
+                .build(),
+            &[existing],
+        );
+        let specs = vec![
+            ResourceSpec::new("cpu", 1),
+            ResourceSpec::new("memory", 1),
+            ResourceSpec::new("example.com/foo", 5),
+            ResourceSpec::new("example.com/bar", 5),
+            ResourceSpec::new("pods", 5),
+        ];
+        let alloc = ResourceAllocation::new(&specs, RequestView::Actual);
+        // Memory has no allocatable amount; foo is not requested by the pod; bar and pods
+        // are nowhere.
+        let plain = pod("b").req("cpu", "1").build();
+        assert_eq!(collect(&alloc, &n, &plain), vec![(1, 1000, 4000)]);
+        let wants_foo = pod("c")
+            .req("cpu", "1")
+            .req("example.com/foo", "1")
+            .req("example.com/bar", "1")
+            .build();
+        assert_eq!(
+            collect(&alloc, &n, &wants_foo),
+            vec![(1, 1000, 4000), (5, 3, 8)]
+        );
+    }
+}
