@@ -3,7 +3,11 @@
 
 use crate::framework::Registry;
 
+pub mod inter_pod_affinity;
+
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
-    Registry::new()
+    let mut r = Registry::new();
+    r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
+    r
 }
