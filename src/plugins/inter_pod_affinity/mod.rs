@@ -2,7 +2,7 @@
 //! and the symmetric terms of the pods already placed, with kube-scheduler's semantics.
 //!
 //! Each cycle counts, once, the existing pods that matter per topology pair (a node label key
-//! and value), in PreFilter ([`filtering`]) and PreScore ([`scoring`]); Filter and Score then
+//! and value), in PreFilter (`filtering`) and PreScore (`scoring`); Filter and Score then
 //! only look up the node's values of the few topology keys involved.
 
 mod filtering;
