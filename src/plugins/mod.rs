@@ -6,6 +6,7 @@ use crate::framework::Registry;
 pub mod balanced_allocation;
 pub mod default_binder;
 pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -22,6 +23,7 @@ pub fn registry() -> Registry {
     r.register(balanced_allocation::NAME, balanced_allocation::factory);
     r.register(default_binder::NAME, default_binder::factory);
     r.register(image_locality::NAME, image_locality::factory);
+    r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
     r.register(node_affinity::NAME, node_affinity::factory);
     r.register(node_name::NAME, node_name::factory);
     r.register(node_ports::NAME, node_ports::factory);

@@ -1,0 +1,181 @@
+//! PreFilter and Filter: required affinity and anti-affinity, both the incoming pod's and the
+//! existing pods' (an existing pod's required anti-affinity keeps matching pods out of its
+//! domain, whichever of the two arrived first).
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
+use crate::model::{Labels, PodInfo};
+
+use super::{IncomingTerm, InterPodAffinity, TopologyCounts};
+
+/// A node in the domain of an existing pod whose required anti-affinity matches the pod.
+pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
+    "node(s) didn't satisfy existing pods anti-affinity rules";
+/// A node outside the domains of the pods the pod's required affinity asks for.
+pub const ERR_REASON_AFFINITY_RULES_NOT_MATCH: &str = "node(s) didn't match pod affinity rules";
+/// A node in the domain of a pod the pod's required anti-affinity rejects.
+pub const ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
+    "node(s) didn't match pod anti-affinity rules";
+
+/// Filter's message when PreFilter did not run (kube-scheduler's wording).
+const MISSING_STATE: &str =
+    "error reading \"PreFilterInterPodAffinity\" from cycleState: not found";
+
+/// What PreFilter counts, per topology pair, for Filter.
+#[derive(Debug)]
+struct PreFilterState {
+    /// Existing pods' required anti-affinity terms that match the incoming pod, counted at
+    /// the pair of the existing pod's node.
+    existing_anti_affinity: TopologyCounts,
+    /// Existing pods matching all of the incoming pod's required affinity terms, counted once
+    /// per term at the pair of their node.
+    affinity: TopologyCounts,
+    /// Existing pods matching each of the incoming pod's required anti-affinity terms.
+    anti_affinity: TopologyCounts,
+    /// The incoming pod matches all its own required affinity terms (it may start a group).
+    matches_own_affinity: bool,
+}
+
+impl PreFilterPlugin for InterPodAffinity {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let existing_anti_affinity = existing_anti_affinity_counts(pod, snapshot);
+        let affinity = &pod.affinity;
+        if existing_anti_affinity.is_empty()
+            && affinity.required.is_empty()
+            && affinity.required_anti.is_empty()
+        {
+            return (PreFilterResult::default(), Status::skip());
+        }
+        let affinity_terms: Vec<IncomingTerm> = affinity
+            .required
+            .iter()
+            .map(|t| IncomingTerm::new(t, snapshot))
+            .collect();
+        let anti_terms: Vec<IncomingTerm> = affinity
+            .required_anti
+            .iter()
+            .map(|t| IncomingTerm::new(t, snapshot))
+            .collect();
+        let (affinity_counts, anti_counts) =
+            incoming_counts(&affinity_terms, &anti_terms, snapshot);
+        state.insert(PreFilterState {
+            existing_anti_affinity,
+            affinity: affinity_counts,
+            anti_affinity: anti_counts,
+            matches_own_affinity: matches_all(&affinity_terms, pod),
+        });
+        (PreFilterResult::default(), Status::success())
+    }
+}
+
+/// Counts, at each existing pod's node, its required anti-affinity terms the incoming pod
+/// matches. Only nodes running such pods are visited. The existing pods' namespace selectors
+/// are matched against the incoming pod's namespace labels.
+fn existing_anti_affinity_counts(pod: &PodInfo, snapshot: &Snapshot) -> TopologyCounts {
+    let namespace_labels = snapshot.namespace_labels(&pod.namespace);
+    let mut counts = TopologyCounts::default();
+    for node in snapshot.nodes_with_required_anti_affinity_pods() {
+        let node_labels = &node.node.labels;
+        for existing in &node.pods {
+            for term in &existing.affinity.required_anti {
+                if term.matches(&pod.namespace, &pod.labels, namespace_labels) {
+                    counts.add_on(node_labels, &term.topology_key, 1);
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// Counts the existing pods that match the incoming pod's required affinity terms (all of
+/// them; once per term) and each of its required anti-affinity terms, at their nodes' pairs.
+fn incoming_counts(
+    affinity_terms: &[IncomingTerm],
+    anti_terms: &[IncomingTerm],
+    snapshot: &Snapshot,
+) -> (TopologyCounts, TopologyCounts) {
+    let mut affinity = TopologyCounts::default();
+    let mut anti = TopologyCounts::default();
+    if affinity_terms.is_empty() && anti_terms.is_empty() {
+        return (affinity, anti);
+    }
+    for node in snapshot.nodes() {
+        let node_labels = &node.node.labels;
+        for existing in &node.pods {
+            if matches_all(affinity_terms, existing) {
+                for t in affinity_terms {
+                    affinity.add_on(node_labels, t.topology_key(), 1);
+                }
+            }
+            for t in anti_terms {
+                if t.matches(existing) {
+                    anti.add_on(node_labels, t.topology_key(), 1);
+                }
+            }
+        }
+    }
+    (affinity, anti)
+}
+
+/// True when `pod` matches every term; false when there are none.
+fn matches_all(terms: &[IncomingTerm], pod: &PodInfo) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+}
+
+impl FilterPlugin for InterPodAffinity {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.get::<PreFilterState>() else {
+            return Status::error(MISSING_STATE);
+        };
+        let labels = &node.node.labels;
+        if !satisfies_pod_affinity(s, pod, labels) {
+            return Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH);
+        }
+        if !satisfies_pod_anti_affinity(s, pod, labels) {
+            return Status::unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH);
+        }
+        if !satisfies_existing_pods_anti_affinity(s, labels) {
+            return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH);
+        }
+        Status::success()
+    }
+}
+
+/// The node has every topology key of the pod's required affinity terms, and each of its
+/// domains holds a matching pod. Exception: when no pod anywhere matches the terms and the pod
+/// matches them itself, it may start the group on any node that has the keys.
+fn satisfies_pod_affinity(s: &PreFilterState, pod: &PodInfo, labels: &Labels) -> bool {
+    let mut pods_exist = true;
+    for term in &pod.affinity.required {
+        match s.affinity.on(labels, &term.topology_key) {
+            None => return false,
+            Some(count) if count <= 0 => pods_exist = false,
+            Some(_) => {}
+        }
+    }
+    pods_exist || (s.affinity.is_empty() && s.matches_own_affinity)
+}
+
+/// No domain of the node holds a pod the pod's required anti-affinity rejects.
+fn satisfies_pod_anti_affinity(s: &PreFilterState, pod: &PodInfo, labels: &Labels) -> bool {
+    if s.anti_affinity.is_empty() {
+        return true;
+    }
+    pod.affinity
+        .required_anti
+        .iter()
+        .all(|term| s.anti_affinity.on(labels, &term.topology_key).unwrap_or(0) <= 0)
+}
+
+/// No domain of the node holds an existing pod whose required anti-affinity rejects the pod.
+fn satisfies_existing_pods_anti_affinity(s: &PreFilterState, labels: &Labels) -> bool {
+    s.existing_anti_affinity.is_empty()
+        || s.existing_anti_affinity
+            .node_values(labels)
+            .all(|count| count <= 0)
+}

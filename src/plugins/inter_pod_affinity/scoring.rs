@@ -1,0 +1,158 @@
+//! PreScore, Score and NormalizeScore: the incoming pod's preferred affinity (+weight) and
+//! anti-affinity (-weight) towards existing pods, and the existing pods' terms about the
+//! incoming pod (required affinity at `hardPodAffinityWeight`, preferred affinity +weight,
+//! preferred anti-affinity -weight), summed per topology pair.
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::model::{Labels, PodInfo};
+
+use super::{IncomingTerm, InterPodAffinity, TopologyCounts};
+
+/// Score's and NormalizeScore's message when PreScore did not run (kube-scheduler's wording).
+const MISSING_STATE: &str =
+    "failed to read \"PreScoreInterPodAffinity\" from cycleState: not found";
+
+/// The summed weights per topology pair, for Score and NormalizeScore.
+#[derive(Debug)]
+struct PreScoreState {
+    scores: TopologyCounts,
+}
+
+impl PreScorePlugin for InterPodAffinity {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        _feasible: &[&NodeInfo],
+    ) -> Status {
+        let affinity = &pod.affinity;
+        let has_preferred = !affinity.preferred.is_empty() || !affinity.preferred_anti.is_empty();
+        if self.args.ignore_preferred_terms_of_existing_pods && !has_preferred {
+            return Status::skip();
+        }
+        // The incoming pod's preferred terms with signed weights: affinity attracts,
+        // anti-affinity repels.
+        let incoming: Vec<(IncomingTerm, i64)> = affinity
+            .preferred
+            .iter()
+            .map(|w| (IncomingTerm::new(&w.term, snapshot), i64::from(w.weight)))
+            .chain(
+                affinity
+                    .preferred_anti
+                    .iter()
+                    .map(|w| (IncomingTerm::new(&w.term, snapshot), -i64::from(w.weight))),
+            )
+            .collect();
+        let mut scorer = Scorer {
+            pod,
+            namespace_labels: snapshot.namespace_labels(&pod.namespace),
+            incoming: &incoming,
+            hard_weight: i64::from(self.args.hard_pod_affinity_weight),
+            scores: TopologyCounts::default(),
+        };
+        if has_preferred {
+            // Every existing pod may match the incoming pod's terms.
+            for node in snapshot.nodes() {
+                for existing in &node.pods {
+                    scorer.process(existing, &node.node.labels);
+                }
+            }
+        } else {
+            // Only existing pods' own terms can contribute.
+            for node in snapshot.nodes_with_affinity_pods() {
+                for existing in node.pods.iter().filter(|p| !p.affinity.is_empty()) {
+                    scorer.process(existing, &node.node.labels);
+                }
+            }
+        }
+        if scorer.scores.is_empty() {
+            return Status::skip();
+        }
+        state.insert(PreScoreState {
+            scores: scorer.scores,
+        });
+        Status::success()
+    }
+}
+
+/// Accumulates the weights of one cycle.
+struct Scorer<'a> {
+    pod: &'a PodInfo,
+    namespace_labels: &'a Labels,
+    incoming: &'a [(IncomingTerm<'a>, i64)],
+    hard_weight: i64,
+    scores: TopologyCounts,
+}
+
+impl Scorer<'_> {
+    /// Adds what `existing`, on a node with `node_labels`, contributes.
+    fn process(&mut self, existing: &PodInfo, node_labels: &Labels) {
+        if node_labels.is_empty() {
+            return;
+        }
+        for (term, weight) in self.incoming {
+            if term.matches(existing) {
+                self.scores
+                    .add_on(node_labels, term.topology_key(), *weight);
+            }
+        }
+        let (pod, ns_labels) = (self.pod, self.namespace_labels);
+        let theirs = &existing.affinity;
+        if self.hard_weight > 0 {
+            for term in &theirs.required {
+                if term.matches(&pod.namespace, &pod.labels, ns_labels) {
+                    self.scores
+                        .add_on(node_labels, &term.topology_key, self.hard_weight);
+                }
+            }
+        }
+        for w in &theirs.preferred {
+            if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
+                self.scores
+                    .add_on(node_labels, &w.term.topology_key, i64::from(w.weight));
+            }
+        }
+        for w in &theirs.preferred_anti {
+            if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
+                self.scores
+                    .add_on(node_labels, &w.term.topology_key, -i64::from(w.weight));
+            }
+        }
+    }
+}
+
+impl ScorePlugin for InterPodAffinity {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let s = state
+            .get::<PreScoreState>()
+            .ok_or_else(|| Status::error(MISSING_STATE))?;
+        Ok(s.scores.node_values(&node.node.labels).sum())
+    }
+
+    /// Maps the scores linearly from [lowest, highest] (negative totals included) onto
+    /// [0, 100], truncating as kube-scheduler's floating-point arithmetic does; all 0 when
+    /// every node scored the same.
+    fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        let Some(s) = state.get::<PreScoreState>() else {
+            return Status::error(MISSING_STATE);
+        };
+        if s.scores.is_empty() {
+            return Status::success();
+        }
+        let min = scores.iter().map(|s| s.score).min().unwrap_or(0);
+        let max = scores.iter().map(|s| s.score).max().unwrap_or(0);
+        let range = max - min;
+        for s in scores.iter_mut() {
+            s.score = if range > 0 {
+                (MAX_NODE_SCORE as f64 * ((s.score - min) as f64 / range as f64)) as i64
+            } else {
+                0
+            };
+        }
+        Status::success()
+    }
+}
