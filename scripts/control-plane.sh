@@ -404,11 +404,19 @@ EOF
   #   that port (so /metrics takes the admin token; /healthz is open);
   #   without them 1.20 looks for in-cluster config and warns. They also
   #   put the state dir in the command line, which stop checks.
+  # --authentication-skip-lookup: bearer tokens are checked by TokenReview
+  #   against the apiserver; otherwise the scheduler also looks for client
+  #   CA settings in the configmap kube-system/extension-apiserver-
+  #   authentication, which this apiserver (no --client-ca-file) never
+  #   writes, and logs an error per retry.
+  # ("Authentication/Authorization is disabled" in its log is about the
+  # insecure port and expected.)
   spawn "${STATE}/kube-scheduler.log" "${scheduler}" \
     --config="${effective}" \
     --bind-address=127.0.0.1 \
     --secure-port="${KUBE_SCHEDULER_PORT}" \
     --authentication-kubeconfig="${KUBECONFIG}" \
+    --authentication-skip-lookup \
     --authorization-kubeconfig="${KUBECONFIG}"
   KUBE_SCHEDULER_PID=${SPAWNED_PID}
   printf '%s\n' "${KUBE_SCHEDULER_PID}" >"${STATE}/kube-scheduler.pid"
