@@ -1,0 +1,230 @@
+//! Soft constraints (`ScheduleAnyway`): PreScore counts matching pods per domain once per
+//! cycle; Score sums each constraint's weighted count for the node's domain; NormalizeScore
+//! reverses the range so that the node with the fewest matching pods scores highest.
+
+use std::collections::HashMap;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::model::PodInfo;
+use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
+use crate::model::selector::LabelSelector;
+
+use super::{HOSTNAME_LABEL, Inclusion, PodTopologySpread, count_matching, has_all_keys};
+
+/// What Score needs of one soft constraint, computed at PreScore.
+#[derive(Debug)]
+struct SoftConstraint {
+    topology_key: String,
+    max_skew: i32,
+    /// The hostname key: one domain per node, counted at Score on the node itself.
+    per_node: bool,
+    /// Selector of the counted pods (read at Score for per-node counts).
+    selector: LabelSelector,
+    node_affinity_policy: InclusionPolicy,
+    node_taints_policy: InclusionPolicy,
+    /// Matching pods per domain (label value) of the feasible nodes; empty when `per_node`.
+    counts: HashMap<Box<str>, i64>,
+    /// `ln(domains + 2)`: the counts of a topology with many small domains weigh more, so
+    /// they are not watered down by one with few big ones.
+    weight: f64,
+}
+
+/// The per-cycle state of the soft constraints.
+#[derive(Debug)]
+pub(super) struct PreScoreState {
+    constraints: Vec<SoftConstraint>,
+    /// False only for system default constraints, so that nodes without a zone label are
+    /// still spread by hostname.
+    require_all_topologies: bool,
+    /// Feasible nodes (by their index among the feasible nodes) that lack a topology key
+    /// while all are required: they score 0 after normalization.
+    ignored: Vec<bool>,
+}
+
+impl PreScoreState {
+    /// True when the node must carry every key and does not.
+    fn ignores(&self, node: &NodeInfo) -> bool {
+        self.require_all_topologies
+            && !has_all_keys(
+                &node.node,
+                self.constraints.iter().map(|c| c.topology_key.as_str()),
+            )
+    }
+}
+
+/// A soft constraint's contribution for `count` matching pods in the node's domain; the
+/// `maxSkew - 1` added to every node dampens the differences, the more the larger the skew
+/// the constraint tolerates.
+fn score_for_count(count: i64, max_skew: i32, weight: f64) -> f64 {
+    count as f64 * weight + f64::from(max_skew - 1)
+}
+
+impl PodTopologySpread {
+    /// Builds the soft constraints' state, or `None` when the pod has none.
+    ///
+    /// Domains (and their sizes, for the weights) come from the feasible nodes; the pods are
+    /// then counted over every node of the snapshot that carries the keys (when required) and
+    /// passes the constraint's inclusion policies, into the domains that exist. The hostname
+    /// constraint's counts are left to Score, and its size is the number of feasible nodes not
+    /// ignored. Nodes lacking a key when keys are not required count under the empty value.
+    fn pre_score_state(
+        &self,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[&NodeInfo],
+    ) -> Option<PreScoreState> {
+        let require_all_topologies = !pod.topology_spread.is_empty() || !self.system_defaulted;
+        let mut constraints: Vec<SoftConstraint> = self
+            .constraints(pod, snapshot, WhenUnsatisfiable::ScheduleAnyway)
+            .into_iter()
+            .map(|c| SoftConstraint {
+                topology_key: c.spec.topology_key.clone(),
+                max_skew: c.spec.max_skew,
+                per_node: c.spec.topology_key == HOSTNAME_LABEL,
+                selector: c.selector.into_owned(),
+                node_affinity_policy: c.spec.node_affinity_policy,
+                node_taints_policy: c.spec.node_taints_policy,
+                counts: HashMap::new(),
+                weight: 0.0,
+            })
+            .collect();
+        if constraints.is_empty() {
+            return None;
+        }
+        let mut state = PreScoreState {
+            constraints: Vec::new(),
+            require_all_topologies,
+            ignored: vec![false; feasible.len()],
+        };
+        let has_keys = |node: &NodeInfo, cs: &[SoftConstraint]| {
+            !require_all_topologies
+                || has_all_keys(&node.node, cs.iter().map(|c| c.topology_key.as_str()))
+        };
+        let mut ignored = 0usize;
+        for (i, node) in feasible.iter().enumerate() {
+            if !has_keys(node, &constraints) {
+                state.ignored[i] = true;
+                ignored += 1;
+                continue;
+            }
+            for c in constraints.iter_mut().filter(|c| !c.per_node) {
+                let value = node.node.labels.get(&c.topology_key).unwrap_or("");
+                if !c.counts.contains_key(value) {
+                    c.counts.insert(value.into(), 0);
+                }
+            }
+        }
+        let scored = feasible.len() - ignored;
+        for c in &mut constraints {
+            let size = if c.per_node { scored } else { c.counts.len() };
+            c.weight = ((size + 2) as f64).ln();
+        }
+        for node in snapshot.nodes() {
+            if !has_keys(node, &constraints) {
+                continue;
+            }
+            let model = &node.node;
+            let mut inclusion = Inclusion::new(pod, model);
+            for c in constraints.iter_mut().filter(|c| !c.per_node) {
+                let value = model.labels.get(&c.topology_key).unwrap_or("");
+                let Some(total) = c.counts.get_mut(value) else {
+                    continue;
+                };
+                if inclusion.admits(c.node_affinity_policy, c.node_taints_policy) {
+                    *total += count_matching(&node.pods, &c.selector, &pod.namespace);
+                }
+            }
+        }
+        state.constraints = constraints;
+        Some(state)
+    }
+}
+
+impl PreScorePlugin for PodTopologySpread {
+    /// Skips the plugin's Score when the cluster is empty or the pod has no soft constraint.
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[&NodeInfo],
+    ) -> Status {
+        if snapshot.is_empty() {
+            return Status::skip();
+        }
+        match self.pre_score_state(pod, snapshot, feasible) {
+            Some(s) => {
+                state.insert(s);
+                Status::success()
+            }
+            None => Status::skip(),
+        }
+    }
+}
+
+const MISSING_PRE_SCORE_STATE: &str =
+    "error reading \"PreScorePodTopologySpread\" from cycleState: not found";
+
+impl ScorePlugin for PodTopologySpread {
+    /// The sum over the soft constraints whose key the node carries of
+    /// `count * weight + maxSkew - 1`, rounded; 0 for an ignored node.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let s = state
+            .get::<PreScoreState>()
+            .ok_or_else(|| Status::error(MISSING_PRE_SCORE_STATE))?;
+        if s.ignores(node) {
+            return Ok(0);
+        }
+        let labels = &node.node.labels;
+        let mut score = 0.0;
+        for c in &s.constraints {
+            let Some(value) = labels.get(&c.topology_key) else {
+                continue;
+            };
+            let count = if c.per_node {
+                count_matching(&node.pods, &c.selector, &pod.namespace)
+            } else {
+                match c.counts.get(value) {
+                    Some(&n) => n,
+                    None => {
+                        return Err(Status::error(format!(
+                            "no pod count for topology {}={value} of node {}",
+                            c.topology_key,
+                            node.name()
+                        )));
+                    }
+                }
+            };
+            score += score_for_count(count, c.max_skew, c.weight);
+        }
+        Ok(score.round() as i64)
+    }
+
+    /// Maps `s` to `100 * (max + min - s) / max` over the nodes not ignored (every such node
+    /// gets 100 when `max` is 0); ignored nodes get 0.
+    fn normalize(&self, state: &CycleState, _pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        let Some(s) = state.get::<PreScoreState>() else {
+            return Status::error(MISSING_PRE_SCORE_STATE);
+        };
+        let ignored = |n: &NodeScore| s.ignored.get(n.index).copied().unwrap_or(false);
+        let mut min = i64::MAX;
+        let mut max = 0;
+        for n in scores.iter().filter(|n| !ignored(n)) {
+            min = min.min(n.score);
+            max = max.max(n.score);
+        }
+        for n in scores.iter_mut() {
+            n.score = if ignored(n) {
+                0
+            } else if max == 0 {
+                MAX_NODE_SCORE
+            } else {
+                MAX_NODE_SCORE * (max + min - n.score) / max
+            };
+        }
+        Status::success()
+    }
+}
