@@ -44,17 +44,6 @@ pub(super) struct PreScoreState {
     ignored: Vec<bool>,
 }
 
-impl PreScoreState {
-    /// True when the node must carry every key and does not.
-    fn ignores(&self, node: &NodeInfo) -> bool {
-        self.require_all_topologies
-            && !has_all_keys(
-                &node.node,
-                self.constraints.iter().map(|c| c.topology_key.as_str()),
-            )
-    }
-}
-
 /// A soft constraint's contribution for `count` matching pods in the node's domain; the
 /// `maxSkew - 1` added to every node dampens the differences, the more the larger the skew
 /// the constraint tolerates.
@@ -175,13 +164,14 @@ impl ScorePlugin for PodTopologySpread {
         let s = state
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_PRE_SCORE_STATE))?;
-        if s.ignores(node) {
-            return Ok(0);
-        }
         let labels = &node.node.labels;
         let mut score = 0.0;
         for c in &s.constraints {
             let Some(value) = labels.get(&c.topology_key) else {
+                // A node lacking a key while all are required is ignored: it scores 0.
+                if s.require_all_topologies {
+                    return Ok(0);
+                }
                 continue;
             };
             let count = if c.per_node {

@@ -1196,6 +1196,34 @@ fn system_defaults_via_a_replica_set_treat_missing_zones_as_one_domain() {
 }
 
 #[test]
+fn system_defaults_count_nodes_without_a_zone_under_the_empty_zone() {
+    // As in kube-scheduler, a node without the zone label counts under the empty value, so
+    // its pods land in the domain of a node labelled with an empty zone.
+    let zoned = |name: &str, zone: &str| {
+        node(name)
+            .label(HOSTNAME_LABEL, name)
+            .label(crate::cache::ZONE_LABEL, zone)
+            .build()
+    };
+    let mut c = cache(
+        vec![zoned("a", "mars"), zoned("e", ""), host_node("c")],
+        webs("c", 5),
+    );
+    c.set_service("default", "svc", [("app", "web")].into_iter().collect());
+    let s = snap(&mut c);
+    let p = pod("p").label("app", "web").build();
+    // Hostname: maxSkew 3, 3 nodes, w = ln 5 = 1.6094. Zone: maxSkew 5, domains {mars, ""}
+    // (e and c share the empty one), w = ln 4 = 1.3863, mars = 0, "" = 5 (c's pods).
+    // a: 0 + 2 + 0 + 4 = 6; e: 0 + 2 + 5*1.3863 + 4 = 12.93 -> 13;
+    // c: 5*1.6094 + 2 = 10.05 -> 10 (no zone label: the zone constraint adds nothing).
+    // max 13, min 6: a 100*13/13 = 100, e 100*6/13 = 46, c 100*9/13 = 69.
+    assert_eq!(
+        run_score(&system(), &p, &s, &["a", "e", "c"]),
+        Ok((vec![6, 13, 10], vec![100, 46, 69]))
+    );
+}
+
+#[test]
 fn list_defaults_require_every_key() {
     let pl = list(json!([
         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
