@@ -226,7 +226,7 @@ pub struct PodTopologySpread {
 }
 
 impl PodTopologySpread {
-    /// Builds the plugin from validated-here arguments.
+    /// Builds the plugin, validating the arguments first.
     pub fn new(args: &PodTopologySpreadArgs) -> Result<Self, ArgsError> {
         args.validate()?;
         let defaults = match args.defaulting_type {
