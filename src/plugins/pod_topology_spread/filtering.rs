@@ -10,7 +10,7 @@ use crate::model::pod::WhenUnsatisfiable;
 
 use super::{
     ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, Inclusion,
-    PodTopologySpread, count_matching, has_all_keys,
+    PodTopologySpread, count_matching,
 };
 
 /// What Filter needs of one hard constraint, computed at PreFilter.
@@ -43,22 +43,22 @@ impl PodTopologySpread {
             return None;
         }
         let mut counts: Vec<HashMap<Box<str>, i64>> = vec![HashMap::new(); constraints.len()];
-        for node in snapshot.nodes() {
+        // The node's value for each constraint's key, looked up once per node.
+        let mut values: Vec<&str> = Vec::with_capacity(constraints.len());
+        'nodes: for node in snapshot.nodes() {
             let model = &node.node;
-            if !has_all_keys(
-                model,
-                constraints.iter().map(|c| c.spec.topology_key.as_str()),
-            ) {
-                continue;
+            values.clear();
+            for c in &constraints {
+                match model.labels.get(&c.spec.topology_key) {
+                    Some(v) => values.push(v),
+                    None => continue 'nodes,
+                }
             }
             let mut inclusion = Inclusion::new(pod, model);
-            for (c, domains) in constraints.iter().zip(counts.iter_mut()) {
+            for ((c, domains), &value) in constraints.iter().zip(counts.iter_mut()).zip(&values) {
                 if !inclusion.admits(c.spec.node_affinity_policy, c.spec.node_taints_policy) {
                     continue;
                 }
-                let Some(value) = model.labels.get(&c.spec.topology_key) else {
-                    continue;
-                };
                 let n = count_matching(&node.pods, &c.selector, &pod.namespace);
                 match domains.get_mut(value) {
                     Some(total) => *total += n,

@@ -385,14 +385,15 @@ fn has_all_keys<'c>(node: &NodeModel, mut keys: impl Iterator<Item = &'c str>) -
     keys.all(|k| node.labels.contains_key(k))
 }
 
-/// Pods on a node that a constraint counts: in the incoming pod's namespace, not terminating,
-/// and matching the selector.
+/// Pods on a node that a constraint counts: not terminating, matching the selector, and in
+/// the incoming pod's namespace. The selector is checked before the namespace: it rejects
+/// more pods of the same namespace, and either rejects most pods of another one.
 fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &str) -> i64 {
     if selector.is_nothing() {
         return 0;
     }
     pods.iter()
-        .filter(|p| !p.terminating && p.namespace == namespace && selector.matches(&p.labels))
+        .filter(|p| !p.terminating && selector.matches(&p.labels) && p.namespace == namespace)
         .count() as i64
 }
 
