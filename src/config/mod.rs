@@ -122,12 +122,15 @@ impl Config {
         let file: KubeSchedulerConfiguration =
             serde_path_to_error::deserialize(de).map_err(|e| {
                 let path = e.path().to_string();
-                let field = if path == "." {
-                    "config".to_string()
-                } else {
-                    path
-                };
-                ConfigError::field(field, e.into_inner().to_string())
+                let message = e.into_inner().to_string();
+                // serde_yaml already names the enclosing field of nested errors.
+                match message.split_once(": ") {
+                    Some((prefix, rest)) if !prefix.contains(' ') => {
+                        ConfigError::field(prefix, rest)
+                    }
+                    _ if path == "." => ConfigError::field("config", message),
+                    _ => ConfigError::field(path, message),
+                }
             })?;
         if file.api_version.as_deref() != Some(types::API_VERSION) {
             return Err(ConfigError::field(

@@ -144,7 +144,7 @@ fn disabling_a_kube_plugin_gantry_lacks_is_fine() {
 fn errors_name_the_field() {
     assert_eq!(
         err(&format!("{HEADER}percentageOfNodesToScroe: 5\n")),
-        "config: unknown field `percentageOfNodesToScroe`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive`"
+        "percentageOfNodesToScroe: unknown field `percentageOfNodesToScroe`, expected one of `apiVersion`, `kind`, `parallelism`, `leaderElection`, `clientConnection`, `enableProfiling`, `enableContentionProfiling`, `percentageOfNodesToScore`, `podInitialBackoffSeconds`, `podMaxBackoffSeconds`, `profiles`, `extenders`, `delayCacheUntilActive` at line 3 column 1"
     );
     assert_eq!(
         err(&format!(
@@ -174,7 +174,7 @@ fn errors_name_the_field() {
         err(&format!(
             "{HEADER}profiles:\n- plugins:\n    score:\n      enabled:\n      - {{name: ImageLocality, wieght: 1}}\n"
         )),
-        "profiles[0].plugins.score.enabled[0]: unknown field `wieght`, expected `name` or `weight`"
+        "profiles[0].plugins.score.enabled[0]: unknown field `wieght`, expected `name` or `weight` at line 7 column 31"
     );
     assert_eq!(
         err(&format!(
@@ -218,5 +218,8 @@ fn errors_name_the_field() {
         )),
         "profiles[0].plugins.queueSort: exactly one queue sort plugin must be enabled, got 0"
     );
-    assert!(err(&format!("{HEADER}profiles: [\n")).starts_with("config: "));
+    assert_eq!(
+        err(&format!("{HEADER}profiles: [\n")),
+        "profiles: did not find expected node content at line 4 column 1, while parsing a flow node"
+    );
 }
