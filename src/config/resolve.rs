@@ -298,9 +298,10 @@ pub(super) fn build_profile(
             }
         }
         // Order: explicit overrides of multiPoint plugins, then multiPoint, then the rest.
-        let weight_of = |name: &str, explicit_weight: Option<i64>, field: &str| {
-            let multi_weight = multi.iter().find(|m| m.name == name).and_then(|m| m.weight);
-            let w = explicit_weight.or(multi_weight).unwrap_or(0);
+        // Each entry keeps its own weight: as in kube-scheduler, an explicit entry without
+        // one weighs 1, it does not inherit the weight of the multiPoint entry it overrides.
+        let weight_of = |weight: Option<i64>, field: &str| {
+            let w = weight.unwrap_or(0);
             if w < 0 {
                 return Err(ConfigError::field(
                     format!("{field}.weight"),
@@ -314,16 +315,16 @@ pub(super) fn build_profile(
             .iter()
             .filter(|(e, _)| overrides.contains(&e.name.as_str()))
         {
-            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+            list.push((p.clone(), weight_of(e.weight, &e.field)?));
         }
         for (e, p) in &from_multi {
-            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+            list.push((p.clone(), weight_of(e.weight, &e.field)?));
         }
         for (e, p) in explicit
             .iter()
             .filter(|(e, _)| !overrides.contains(&e.name.as_str()))
         {
-            list.push((p.clone(), weight_of(&e.name, e.weight, &e.field)?));
+            list.push((p.clone(), weight_of(e.weight, &e.field)?));
         }
         resolved.push(list);
     }

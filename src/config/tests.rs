@@ -110,6 +110,38 @@ profiles:
 }
 
 #[test]
+fn explicit_score_entry_without_weight_weighs_one() {
+    let c = parse(&format!(
+        "{HEADER}profiles:
+- plugins:
+    score:
+      enabled: [{{name: TaintToleration}}, {{name: NodeAffinity, weight: 4}}]
+    multiPoint:
+      enabled: [{{name: ImageLocality, weight: 6}}]
+"
+    ))
+    .unwrap();
+    let weights: Vec<(&str, i64)> = c.profiles[0]
+        .score
+        .iter()
+        .map(|(p, w)| (p.name(), *w))
+        .collect();
+    assert_eq!(
+        weights,
+        [
+            ("TaintToleration", 1),
+            ("NodeAffinity", 4),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+            ("NodeResourcesBalancedAllocation", 1),
+            ("ImageLocality", 6)
+        ],
+        "an explicit Score entry keeps its own weight (none means 1), never the multiPoint one"
+    );
+}
+
+#[test]
 fn multi_point_disable_all_and_enable_some() {
     let c = parse(&format!(
         "{HEADER}profiles:
