@@ -211,12 +211,20 @@ pub fn schedule_one(
     let candidates: Vec<usize> = match &allowed {
         None => (0..num_all_nodes).collect(),
         Some(names) => {
+            // kube-scheduler (1.32+) reports the nodes PreFilter left out as not satisfying
+            // the narrowing plugins, listed sorted (Go's `%v` of a sorted string set).
+            let mut plugins = narrowing_plugins.clone();
+            plugins.sort_unstable();
+            plugins.dedup();
+            let left_out = Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                plugins.join(" ")
+            ));
             for n in snapshot.nodes() {
                 if !names.contains(&n.node.name) {
-                    diagnosis.node_statuses.push((
-                        n.node.name.clone(),
-                        Status::unresolvable("node is filtered out by the prefilter result"),
-                    ));
+                    diagnosis
+                        .node_statuses
+                        .push((n.node.name.clone(), left_out.clone()));
                 }
             }
             names.iter().filter_map(|n| snapshot.position(n)).collect()

@@ -210,13 +210,13 @@ fn prefilter_narrowing() {
     let err = schedule_one(&profile(1), &snap, &p, &mut Rotation::default(), &OPTS).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "0/2 nodes are available: 1 node is filtered out by the prefilter result, 1 nope."
+        "0/2 nodes are available: 1 node(s) didn't satisfy plugin(s) [OnlyNode], 1 nope."
     );
     let p = pod("p").label("only", "ghost").build();
     let err = schedule_one(&profile(1), &snap, &p, &mut Rotation::default(), &OPTS).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "0/2 nodes are available: 2 node is filtered out by the prefilter result."
+        "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [OnlyNode]."
     );
 }
 
