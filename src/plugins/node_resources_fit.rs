@@ -1132,6 +1132,7 @@ mod tests {
         let options = CycleOptions {
             pool: None,
             percentage_of_nodes_to_score: 0,
+            top_scores: 3,
         };
         let mut rotation = Rotation::default();
 

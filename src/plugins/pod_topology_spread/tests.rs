@@ -797,6 +797,7 @@ fn cycle_places_and_reports_as_kube_does() {
     let options = CycleOptions {
         pool: None,
         percentage_of_nodes_to_score: 0,
+        top_scores: 3,
     };
     let s = snapshot(
         vec![
