@@ -511,14 +511,13 @@ fn score_nodes(
 /// so a replay makes the same choice whatever order the nodes were examined in.
 fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64]) -> usize {
     let best = totals.iter().copied().max().unwrap_or(0);
-    let mut pod_hash = rustc_hash::FxHasher::default();
-    pod.namespace.hash(&mut pod_hash);
-    pod.name.hash(&mut pod_hash);
-    let tie_key = |i: usize| {
-        let mut h = pod_hash.clone();
-        feasible[i].node.name.hash(&mut h);
-        h.finish()
-    };
+    let mut h = rustc_hash::FxHasher::default();
+    pod.namespace.hash(&mut h);
+    pod.name.hash(&mut h);
+    let pod_hash = h.finish();
+    // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
+    let tie_key =
+        |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (0..feasible.len())
         .filter(|&i| totals[i] == best)
         .min_by_key(|&i| tie_key(i))

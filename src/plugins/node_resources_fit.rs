@@ -581,7 +581,10 @@ fn weighted_mean(
 /// `value * MAX_NODE_SCORE / capacity` for `0 <= value <= capacity`, exact even where the
 /// product would overflow an i64.
 fn scaled(value: i64, capacity: i64) -> i64 {
-    (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+    match value.checked_mul(MAX_NODE_SCORE) {
+        Some(product) => product / capacity,
+        None => (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64,
+    }
 }
 
 /// The share of the node left free, 0..=100: 0 when the node is (over)full.
