@@ -52,6 +52,18 @@ pub enum ClusterEvent {
 }
 
 impl ClusterEvent {
+    /// The event label kube-scheduler's `scheduler_queue_incoming_pods_total{event}` uses.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClusterEvent::NodeAdd => "NodeAdd",
+            ClusterEvent::NodeUpdate => "NodeUpdate",
+            ClusterEvent::PodDelete => "AssignedPodDelete",
+            ClusterEvent::PodAdd => "AssignedPodAdd",
+            ClusterEvent::PodUpdate => "AssignedPodUpdate",
+            ClusterEvent::Other => "WildCardEvent",
+        }
+    }
+
     /// True when the event could make a pod rejected by `plugin` fit.
     fn may_help(self, plugin: &str) -> bool {
         match self {
@@ -68,7 +80,7 @@ impl ClusterEvent {
 }
 
 /// Which sub-queue a pod is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum QueueName {
     /// Ready to be scheduled.
     Active,
@@ -99,6 +111,17 @@ struct Entry {
     parked_at: Duration,
 }
 
+/// Event label of a pod entering the queue for the first time.
+pub const EVENT_POD_ADD: &str = "PodAdd";
+/// Event label of a parked pod that changed (e.g. lost its scheduling gates).
+pub const EVENT_POD_UPDATE: &str = "PodUpdate";
+/// Event label of a pod requeued after a failed attempt.
+pub const EVENT_SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
+/// Event label of a pod whose backoff ended.
+pub const EVENT_BACKOFF_COMPLETE: &str = "BackoffComplete";
+/// Event label of a pod parked longer than [`MAX_UNSCHEDULABLE_DURATION`].
+pub const EVENT_UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
+
 /// The scheduling queue.
 pub struct SchedulingQueue {
     sort: Arc<dyn Plugin>,
@@ -111,6 +134,9 @@ pub struct SchedulingQueue {
     /// Incremented by every cluster event that moves pods.
     move_requests: u64,
     seq: u64,
+    /// Pods that entered each sub-queue, by event label, since the last
+    /// [`take_incoming`](Self::take_incoming).
+    incoming: HashMap<(QueueName, &'static str), u64>,
 }
 
 impl SchedulingQueue {
@@ -125,7 +151,21 @@ impl SchedulingQueue {
             in_flight: HashMap::new(),
             move_requests: 0,
             seq: 0,
+            incoming: HashMap::new(),
         }
+    }
+
+    fn count_incoming(&mut self, queue: QueueName, event: &'static str) {
+        *self.incoming.entry((queue, event)).or_default() += 1;
+    }
+
+    /// How many pods entered each sub-queue, by event label (kube-scheduler's
+    /// `scheduler_queue_incoming_pods_total`), since the last call.
+    pub fn take_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
+        self.incoming
+            .drain()
+            .map(|((queue, event), n)| (queue, event, n))
+            .collect()
     }
 
     fn push_active(&mut self, key: Arc<str>, now: Duration) {
@@ -179,6 +219,7 @@ impl SchedulingQueue {
                 parked_at: now,
             },
         );
+        self.count_incoming(queue, EVENT_POD_ADD);
         if queue == QueueName::Active {
             self.push_active(key, now);
         }
@@ -198,6 +239,7 @@ impl SchedulingQueue {
         e.queued.gated = gated;
         if was_parked && ungated {
             self.push_active(key, now);
+            self.count_incoming(QueueName::Active, EVENT_POD_UPDATE);
         } else if !ungated && e.queue == QueueName::Active {
             e.queue = QueueName::Unschedulable;
             self.remove_active(&key);
@@ -221,21 +263,25 @@ impl SchedulingQueue {
 
     /// Moves pods whose backoff ended, and pods parked too long, to the active queue.
     pub fn flush(&mut self, now: Duration) {
-        let due: Vec<Arc<str>> = self
+        let due: Vec<(Arc<str>, &'static str)> = self
             .entries
             .iter()
-            .filter(|(_, e)| match e.queue {
-                QueueName::Backoff => e.backoff_until <= now,
-                QueueName::Unschedulable => {
-                    e.queued.gated.is_none()
-                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION
+            .filter_map(|(k, e)| match e.queue {
+                QueueName::Backoff if e.backoff_until <= now => {
+                    Some((k.clone(), EVENT_BACKOFF_COMPLETE))
                 }
-                QueueName::Active => false,
+                QueueName::Unschedulable
+                    if e.queued.gated.is_none()
+                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION =>
+                {
+                    Some((k.clone(), EVENT_UNSCHEDULABLE_TIMEOUT))
+                }
+                _ => None,
             })
-            .map(|(k, _)| k.clone())
             .collect();
-        for key in due {
+        for (key, event) in due {
             self.push_active(key, now);
+            self.count_incoming(QueueName::Active, event);
         }
     }
 
@@ -280,15 +326,17 @@ impl SchedulingQueue {
         queued.unschedulable_plugins = plugins;
         let moved_meanwhile = self.move_requests > popped_at;
         let backoff_until = now + self.backoff_for(queued.attempts);
+        let queue = if moved_meanwhile {
+            QueueName::Backoff
+        } else {
+            QueueName::Unschedulable
+        };
+        self.count_incoming(queue, EVENT_SCHEDULE_ATTEMPT_FAILURE);
         self.entries.insert(
             key,
             Entry {
                 queued,
-                queue: if moved_meanwhile {
-                    QueueName::Backoff
-                } else {
-                    QueueName::Unschedulable
-                },
+                queue,
                 backoff_until,
                 parked_at: now,
             },
@@ -303,6 +351,7 @@ impl SchedulingQueue {
             return; // deleted while in flight
         }
         let backoff_until = now + self.backoff_for(queued.attempts);
+        self.count_incoming(QueueName::Backoff, EVENT_SCHEDULE_ATTEMPT_FAILURE);
         self.entries.insert(
             key,
             Entry {
@@ -336,8 +385,10 @@ impl SchedulingQueue {
             let e = self.entries.get_mut(&key).expect("listed above");
             if e.backoff_until > now {
                 e.queue = QueueName::Backoff;
+                self.count_incoming(QueueName::Backoff, event.label());
             } else {
                 self.push_active(key, now);
+                self.count_incoming(QueueName::Active, event.label());
             }
         }
     }
