@@ -455,7 +455,10 @@ mod tests {
         s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
             .unwrap();
         let task = schedule(&mut s, Duration::ZERO);
-        assert!(s.cache().pod_placement("default", "a").unwrap().1, "assumed");
+        assert!(
+            s.cache().pod_placement("default", "a").unwrap().1,
+            "assumed"
+        );
         s.binding_dropped(*task, Duration::ZERO);
         assert!(s.cache().pod_placement("default", "a").is_none());
         assert_eq!(s.queue().total() + s.queue().in_flight(), 0);

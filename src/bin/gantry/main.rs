@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod run;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,8 @@ struct Cli {
 enum Command {
     /// Schedule a cluster snapshot offline through the scheduling core and report the result.
     Simulate(simulate::Args),
+    /// Schedule the pods of a real cluster: watch its API server, bind, record events.
+    Run(run::Args),
     /// Measure scheduling decisions per second on synthetic clusters (no API server).
     Bench(bench::Args),
 }
@@ -26,6 +29,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
