@@ -20,9 +20,9 @@ use crate::model::{Labels, NodeModel, PodInfo};
 use crate::queue::QueueName;
 use crate::scheduler::{Attempt, Scheduler};
 
-/// Longest the thread sleeps with nothing to do (it then refreshes the queue gauges).
+/// Longest the thread sleeps with nothing to do.
 const IDLE_TICK: Duration = Duration::from_secs(1);
-/// How often the queue gauges are refreshed while busy.
+/// How often the queue gauges are refreshed while busy (and whenever the thread goes idle).
 const GAUGE_INTERVAL: Duration = Duration::from_millis(500);
 /// How long a shutdown waits for bindings in flight.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -128,6 +128,8 @@ struct Run {
     stopping: Option<Instant>,
     in_flight: usize,
     last_gauges: Instant,
+    /// Something changed since the gauges were last refreshed.
+    changed: bool,
 }
 
 impl Driver {
@@ -141,6 +143,7 @@ impl Driver {
             stopping: None,
             in_flight: 0,
             last_gauges: now,
+            changed: false,
         };
         loop {
             loop {
@@ -161,7 +164,11 @@ impl Driver {
             }
             let can_schedule = run.leading && run.stopping.is_none() && self.watchers.is_empty();
             if can_schedule && self.schedule_one(&mut run) {
+                run.changed = true;
                 continue;
+            }
+            if run.changed {
+                self.refresh_gauges(&mut run);
             }
             let now = run.start.elapsed();
             let wait = match (can_schedule, self.scheduler.next_wakeup()) {
@@ -231,6 +238,7 @@ impl Driver {
     }
 
     fn apply(&mut self, input: Input, run: &mut Run) {
+        run.changed = true;
         let now = run.start.elapsed();
         let s = &mut self.scheduler;
         match input {
@@ -368,6 +376,7 @@ impl Driver {
 
     fn refresh_gauges(&mut self, run: &mut Run) {
         run.last_gauges = Instant::now();
+        run.changed = false;
         let q = self.scheduler.queue();
         let gated = self
             .scheduler
