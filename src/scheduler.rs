@@ -13,6 +13,9 @@ use crate::framework::{BindPlan, Code, CycleState, Profile, Status};
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
 
+/// How many of the best nodes each attempt reports with their scores.
+pub const TOP_SCORES: usize = 5;
+
 /// A decision to carry out: bind `queued.pod` as `plan` says.
 #[derive(Debug)]
 pub struct BindTask {
@@ -37,7 +40,7 @@ pub struct CycleSummary {
     pub feasible: usize,
     /// Score plugin names, in the order of each [`NodeScores::weighted`].
     pub score_plugins: Vec<&'static str>,
-    /// Scores of the feasible nodes, best first.
+    /// Scores of the best feasible nodes, best first (at most [`TOP_SCORES`]).
     pub scores: Vec<NodeScores>,
 }
 
@@ -191,6 +194,7 @@ impl Scheduler {
         let options = CycleOptions {
             pool: self.pool.as_deref(),
             percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
+            top_scores: TOP_SCORES,
         };
         let result = cycle::schedule_one(
             &profile,

@@ -327,6 +327,7 @@ fn rebuild_affinity_lists(snapshot: &mut Snapshot) {
 
 fn placeholder(name: &Arc<str>) -> NodeModel {
     NodeModel {
+        name_hash: crate::model::node::name_hash(name),
         name: name.clone(),
         labels: Labels::default(),
         annotations: Labels::default(),

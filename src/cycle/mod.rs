@@ -31,6 +31,8 @@ pub struct CycleOptions<'a> {
     /// The configuration-wide `percentageOfNodesToScore` (0 = adaptive); a profile's own
     /// value takes precedence.
     pub percentage_of_nodes_to_score: u32,
+    /// How many of the best-scored nodes to report with their per-plugin scores.
+    pub top_scores: usize,
 }
 
 /// Where the next cycle starts looking, so that successive cycles spread their search over
@@ -62,7 +64,8 @@ pub struct Placement {
     pub feasible: usize,
     /// Names of the score plugins, in the order of [`NodeScores::weighted`].
     pub score_plugins: Vec<&'static str>,
-    /// Scores of every feasible node, best first (empty when one node was feasible).
+    /// Scores of the best feasible nodes (up to `CycleOptions::top_scores`), best first;
+    /// empty when only one node was feasible and scoring was skipped.
     pub scores: Vec<NodeScores>,
     /// Per-cycle plugin state, for Reserve, Permit and Bind.
     pub state: CycleState,
@@ -297,16 +300,14 @@ pub fn schedule_one(
         });
     }
 
-    let (score_plugins, mut scores) =
-        score_nodes(profile, &mut state, pod, snapshot, &feasible, options)?;
-    let chosen = select_host(pod, &scores);
-    let node = scores[chosen].node.clone();
-    scores.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.node.cmp(&b.node)));
+    let table = score_nodes(profile, &mut state, pod, snapshot, &feasible, options)?;
+    let chosen = select_host(pod, &feasible, &table.totals);
+    let scores = table.top(&feasible, options.top_scores);
     Ok(Placement {
-        node,
+        node: feasible[chosen].node.name.clone(),
         evaluated,
         feasible: feasible.len(),
-        score_plugins,
+        score_plugins: table.plugins,
         scores,
         state,
     })
@@ -388,7 +389,36 @@ fn run_post_filter(
     }
 }
 
-type Scored = (Vec<&'static str>, Vec<NodeScores>);
+/// Weighted scores of the feasible nodes: one row per node, one column per score plugin.
+struct ScoreTable {
+    plugins: Vec<&'static str>,
+    weighted: Vec<i64>,
+    totals: Vec<i64>,
+}
+
+impl ScoreTable {
+    /// The `k` best rows, best first (ties in examination order), with node names.
+    fn top(&self, feasible: &[&NodeInfo], k: usize) -> Vec<NodeScores> {
+        // One pass keeping the best k indices sorted: k is small, the cluster is not.
+        let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+        for (i, &total) in self.totals.iter().enumerate() {
+            if best.len() == k && best.last().is_none_or(|&j| self.totals[j] >= total) {
+                continue;
+            }
+            let at = best.partition_point(|&j| self.totals[j] >= total);
+            best.insert(at, i);
+            best.truncate(k);
+        }
+        let width = self.plugins.len();
+        best.into_iter()
+            .map(|i| NodeScores {
+                node: feasible[i].node.name.clone(),
+                weighted: self.weighted[i * width..(i + 1) * width].to_vec(),
+                total: self.totals[i],
+            })
+            .collect()
+    }
+}
 
 fn score_nodes(
     profile: &Profile,
@@ -397,7 +427,7 @@ fn score_nodes(
     snapshot: &Snapshot,
     feasible: &[&NodeInfo],
     options: &CycleOptions<'_>,
-) -> Result<Scored, CycleError> {
+) -> Result<ScoreTable, CycleError> {
     let mut skip_score: Vec<&'static str> = Vec::new();
     for plugin in &profile.pre_score {
         let Some(ps) = plugin.as_pre_score() else {
@@ -419,30 +449,37 @@ fn score_nodes(
         .filter_map(|(p, w)| p.as_score().map(|s| (s, p.name(), *w)))
         .collect();
     let state: &CycleState = state;
-    let score_node = |node: &&NodeInfo| -> Result<Vec<i64>, Status> {
-        active
-            .iter()
-            .map(|(s, name, _)| s.score(state, pod, node).map_err(|e| e.with_plugin(name)))
-            .collect()
+    let width = active.len();
+    let mut raw = vec![0i64; feasible.len() * width];
+    let score_row = |(node, row): (&&NodeInfo, &mut [i64])| -> Result<(), Status> {
+        for ((s, name, _), cell) in active.iter().zip(row.iter_mut()) {
+            *cell = s.score(state, pod, node).map_err(|e| e.with_plugin(name))?;
+        }
+        Ok(())
     };
-    let raw: Vec<Vec<i64>> = match options.pool {
-        Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
-            feasible
-                .par_iter()
-                .map(score_node)
-                .collect::<Result<_, _>>()
-        }),
-        _ => feasible.iter().map(score_node).collect::<Result<_, _>>(),
+    if width > 0 {
+        match options.pool {
+            Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
+                feasible
+                    .par_iter()
+                    .zip(raw.par_chunks_mut(width))
+                    .try_for_each(score_row)
+            }),
+            _ => feasible
+                .iter()
+                .zip(raw.chunks_mut(width))
+                .try_for_each(score_row),
+        }
+        .map_err(CycleError::Error)?;
     }
-    .map_err(CycleError::Error)?;
 
-    let mut weighted = vec![vec![0i64; active.len()]; feasible.len()];
+    let mut totals = vec![0i64; feasible.len()];
     let mut column: Vec<NodeScore> = Vec::with_capacity(feasible.len());
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
         column.clear();
-        column.extend(raw.iter().enumerate().map(|(i, r)| NodeScore {
+        column.extend((0..feasible.len()).map(|i| NodeScore {
             index: i,
-            score: r[j],
+            score: raw[i * width + j],
         }));
         let status = plugin.normalize(state, pod, &mut column);
         if !status.is_success() {
@@ -458,40 +495,33 @@ fn score_nodes(
                     .with_plugin(name),
                 ));
             }
-            weighted[s.index][j] = s.score * weight;
+            let w = s.score * weight;
+            raw[s.index * width + j] = w;
+            totals[s.index] += w;
         }
     }
-    let names = active.iter().map(|(_, n, _)| *n).collect();
-    let scores = feasible
-        .iter()
-        .zip(weighted)
-        .map(|(node, w)| NodeScores {
-            node: node.node.name.clone(),
-            total: w.iter().sum(),
-            weighted: w,
-        })
-        .collect();
-    Ok((names, scores))
+    Ok(ScoreTable {
+        plugins: active.iter().map(|(_, n, _)| *n).collect(),
+        weighted: raw,
+        totals,
+    })
 }
 
 /// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
 /// so a replay makes the same choice whatever order the nodes were examined in.
-fn select_host(pod: &PodInfo, scores: &[NodeScores]) -> usize {
-    let tie_key = |node: &str| {
-        let mut h = std::hash::DefaultHasher::new();
-        pod.namespace.hash(&mut h);
-        pod.name.hash(&mut h);
-        node.hash(&mut h);
-        h.finish()
-    };
-    let mut best = 0;
-    for i in 1..scores.len() {
-        let (a, b) = (&scores[i], &scores[best]);
-        if a.total > b.total || (a.total == b.total && tie_key(&a.node) < tie_key(&b.node)) {
-            best = i;
-        }
-    }
-    best
+fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64]) -> usize {
+    let best = totals.iter().copied().max().unwrap_or(0);
+    let mut h = rustc_hash::FxHasher::default();
+    pod.namespace.hash(&mut h);
+    pod.name.hash(&mut h);
+    let pod_hash = h.finish();
+    // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
+    let tie_key =
+        |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (0..feasible.len())
+        .filter(|&i| totals[i] == best)
+        .min_by_key(|&i| tie_key(i))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

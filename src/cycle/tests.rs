@@ -113,6 +113,7 @@ fn snapshot(nodes: Vec<crate::model::NodeModel>) -> Snapshot {
 const OPTS: CycleOptions<'static> = CycleOptions {
     pool: None,
     percentage_of_nodes_to_score: 0,
+    top_scores: 3,
 };
 
 #[test]
@@ -251,6 +252,7 @@ fn rotation_spreads_the_search_and_parallel_matches_sequential() {
     let par = CycleOptions {
         pool: Some(&pool),
         percentage_of_nodes_to_score: 0,
+        top_scores: 3,
     };
     let (mut r1, mut r2) = (Rotation::default(), Rotation::default());
     for i in 0..5 {

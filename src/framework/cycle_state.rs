@@ -1,14 +1,14 @@
 //! Per-cycle plugin state, keyed by type.
 
 use std::any::{Any, TypeId};
-use std::collections::HashMap;
 
 /// Data plugins compute in one scheduling cycle (at PreFilter, PreScore, Reserve) and read at
 /// later extension points. Each plugin stores its own type, so keys cannot collide and reads
-/// need no downcasting by hand.
+/// need no downcasting by hand. A cycle holds a handful of values read for every node, so
+/// they sit in a small vector searched linearly: cheaper than hashing on every read.
 #[derive(Default)]
 pub struct CycleState {
-    values: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    values: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
 }
 
 impl CycleState {
@@ -19,21 +19,29 @@ impl CycleState {
 
     /// Stores `value`, replacing any earlier value of the same type.
     pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
-        self.values.insert(TypeId::of::<T>(), Box::new(value));
+        let id = TypeId::of::<T>();
+        match self.values.iter_mut().find(|(k, _)| *k == id) {
+            Some((_, v)) => *v = Box::new(value),
+            None => self.values.push((id, Box::new(value))),
+        }
     }
 
     /// The stored value of type `T`.
     pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        let id = TypeId::of::<T>();
         self.values
-            .get(&TypeId::of::<T>())
-            .and_then(|b| b.downcast_ref())
+            .iter()
+            .find(|(k, _)| *k == id)
+            .and_then(|(_, b)| b.downcast_ref())
     }
 
     /// The stored value of type `T`, mutably.
     pub fn get_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
+        let id = TypeId::of::<T>();
         self.values
-            .get_mut(&TypeId::of::<T>())
-            .and_then(|b| b.downcast_mut())
+            .iter_mut()
+            .find(|(k, _)| *k == id)
+            .and_then(|(_, b)| b.downcast_mut())
     }
 }
 

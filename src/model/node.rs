@@ -24,6 +24,8 @@ pub struct NodeImage {
 pub struct NodeModel {
     /// Node name.
     pub name: Arc<str>,
+    /// A stable hash of the name, to break score ties without touching the string.
+    pub name_hash: u64,
     /// Labels.
     pub labels: Labels,
     /// Only the annotations the scheduler reads.
@@ -105,7 +107,16 @@ impl NodeModel {
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
             images,
+            name_hash: name_hash(&name),
             name: Arc::from(name.as_str()),
         })
     }
+}
+
+/// A hash of a node name that is the same on every run and platform.
+pub fn name_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    name.hash(&mut h);
+    h.finish()
 }

@@ -14,6 +14,7 @@ use crate::framework::{
     PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
+use crate::model::labels::validate_qualified_name;
 use crate::model::resources::{ResourceName, is_extended_resource};
 
 use super::resource_allocation::{
@@ -236,74 +237,10 @@ fn check_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ArgsE
     Ok(())
 }
 
-const QUALIFIED_NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', \
-     and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
-     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const DNS_SUBDOMAIN_RULE: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
-     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character \
-     (e.g. 'example.com', regex used for validation is \
-     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-/// Kubernetes' qualified-name rule (a label key): an optional DNS-subdomain prefix and `/`,
-/// then 1..=63 alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric. The error
-/// carries kube's first message.
+/// Checks a qualified name in these arguments, naming the field as kube does.
 fn check_qualified_name(value: &str, field: &str) -> Result<(), ArgsError> {
-    let fail = |msg: String| {
-        Err(ArgsError::new(
-            field,
-            format!("Invalid value: {value:?}: {msg}"),
-        ))
-    };
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                return fail("prefix part must be non-empty".to_string());
-            }
-            if prefix.len() > 253 {
-                return fail("prefix part must be no more than 253 characters".to_string());
-            }
-            if !is_dns_subdomain(prefix) {
-                return fail(format!("prefix part {DNS_SUBDOMAIN_RULE}"));
-            }
-            *name
-        }
-        _ => {
-            return fail(format!(
-                "a qualified name {QUALIFIED_NAME_RULE} with an optional DNS subdomain prefix \
-                 and '/' (e.g. 'example.com/MyName')"
-            ));
-        }
-    };
-    if name.is_empty() {
-        return fail("name part must be non-empty".to_string());
-    }
-    if name.len() > 63 {
-        return fail("name part must be no more than 63 characters".to_string());
-    }
-    let bytes = name.as_bytes();
-    let ends_ok =
-        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
-    let chars_ok = bytes
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !(ends_ok && chars_ok) {
-        return fail(format!("name part {QUALIFIED_NAME_RULE}"));
-    }
-    Ok(())
-}
-
-/// Lower-case RFC 1123 labels separated by dots.
-fn is_dns_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let b = label.as_bytes();
-        !b.is_empty()
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-    })
+    validate_qualified_name(value)
+        .map_err(|msg| ArgsError::new(field, format!("Invalid value: {value:?}: {msg}")))
 }
 
 /// The scoring strategy, resolved for arithmetic.
@@ -581,7 +518,10 @@ fn weighted_mean(
 /// `value * MAX_NODE_SCORE / capacity` for `0 <= value <= capacity`, exact even where the
 /// product would overflow an i64.
 fn scaled(value: i64, capacity: i64) -> i64 {
-    (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+    match value.checked_mul(MAX_NODE_SCORE) {
+        Some(product) => product / capacity,
+        None => (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64,
+    }
 }
 
 /// The share of the node left free, 0..=100: 0 when the node is (over)full.
@@ -631,17 +571,9 @@ fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::framework::Registry;
-    use crate::model::NodeModel;
-    use crate::testing::{node, pod};
+    use crate::model::labels::{DNS_SUBDOMAIN_RULE, QUALIFIED_NAME_RULE};
+    use crate::testing::{node, node_info, pod};
     use serde_json::json;
-
-    fn node_info(n: NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
-        let mut info = NodeInfo::new(Arc::new(n));
-        for p in pods {
-            info.add_pod(p.clone());
-        }
-        info
-    }
 
     fn plugin(args: serde_json::Value) -> NodeResourcesFit {
         let args = decode_args::<NodeResourcesFitArgs>(Some(&args)).unwrap();
@@ -1132,6 +1064,7 @@ mod tests {
         let options = CycleOptions {
             pool: None,
             percentage_of_nodes_to_score: 0,
+            top_scores: 3,
         };
         let mut rotation = Rotation::default();
 

@@ -731,6 +731,7 @@ affinity:
     let opts = CycleOptions {
         pool: None,
         percentage_of_nodes_to_score: 0,
+        top_scores: 3,
     };
     let err = schedule_one(&profile, &snap, &p, &mut Rotation::default(), &opts).unwrap_err();
     assert_eq!(

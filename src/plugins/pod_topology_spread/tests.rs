@@ -312,7 +312,7 @@ fn args_topology_key_must_be_a_qualified_name() {
         "A_b-c.9",
         "x.y/Z",
     ] {
-        assert!(check_qualified_name(good).is_ok(), "{good}");
+        assert!(validate_qualified_name(good).is_ok(), "{good}");
     }
     for bad in [
         "-zone",
@@ -324,7 +324,7 @@ fn args_topology_key_must_be_a_qualified_name() {
         "zo ne",
         &"x".repeat(64),
     ] {
-        assert!(check_qualified_name(bad).is_err(), "{bad}");
+        assert!(validate_qualified_name(bad).is_err(), "{bad}");
         let err = args_error(json!({"defaultingType": "List", "defaultConstraints": [
             {"maxSkew": 1, "topologyKey": bad, "whenUnsatisfiable": "DoNotSchedule"}
         ]}));
@@ -797,6 +797,7 @@ fn cycle_places_and_reports_as_kube_does() {
     let options = CycleOptions {
         pool: None,
         percentage_of_nodes_to_score: 0,
+        top_scores: 3,
     };
     let s = snapshot(
         vec![
