@@ -1023,7 +1023,7 @@ mod tests {
     #[test]
     fn in_a_cycle_with_balanced_allocation() {
         use crate::cache::Cache;
-        use crate::cycle::{CycleError, CycleOptions, Rotation, schedule_one};
+        use crate::cycle::{CycleError, CycleMemory, CycleOptions, schedule_one};
         use crate::framework::Profile;
         use crate::plugins::balanced_allocation;
 
@@ -1066,18 +1066,18 @@ mod tests {
             percentage_of_nodes_to_score: 0,
             top_scores: 3,
         };
-        let mut rotation = Rotation::default();
+        let mut memory = CycleMemory::default();
 
         // LeastAllocated sends the pod to the empty node; both fitting nodes are balanced.
         let p = pod("p").req("cpu", "2").req("memory", "2Gi").build();
-        let placement = schedule_one(&profile, &snapshot, &p, &mut rotation, &options).unwrap();
+        let placement = schedule_one(&profile, &snapshot, &p, &mut memory, &options).unwrap();
         assert_eq!(&*placement.node, "empty");
         assert_eq!(placement.feasible, 2);
         assert_eq!(placement.scores[0].weighted, vec![75, 100]);
         assert_eq!(placement.scores[1].weighted, vec![25, 100]);
 
         let big = pod("big").req("cpu", "9").req("memory", "2Gi").build();
-        match schedule_one(&profile, &snapshot, &big, &mut rotation, &options) {
+        match schedule_one(&profile, &snapshot, &big, &mut memory, &options) {
             Err(CycleError::Unschedulable(d)) => assert_eq!(
                 d.message(),
                 "0/4 nodes are available: 1 Too many pods, 4 Insufficient cpu."
