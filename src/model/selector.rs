@@ -100,7 +100,10 @@ impl Requirement {
     /// True when a label set with `value` for this requirement's key satisfies it.
     pub fn matches_value(&self, value: Option<&str>) -> bool {
         match (self.operator, value) {
-            (Operator::In, Some(v)) => self.values.binary_search_by(|x| x.as_str().cmp(v)).is_ok(),
+            (Operator::In, Some(v)) => match self.values.as_slice() {
+                [only] => only == v,
+                values => values.binary_search_by(|x| x.as_str().cmp(v)).is_ok(),
+            },
             (Operator::In, None) => false,
             (Operator::NotIn, Some(v)) => {
                 self.values.binary_search_by(|x| x.as_str().cmp(v)).is_err()

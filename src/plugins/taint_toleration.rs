@@ -85,6 +85,9 @@ impl PreScorePlugin for TaintToleration {
 impl ScorePlugin for TaintToleration {
     /// The number of the node's PreferNoSchedule taints the pod does not tolerate.
     fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        if node.node.taints.is_empty() {
+            return Ok(0);
+        }
         let s = state
             .get::<TaintTolerationState>()
             .ok_or_else(|| Status::error(ERR_MISSING_STATE))?;
@@ -265,7 +268,11 @@ mod tests {
     #[test]
     fn score_without_pre_score_is_an_error() {
         let s = TaintToleration
-            .score(&CycleState::new(), &pod("p").build(), &info(node("n")))
+            .score(
+                &CycleState::new(),
+                &pod("p").build(),
+                &info(node("n").taint("k", "v", "PreferNoSchedule")),
+            )
             .unwrap_err();
         assert_eq!(s.code(), Code::Error);
         assert_eq!(

@@ -11,7 +11,7 @@ mod scoring;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -132,7 +132,7 @@ impl TopologyCounts {
         let i = match self.by_key.iter().position(|(k, _)| k == key) {
             Some(i) => i,
             None => {
-                self.by_key.push((key.to_string(), HashMap::new()));
+                self.by_key.push((key.to_string(), HashMap::default()));
                 self.by_key.len() - 1
             }
         };

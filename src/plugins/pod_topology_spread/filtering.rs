@@ -1,7 +1,7 @@
 //! Hard constraints (`DoNotSchedule`): PreFilter counts the matching pods of every eligible
 //! domain once per cycle; Filter checks one node's skew against those counts.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
@@ -42,7 +42,7 @@ impl PodTopologySpread {
         if constraints.is_empty() {
             return None;
         }
-        let mut counts: Vec<HashMap<Box<str>, i64>> = vec![HashMap::new(); constraints.len()];
+        let mut counts: Vec<HashMap<Box<str>, i64>> = vec![HashMap::default(); constraints.len()];
         // The node's value for each constraint's key, looked up once per node.
         let mut values: Vec<&str> = Vec::with_capacity(constraints.len());
         'nodes: for node in snapshot.nodes() {

@@ -2,7 +2,7 @@
 //! cycle; Score sums each constraint's weighted count for the node's domain; NormalizeScore
 //! reverses the range so that the node with the fewest matching pods scores highest.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -76,7 +76,7 @@ impl PodTopologySpread {
                 selector: c.selector.into_owned(),
                 node_affinity_policy: c.spec.node_affinity_policy,
                 node_taints_policy: c.spec.node_taints_policy,
-                counts: HashMap::new(),
+                counts: HashMap::default(),
                 weight: 0.0,
             })
             .collect();
