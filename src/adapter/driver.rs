@@ -403,3 +403,164 @@ pub fn pod_ref(pod: &PodInfo) -> PodRef {
         uid: pod.uid.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::plugins;
+    use crate::testing::{node, pod};
+    use std::sync::mpsc::{Sender, channel};
+    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+    struct Harness {
+        inputs: Sender<Input>,
+        binds: UnboundedReceiver<BindRequest>,
+        records: UnboundedReceiver<Record>,
+        ready: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    fn start() -> Harness {
+        let metrics = Arc::new(Metrics::new());
+        let config = Config::default_with(&plugins::registry()).expect("defaults");
+        let (inputs, rx) = channel();
+        let (bind_tx, binds) = unbounded_channel();
+        let (recorder, records) = Recorder::channel();
+        let ready = Arc::new(AtomicBool::new(false));
+        let driver = Driver {
+            scheduler: Scheduler::new(config, None),
+            inputs: rx,
+            binder: bind_tx,
+            recorder,
+            instrumentation: Instrumentation::new(metrics.clone()),
+            metrics,
+            watchers: ["nodes", "pods"].into_iter().collect(),
+            ready: ready.clone(),
+        };
+        let thread = std::thread::spawn(move || driver.run());
+        Harness {
+            inputs,
+            binds,
+            records,
+            ready,
+            thread,
+        }
+    }
+
+    fn next<T>(rx: &mut UnboundedReceiver<T>) -> Option<T> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(v) = rx.try_recv() {
+                return Some(v);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    fn quiet<T>(rx: &mut UnboundedReceiver<T>) -> bool {
+        std::thread::sleep(Duration::from_millis(100));
+        rx.try_recv().is_err()
+    }
+
+    #[test]
+    fn nothing_is_scheduled_before_warm_caches_and_leadership() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
+            .unwrap();
+        h.inputs.send(Input::Synced("nodes")).unwrap();
+        h.inputs.send(Input::Lead).unwrap();
+        assert!(quiet(&mut h.binds), "the pod watcher has not listed yet");
+        assert!(!h.ready.load(Ordering::Relaxed));
+        h.inputs.send(Input::Synced("pods")).unwrap();
+        let bind = next(&mut h.binds).expect("a binding once warm");
+        assert!(h.ready.load(Ordering::Relaxed));
+        assert_eq!(&*bind.task.plan.node, "n1");
+        // The stale condition of the pod is cancelled as its binding starts.
+        assert!(matches!(next(&mut h.records), Some(Record::Binding { name, .. }) if name == "a"));
+        h.inputs
+            .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
+            .unwrap();
+        match next(&mut h.records) {
+            Some(Record::Scheduled { pod, node, .. }) => {
+                assert_eq!((pod.name.as_str(), node.as_str()), ("a", "n1"));
+            }
+            other => panic!("expected a Scheduled record, got {other:?}"),
+        }
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_follower_keeps_its_cache_but_does_not_schedule() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs.send(Input::PodApplied(pod("a").build())).unwrap();
+        h.inputs.send(Input::Synced("nodes")).unwrap();
+        h.inputs.send(Input::Synced("pods")).unwrap();
+        assert!(quiet(&mut h.binds));
+        assert!(h.ready.load(Ordering::Relaxed), "ready while following");
+        h.inputs.send(Input::Lead).unwrap();
+        assert!(next(&mut h.binds).is_some(), "schedules once leading");
+        h.inputs.send(Input::Shutdown).unwrap();
+        // Shutdown waits for the binding in flight, which never finishes here; closing the
+        // channel ends the thread at once.
+        drop(h.inputs);
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn unschedulable_and_refused_pods_are_reported_once() {
+        let mut h = start();
+        for input in [
+            Input::NodeApplied(node("n1").capacity("1", "4Gi").build()),
+            Input::PodApplied(pod("big").req("cpu", "2").build()),
+            Input::PodApplied(pod("small").req("cpu", "1").build()),
+            Input::Synced("nodes"),
+            Input::Synced("pods"),
+            Input::Lead,
+        ] {
+            h.inputs.send(input).unwrap();
+        }
+        let bind = next(&mut h.binds).expect("small is bound");
+        assert_eq!(bind.task.assumed.name, "small");
+        let mut failed = Vec::new();
+        while let Some(r) = next(&mut h.records) {
+            if let Record::Failed {
+                pod,
+                message,
+                condition_reason,
+                ..
+            } = r
+            {
+                failed.push((pod.name, condition_reason, message));
+                break;
+            }
+        }
+        assert_eq!(
+            failed,
+            [(
+                "big".to_string(),
+                CONDITION_UNSCHEDULABLE,
+                "0/1 nodes are available: 1 Insufficient cpu.".to_string()
+            )]
+        );
+        // Someone else bound "small" first: dropped, no retry, no record.
+        h.inputs
+            .send(Input::Bound(
+                Box::new(bind),
+                BindOutcome::Refused("already assigned".to_string()),
+            ))
+            .unwrap();
+        assert!(quiet(&mut h.binds), "a refused binding is not retried");
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+}

@@ -106,16 +106,24 @@ impl Recorder {
     }
 }
 
+impl Recorder {
+    /// A recorder and the receiving end of its records (for a writer, or a test).
+    pub fn channel() -> (Recorder, mpsc::UnboundedReceiver<Record>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Recorder { tx }, rx)
+    }
+}
+
 /// Starts the writer. It stops once every [`Recorder`] is dropped and all it holds is
 /// written. `identity` is the `reportingInstance` of the events.
 pub fn spawn(client: Client, identity: String) -> (Recorder, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (recorder, rx) = Recorder::channel();
     let writer = Writer {
         client,
         identity,
         state: State::default(),
     };
-    (Recorder { tx }, tokio::spawn(writer.run(rx)))
+    (recorder, tokio::spawn(writer.run(rx)))
 }
 
 #[derive(Debug, Clone)]
