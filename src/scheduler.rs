@@ -348,12 +348,12 @@ impl Scheduler {
     pub fn binding_succeeded(&mut self, task: &BindTask, now: Duration) -> Result<(), CacheError> {
         let pod = &task.assumed;
         self.queue.done(&pod.namespace, &pod.name);
-        // A pod deleted while its binding was in flight is no longer in the cache.
-        if self
-            .cache
-            .pod_placement(&pod.namespace, &pod.name)
-            .is_some()
-        {
+        // A pod deleted while its binding was in flight is no longer in the cache, and one the
+        // watch already reported bound is confirmed (with the watch's newer copy).
+        if matches!(
+            self.cache.pod_placement(&pod.namespace, &pod.name),
+            Some((_, true))
+        ) {
             self.cache.add_bound_pod(pod.clone())?;
             self.queue.on_event(ClusterEvent::PodAdd, now);
         }
@@ -483,6 +483,23 @@ mod tests {
         s.binding_dropped(*task, Duration::ZERO);
         let (node, assumed) = s.cache().pod_placement("default", "a").unwrap();
         assert_eq!((&**node, assumed), (other, false));
+    }
+
+    #[test]
+    fn a_binding_the_watch_already_reported_keeps_the_watched_pod() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("2", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        // The watch reports the pod bound, with a label added meanwhile.
+        let watched = pod("a").req("cpu", "1").label("v", "2").on("n1").build();
+        s.upsert_pod(watched, Duration::ZERO).unwrap();
+        s.binding_succeeded(&task, Duration::ZERO).unwrap();
+        let info = s.cache().node("n1").unwrap();
+        assert_eq!(info.pods.len(), 1);
+        assert_eq!(info.pods[0].labels.get("v"), Some("2"));
+        assert!(!s.cache().pod_placement("default", "a").unwrap().1);
     }
 
     #[test]

@@ -341,3 +341,48 @@ async fn binding_conflicts_and_pods_deleted_in_flight_are_dropped() {
     assert_within_capacity(&all, &allocatable);
     assert_eq!(gantry.terminate().code(), Some(0));
 }
+
+/// A pod that finishes (Succeeded) leaves gantry's pod watch and frees its node for a pod
+/// that was waiting for room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_pod_frees_its_node() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, Patch, PatchParams};
+
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let (ns, profile) = ("done", "gantry-done");
+    create_namespace(&client, ns).await;
+    create_node(&client, &node("done-1", ns, "1", "2Gi")).await;
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        ns,
+        &config(profile, ns, None, ""),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    create_pod(&client, &pod(ns, "job", profile, "1", "1Gi")).await;
+    eventually(Duration::from_secs(10), "the job bound", || async {
+        node_of(&get_pod(&client, ns, "job").await).map(str::to_string)
+    })
+    .await;
+    create_pod(&client, &pod(ns, "next", profile, "1", "1Gi")).await;
+    eventually(Duration::from_secs(10), "the next pod rejected", || async {
+        pod_scheduled(&get_pod(&client, ns, "next").await).filter(|c| c.0 == "False")
+    })
+    .await;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(
+            "job",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("finish the job");
+    let node = eventually(Duration::from_secs(10), "the next pod bound", || async {
+        node_of(&get_pod(&client, ns, "next").await).map(str::to_string)
+    })
+    .await;
+    assert_eq!(node, "done-1");
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
