@@ -1,5 +1,5 @@
-//! gantry with only the permissions of its own RBAC role (deploy/rbac.yaml) and its own
-//! configuration (deploy/config.yaml), running as a user bound to that role: it lists and
+//! gantry with only the permissions of its own RBAC role (deploy/10-rbac.yaml) and its own
+//! configuration (deploy/20-configmap.yaml), running as a user bound to that role: it lists and
 //! watches, binds, records events and conditions, and holds and releases its lease, without
 //! a single request refused.
 
@@ -16,7 +16,15 @@ async fn the_deployed_role_is_all_gantry_needs() {
     let plane = ControlPlane::start();
     let client = plane.client().await;
     let deploy = repo().join("deploy");
-    let config = std::fs::read_to_string(deploy.join("config.yaml")).expect("deploy/config.yaml");
+    let configmap: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy.join("20-configmap.yaml"))
+            .expect("deploy/20-configmap.yaml"),
+    )
+    .expect("ConfigMap YAML");
+    let config = configmap["data"]["config.yaml"]
+        .as_str()
+        .expect("data.config.yaml")
+        .to_string();
 
     // Without the role, the user "gantry" can do nothing: gantry never gets ready.
     let mut denied = Gantry::start(plane.dir(), "denied", &config, &plane.gantry_kubeconfig());
@@ -30,9 +38,9 @@ async fn the_deployed_role_is_all_gantry_needs() {
     plane.kubectl(&[
         "apply",
         "-f",
-        &deploy.join("namespace.yaml").display().to_string(),
+        &deploy.join("00-namespace.yaml").display().to_string(),
         "-f",
-        &deploy.join("rbac.yaml").display().to_string(),
+        &deploy.join("10-rbac.yaml").display().to_string(),
     ]);
     plane.kubectl(&[
         "create",
