@@ -217,17 +217,18 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         w.abort();
     }
     let _ = binder_task.await;
-    if tokio::time::timeout(EVENTS_GRACE, events_task)
-        .await
-        .is_err()
-    {
-        tracing::warn!("events still unwritten at shutdown");
-    }
+    // Nothing is scheduled or bound any more: a standby may take over while events drain.
     if let Some(e) = &mut elector
         && leading
         && let Err(err) = e.release().await
     {
         tracing::warn!(error = %err, "cannot release the lease");
+    }
+    if tokio::time::timeout(EVENTS_GRACE, events_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("events still unwritten at shutdown");
     }
     tracing::info!("stopped");
     Ok(())
