@@ -4,7 +4,7 @@
 
 mod heap;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -129,6 +129,9 @@ pub struct SchedulingQueue {
     max_backoff: Duration,
     entries: HashMap<Arc<str>, Entry>,
     active: Heap,
+    /// Keys of the entries not in the active queue (backoff or unschedulable), so that
+    /// flushing and cluster events look at the waiting pods only, not at every queued one.
+    waiting: HashSet<Arc<str>>,
     /// Keys of pods popped and not yet done, with the move-request counter at pop time.
     in_flight: HashMap<Arc<str>, u64>,
     /// Incremented by every cluster event that moves pods.
@@ -148,6 +151,7 @@ impl SchedulingQueue {
             max_backoff,
             entries: HashMap::new(),
             active: Heap::default(),
+            waiting: HashSet::new(),
             in_flight: HashMap::new(),
             move_requests: 0,
             seq: 0,
@@ -171,6 +175,7 @@ impl SchedulingQueue {
     fn push_active(&mut self, key: Arc<str>, now: Duration) {
         self.seq += 1;
         if let Some(e) = self.entries.get_mut(&key) {
+            self.waiting.remove(&key);
             e.queue = QueueName::Active;
             e.queued.enqueued = now;
             let (sort, entries) = (&*self.sort, &self.entries);
@@ -222,6 +227,8 @@ impl SchedulingQueue {
         self.count_incoming(queue, EVENT_POD_ADD);
         if queue == QueueName::Active {
             self.push_active(key, now);
+        } else {
+            self.waiting.insert(key);
         }
     }
 
@@ -243,6 +250,7 @@ impl SchedulingQueue {
         } else if !ungated && e.queue == QueueName::Active {
             e.queue = QueueName::Unschedulable;
             self.remove_active(&key);
+            self.waiting.insert(key);
         }
     }
 
@@ -251,6 +259,7 @@ impl SchedulingQueue {
     pub fn delete(&mut self, namespace: &str, name: &str) -> bool {
         let key = format!("{namespace}/{name}");
         self.remove_active(&key);
+        self.waiting.remove(key.as_str());
         let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
         self.entries.remove(key.as_str()).is_some() || was_in_flight
     }
@@ -264,8 +273,9 @@ impl SchedulingQueue {
     /// Moves pods whose backoff ended, and pods parked too long, to the active queue.
     pub fn flush(&mut self, now: Duration) {
         let due: Vec<(Arc<str>, &'static str)> = self
-            .entries
+            .waiting
             .iter()
+            .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
             .filter_map(|(k, e)| match e.queue {
                 QueueName::Backoff if e.backoff_until <= now => {
                     Some((k.clone(), EVENT_BACKOFF_COMPLETE))
@@ -332,6 +342,7 @@ impl SchedulingQueue {
             QueueName::Unschedulable
         };
         self.count_incoming(queue, EVENT_SCHEDULE_ATTEMPT_FAILURE);
+        self.waiting.insert(key.clone());
         self.entries.insert(
             key,
             Entry {
@@ -352,6 +363,7 @@ impl SchedulingQueue {
         }
         let backoff_until = now + self.backoff_for(queued.attempts);
         self.count_incoming(QueueName::Backoff, EVENT_SCHEDULE_ATTEMPT_FAILURE);
+        self.waiting.insert(key.clone());
         self.entries.insert(
             key,
             Entry {
@@ -368,8 +380,9 @@ impl SchedulingQueue {
     pub fn on_event(&mut self, event: ClusterEvent, now: Duration) {
         self.move_requests += 1;
         let movable: Vec<Arc<str>> = self
-            .entries
+            .waiting
             .iter()
+            .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
             .filter(|(_, e)| {
                 e.queue == QueueName::Unschedulable
                     && e.queued.gated.is_none()
@@ -398,7 +411,7 @@ impl SchedulingQueue {
         if queue == QueueName::Active {
             return self.active.len();
         }
-        self.entries.values().filter(|e| e.queue == queue).count()
+        self.waiting_entries().filter(|e| e.queue == queue).count()
     }
 
     /// Pods queued in total (not counting those in flight).
@@ -413,8 +426,7 @@ impl SchedulingQueue {
 
     /// When the earliest backoff or parking period ends, if any pod waits on time.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        self.entries
-            .values()
+        self.waiting_entries()
             .filter_map(|e| match e.queue {
                 QueueName::Backoff => Some(e.backoff_until),
                 QueueName::Unschedulable if e.queued.gated.is_none() => {
@@ -427,8 +439,7 @@ impl SchedulingQueue {
 
     /// When the earliest backoff ends, if any pod is backing off.
     pub fn next_backoff_expiry(&self) -> Option<Duration> {
-        self.entries
-            .values()
+        self.waiting_entries()
             .filter(|e| e.queue == QueueName::Backoff)
             .map(|e| e.backoff_until)
             .min()
@@ -436,10 +447,11 @@ impl SchedulingQueue {
 
     /// Every queued pod that is not active, with its sub-queue (for reports).
     pub fn waiting(&self) -> impl Iterator<Item = (&QueuedPod, QueueName)> {
-        self.entries
-            .values()
-            .filter(|e| e.queue != QueueName::Active)
-            .map(|e| (&e.queued, e.queue))
+        self.waiting_entries().map(|e| (&e.queued, e.queue))
+    }
+
+    fn waiting_entries(&self) -> impl Iterator<Item = &Entry> {
+        self.waiting.iter().filter_map(|k| self.entries.get(k))
     }
 }
 

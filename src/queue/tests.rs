@@ -179,3 +179,47 @@ fn parked_pods_flushed_count_as_unschedulable_timeout() {
         [(QueueName::Active, EVENT_UNSCHEDULABLE_TIMEOUT, 1)]
     );
 }
+
+#[test]
+fn sub_queue_counts_add_up_through_every_transition() {
+    let mut q = queue();
+    let check = |q: &SchedulingQueue| {
+        let parts =
+            q.len(QueueName::Active) + q.len(QueueName::Backoff) + q.len(QueueName::Unschedulable);
+        assert_eq!(parts, q.total());
+    };
+    for i in 0..6 {
+        q.add(pod(&format!("p{i}")).build(), None, T0);
+    }
+    q.add(
+        pod("gated").build(),
+        Some(Status::unresolvable("gated")),
+        T0,
+    );
+    check(&q);
+    let a = q.pop(T0).unwrap();
+    let b = q.pop(T0).unwrap();
+    let c = q.pop(T0).unwrap();
+    q.requeue_unschedulable(a, ["NodeResourcesFit"].into_iter().collect(), T0);
+    q.requeue_backoff(b, T0);
+    q.requeue_unschedulable(c, ["TaintToleration"].into_iter().collect(), T0);
+    check(&q);
+    assert_eq!(q.len(QueueName::Unschedulable), 3);
+    q.on_event(ClusterEvent::PodDelete, secs(5));
+    check(&q);
+    assert_eq!(
+        q.len(QueueName::Unschedulable),
+        2,
+        "only the cpu-starved pod moved"
+    );
+    q.update(
+        pod("p5").build(),
+        Some(Status::unresolvable("gated")),
+        secs(5),
+    );
+    q.delete("default", "p4");
+    check(&q);
+    q.flush(secs(400));
+    check(&q);
+    assert_eq!(q.len(QueueName::Unschedulable), 2, "gated pods stay");
+}
