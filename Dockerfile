@@ -3,7 +3,7 @@
 #
 #   docker build -t gantry:0.1.0 .
 #
-# deploy/deployment.yaml runs `gantry run --config /etc/gantry/config.yaml`.
+# deploy/30-deployment.yaml runs `gantry run --config /etc/gantry/config.yaml`.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -24,7 +24,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/gantry /usr/local/bin/gantry
-# The "nonroot" user of distroless images; deploy/deployment.yaml runs as it too.
+# The "nonroot" user of distroless images; deploy/30-deployment.yaml runs as it too.
 USER 65532:65532
 EXPOSE 10251
 ENTRYPOINT ["/usr/local/bin/gantry"]
