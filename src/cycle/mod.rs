@@ -301,7 +301,7 @@ pub fn schedule_one(
     }
 
     let table = score_nodes(profile, &mut state, pod, snapshot, &feasible, options)?;
-    let chosen = select_host(pod, &feasible, &table.totals);
+    let chosen = select_host(pod, &feasible, &table.totals, table.fixed_tie_order);
     let scores = table.top(&feasible, options.top_scores);
     Ok(Placement {
         node: feasible[chosen].node.name.clone(),
@@ -394,6 +394,8 @@ struct ScoreTable {
     plugins: Vec<&'static str>,
     weighted: Vec<i64>,
     totals: Vec<i64>,
+    /// Some score plugin asked for ties to be broken in one fixed order of nodes.
+    fixed_tie_order: bool,
 }
 
 impl ScoreTable {
@@ -504,17 +506,23 @@ fn score_nodes(
         plugins: active.iter().map(|(_, n, _)| *n).collect(),
         weighted: raw,
         totals,
+        fixed_tie_order: active.iter().any(|(p, _, _)| p.fixed_tie_order()),
     })
 }
 
-/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
-/// so a replay makes the same choice whatever order the nodes were examined in.
-fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64]) -> usize {
+/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name
+/// (or, with `fixed_order`, of the node's name alone), so a replay makes the same choice
+/// whatever order the nodes were examined in.
+fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_order: bool) -> usize {
     let best = totals.iter().copied().max().unwrap_or(0);
-    let mut h = rustc_hash::FxHasher::default();
-    pod.namespace.hash(&mut h);
-    pod.name.hash(&mut h);
-    let pod_hash = h.finish();
+    let pod_hash = if fixed_order {
+        0
+    } else {
+        let mut h = rustc_hash::FxHasher::default();
+        pod.namespace.hash(&mut h);
+        pod.name.hash(&mut h);
+        h.finish()
+    };
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
     let tie_key =
         |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);

@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod openb;
 mod simulate;
 
 use clap::{Parser, Subcommand};
