@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test of gantry: unit tests, the scenario suite, and the integration tests
-# against a real kube-apiserver and etcd (built or found by scripts/install-kube.sh).
-# Safe on a fresh machine: installs what the tests need first.
+# Runs every test of gantry: unit tests, the scenario suite, the scenario suite checked against
+# kube-scheduler 1.20.2 (tests/kube_scheduler_parity.rs), and the integration tests against a
+# real kube-apiserver and etcd.
+# Safe on a fresh machine: installs what the tests need first (scripts/install-kube.sh), and
+# fails if that install fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Assigned apart from `export`: `export VAR="$(cmd)"` would hide cmd's failure from set -e.
+# A KUBEBUILDER_ASSETS given by the caller is kept: the tests and scripts take each binary
+# from it when it has one and from install-kube.sh's folder otherwise.
+kube_bin=$(scripts/install-kube.sh)
+export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin}}"
 
 cargo test --all-targets --locked "$@"

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::cache::{Cache, CacheError, Snapshot};
 use crate::config::Config;
-use crate::cycle::{self, CycleError, CycleOptions, Diagnosis, NodeScores, Rotation};
+use crate::cycle::{self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores};
 use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
@@ -73,7 +73,7 @@ pub struct Scheduler {
     cache: Cache,
     queue: SchedulingQueue,
     snapshot: Snapshot,
-    rotation: Rotation,
+    memory: CycleMemory,
     pool: Option<Arc<rayon::ThreadPool>>,
 }
 
@@ -90,7 +90,7 @@ impl Scheduler {
             cache: Cache::new(),
             queue,
             snapshot: Snapshot::default(),
-            rotation: Rotation::default(),
+            memory: CycleMemory::default(),
             pool,
         }
     }
@@ -200,7 +200,7 @@ impl Scheduler {
             &profile,
             &self.snapshot,
             &queued.pod,
-            &mut self.rotation,
+            &mut self.memory,
             &options,
         );
         match result {

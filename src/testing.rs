@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::cache::NodeInfo;
 use crate::model::{NodeModel, PodInfo};
 
 /// Builds a Node object.
@@ -243,4 +244,13 @@ impl PodBuilder {
     pub fn build(self) -> Arc<PodInfo> {
         Arc::new(PodInfo::from_api(&self.pod).expect("test pod is valid"))
     }
+}
+
+/// A node with `pods` placed on it.
+pub fn node_info(node: NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
+    let mut info = NodeInfo::new(Arc::new(node));
+    for p in pods {
+        info.add_pod(p.clone());
+    }
+    info
 }

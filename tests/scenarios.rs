@@ -12,6 +12,10 @@
 //!   pod-a: node-1          # placed on node-1 (pods named `name` or `namespace/name`)
 //!   pod-b: {oneOf: [node-1, node-2]}
 //!   pod-c: {pending: "0/3 nodes are available: 3 Insufficient cpu."}
+//! kubeScheduler:           # optional; tests/kube_scheduler_parity.rs checks every scenario
+//!   parity: false          # against kube-scheduler 1.20.2 unless it opts out here, saying
+//!   why: "..."             # why (a feature 1.20 lacks, a formula that changed since, ...);
+//!   messages: false        # or: check placements, but not the wording of pending messages
 //! ```
 
 use std::collections::BTreeMap;
@@ -34,6 +38,24 @@ struct Scenario {
     cluster: Vec<serde_yaml::Value>,
     #[serde(default)]
     expect: BTreeMap<String, Expect>,
+    #[serde(default)]
+    kube_scheduler: Option<KubeSchedulerParity>,
+}
+
+/// Whether and how `tests/kube_scheduler_parity.rs` checks the scenario against kube-scheduler.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct KubeSchedulerParity {
+    #[serde(default = "yes")]
+    parity: bool,
+    #[serde(default = "yes")]
+    messages: bool,
+    #[serde(default)]
+    why: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]
@@ -71,6 +93,12 @@ fn run(path: &Path) -> Vec<String> {
         Err(e) => return vec![format!("malformed scenario: {e}")],
     };
     assert!(!scenario.description.is_empty());
+    if let Some(k) = &scenario.kube_scheduler {
+        let why = k.why.as_deref().unwrap_or("").trim();
+        if (!k.parity || !k.messages) && why.is_empty() {
+            return vec!["kubeScheduler: say why it is not (fully) checked".to_string()];
+        }
+    }
     let registry = plugins::registry();
     let config = match &scenario.config {
         Some(c) => Config::parse(&serde_yaml::to_string(c).expect("yaml"), &registry),

@@ -35,11 +35,26 @@ pub struct CycleOptions<'a> {
     pub top_scores: usize,
 }
 
-/// Where the next cycle starts looking, so that successive cycles spread their search over
-/// the whole cluster (kube-scheduler's `nextStartNodeIndex`).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Rotation {
+/// What one cycle leaves for the next: where to start looking, so that successive cycles
+/// spread their search over the whole cluster (kube-scheduler's `nextStartNodeIndex`), and
+/// score buffers reused so that a cycle allocates no large arrays.
+#[derive(Debug, Default)]
+pub struct CycleMemory {
     next_start: usize,
+    /// Filter results of a parallel batch.
+    statuses: Vec<Status>,
+    scores: ScoreBuffers,
+}
+
+/// Per-cycle score arrays, kept between cycles.
+#[derive(Debug, Default)]
+struct ScoreBuffers {
+    /// Raw, then weighted, scores: one row per feasible node, one column per plugin.
+    weighted: Vec<i64>,
+    /// Sum of each row.
+    totals: Vec<i64>,
+    /// One plugin's scores, for its normalization.
+    column: Vec<NodeScore>,
 }
 
 /// The scores one feasible node received.
@@ -155,7 +170,7 @@ pub fn schedule_one(
     profile: &Profile,
     snapshot: &Snapshot,
     pod: &PodInfo,
-    rotation: &mut Rotation,
+    memory: &mut CycleMemory,
     options: &CycleOptions<'_>,
 ) -> Result<Placement, CycleError> {
     let num_all_nodes = snapshot.len();
@@ -242,14 +257,23 @@ pub fn schedule_one(
     let start = if candidates.is_empty() {
         0
     } else {
-        rotation.next_start % candidates.len()
+        memory.next_start % candidates.len()
     };
     let mut progress = FilterProgress {
         feasible: Vec::with_capacity(to_find.min(candidates.len())),
         processed: 0,
         diagnosis,
     };
-    let node_at = |i: usize| &snapshot.nodes()[candidates[(start + i) % candidates.len()]];
+    let node_at = |i: usize| {
+        // `start + i` is below twice the length: a subtraction instead of a division.
+        let j = start + i;
+        let j = if j >= candidates.len() {
+            j - candidates.len()
+        } else {
+            j
+        };
+        &snapshot.nodes()[candidates[j]]
+    };
     let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
         .filter
         .iter()
@@ -263,9 +287,14 @@ pub fn schedule_one(
             Some(pool) if remaining >= PARALLEL_THRESHOLD => {
                 let want = (to_find - progress.feasible.len()).max(PARALLEL_THRESHOLD);
                 let range = progress.processed..progress.processed + want.min(remaining);
-                let batch =
-                    pool.install(|| range.into_par_iter().map(filter_one).collect::<Vec<_>>());
-                for status in batch {
+                let batch = &mut memory.statuses;
+                pool.install(|| {
+                    range
+                        .into_par_iter()
+                        .map(filter_one)
+                        .collect_into_vec(batch)
+                });
+                for status in batch.drain(..) {
                     progress.record(node_at(progress.processed), status)?;
                     if progress.feasible.len() >= to_find {
                         break;
@@ -281,7 +310,7 @@ pub fn schedule_one(
         mut diagnosis,
     } = progress;
     if !candidates.is_empty() {
-        rotation.next_start = (rotation.next_start + processed) % candidates.len();
+        memory.next_start = (memory.next_start + processed) % candidates.len();
     }
 
     if feasible.is_empty() {
@@ -300,14 +329,22 @@ pub fn schedule_one(
         });
     }
 
-    let table = score_nodes(profile, &mut state, pod, snapshot, &feasible, options)?;
-    let chosen = select_host(pod, &feasible, &table.totals, table.fixed_tie_order);
-    let scores = table.top(&feasible, options.top_scores);
+    let buffers = &mut memory.scores;
+    let score_plugins = score_nodes(
+        profile, &mut state, pod, snapshot, &feasible, options, buffers,
+    )?;
+    let fixed_order = profile
+        .score
+        .iter()
+        .filter(|(p, _)| score_plugins.contains(&p.name()))
+        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+    let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
+    let scores = buffers.top(&feasible, score_plugins.len(), options.top_scores);
     Ok(Placement {
         node: feasible[chosen].node.name.clone(),
         evaluated,
         feasible: feasible.len(),
-        score_plugins: table.plugins,
+        score_plugins,
         scores,
         state,
     })
@@ -389,18 +426,9 @@ fn run_post_filter(
     }
 }
 
-/// Weighted scores of the feasible nodes: one row per node, one column per score plugin.
-struct ScoreTable {
-    plugins: Vec<&'static str>,
-    weighted: Vec<i64>,
-    totals: Vec<i64>,
-    /// Some score plugin asked for ties to be broken in one fixed order of nodes.
-    fixed_tie_order: bool,
-}
-
-impl ScoreTable {
+impl ScoreBuffers {
     /// The `k` best rows, best first (ties in examination order), with node names.
-    fn top(&self, feasible: &[&NodeInfo], k: usize) -> Vec<NodeScores> {
+    fn top(&self, feasible: &[&NodeInfo], width: usize, k: usize) -> Vec<NodeScores> {
         // One pass keeping the best k indices sorted: k is small, the cluster is not.
         let mut best: Vec<usize> = Vec::with_capacity(k + 1);
         for (i, &total) in self.totals.iter().enumerate() {
@@ -411,7 +439,6 @@ impl ScoreTable {
             best.insert(at, i);
             best.truncate(k);
         }
-        let width = self.plugins.len();
         best.into_iter()
             .map(|i| NodeScores {
                 node: feasible[i].node.name.clone(),
@@ -422,6 +449,8 @@ impl ScoreTable {
     }
 }
 
+/// Runs PreScore and Score with normalization over the feasible nodes into `buffers`;
+/// returns the names of the score plugins that ran, in column order.
 fn score_nodes(
     profile: &Profile,
     state: &mut CycleState,
@@ -429,7 +458,8 @@ fn score_nodes(
     snapshot: &Snapshot,
     feasible: &[&NodeInfo],
     options: &CycleOptions<'_>,
-) -> Result<ScoreTable, CycleError> {
+    buffers: &mut ScoreBuffers,
+) -> Result<Vec<&'static str>, CycleError> {
     let mut skip_score: Vec<&'static str> = Vec::new();
     for plugin in &profile.pre_score {
         let Some(ps) = plugin.as_pre_score() else {
@@ -452,42 +482,52 @@ fn score_nodes(
         .collect();
     let state: &CycleState = state;
     let width = active.len();
-    let mut raw = vec![0i64; feasible.len() * width];
-    let score_row = |(node, row): (&&NodeInfo, &mut [i64])| -> Result<(), Status> {
-        for ((s, name, _), cell) in active.iter().zip(row.iter_mut()) {
-            *cell = s.score(state, pod, node).map_err(|e| e.with_plugin(name))?;
-        }
-        Ok(())
-    };
+    let ScoreBuffers {
+        weighted,
+        totals,
+        column,
+    } = buffers;
+    weighted.clear();
+    totals.clear();
+    totals.resize(feasible.len(), 0);
     if width > 0 {
         match options.pool {
-            Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
-                feasible
-                    .par_iter()
-                    .zip(raw.par_chunks_mut(width))
-                    .try_for_each(score_row)
+            Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => {
+                weighted.resize(feasible.len() * width, 0);
+                let score_row = |(node, row): (&&NodeInfo, &mut [i64])| -> Result<(), Status> {
+                    for ((s, name, _), cell) in active.iter().zip(row.iter_mut()) {
+                        *cell = s.score(state, pod, node).map_err(|e| e.with_plugin(name))?;
+                    }
+                    Ok(())
+                };
+                pool.install(|| {
+                    feasible
+                        .par_iter()
+                        .zip(weighted.par_chunks_mut(width))
+                        .try_for_each(score_row)
+                })
+            }
+            _ => feasible.iter().try_for_each(|node| {
+                for (s, name, _) in &active {
+                    weighted.push(s.score(state, pod, node).map_err(|e| e.with_plugin(name))?);
+                }
+                Ok(())
             }),
-            _ => feasible
-                .iter()
-                .zip(raw.chunks_mut(width))
-                .try_for_each(score_row),
         }
         .map_err(CycleError::Error)?;
     }
 
-    let mut totals = vec![0i64; feasible.len()];
-    let mut column: Vec<NodeScore> = Vec::with_capacity(feasible.len());
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
         column.clear();
         column.extend((0..feasible.len()).map(|i| NodeScore {
             index: i,
-            score: raw[i * width + j],
+            score: weighted[i * width + j],
         }));
-        let status = plugin.normalize(state, pod, &mut column);
+        let status = plugin.normalize(state, pod, column);
         if !status.is_success() {
             return Err(CycleError::Error(status.with_plugin(name)));
         }
-        for s in &column {
+        for s in column.iter() {
             if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
                 return Err(CycleError::Error(
                     Status::error(format!(
@@ -498,16 +538,11 @@ fn score_nodes(
                 ));
             }
             let w = s.score * weight;
-            raw[s.index * width + j] = w;
+            weighted[s.index * width + j] = w;
             totals[s.index] += w;
         }
     }
-    Ok(ScoreTable {
-        plugins: active.iter().map(|(_, n, _)| *n).collect(),
-        weighted: raw,
-        totals,
-        fixed_tie_order: active.iter().any(|(p, _, _)| p.fixed_tie_order()),
-    })
+    Ok(active.iter().map(|(_, n, _)| *n).collect())
 }
 
 /// The best-scored node; ties are broken by a hash of the pod's identity and the node's name

@@ -133,7 +133,7 @@ fn message_counts_and_sorts_reasons() {
         &profile(1),
         &snap,
         &pod("p").build(),
-        &mut Rotation::default(),
+        &mut CycleMemory::default(),
         &OPTS,
     )
     .unwrap_err();
@@ -156,7 +156,7 @@ fn no_nodes() {
         &profile(1),
         &Snapshot::default(),
         &pod("p").build(),
-        &mut Rotation::default(),
+        &mut CycleMemory::default(),
         &OPTS,
     )
     .unwrap_err();
@@ -174,7 +174,7 @@ fn highest_weighted_score_wins_and_scores_are_reported() {
         &profile(2),
         &snap,
         &pod("p").build(),
-        &mut Rotation::default(),
+        &mut CycleMemory::default(),
         &OPTS,
     )
     .unwrap();
@@ -193,8 +193,22 @@ fn ties_are_broken_by_pod_identity_not_node_order() {
     let mut chosen = std::collections::BTreeSet::new();
     for i in 0..10 {
         let p = pod(&format!("p{i}")).build();
-        let a = schedule_one(&profile(1), &forward, &p, &mut Rotation::default(), &OPTS).unwrap();
-        let b = schedule_one(&profile(1), &backward, &p, &mut Rotation::default(), &OPTS).unwrap();
+        let a = schedule_one(
+            &profile(1),
+            &forward,
+            &p,
+            &mut CycleMemory::default(),
+            &OPTS,
+        )
+        .unwrap();
+        let b = schedule_one(
+            &profile(1),
+            &backward,
+            &p,
+            &mut CycleMemory::default(),
+            &OPTS,
+        )
+        .unwrap();
         assert_eq!(a.node, b.node);
         chosen.insert(a.node);
     }
@@ -208,13 +222,13 @@ fn prefilter_narrowing() {
         node("b").label("reject", "nope").build(),
     ]);
     let p = pod("p").label("only", "b").build();
-    let err = schedule_one(&profile(1), &snap, &p, &mut Rotation::default(), &OPTS).unwrap_err();
+    let err = schedule_one(&profile(1), &snap, &p, &mut CycleMemory::default(), &OPTS).unwrap_err();
     assert_eq!(
         err.to_string(),
         "0/2 nodes are available: 1 node(s) didn't satisfy plugin(s) [OnlyNode], 1 nope."
     );
     let p = pod("p").label("only", "ghost").build();
-    let err = schedule_one(&profile(1), &snap, &p, &mut Rotation::default(), &OPTS).unwrap_err();
+    let err = schedule_one(&profile(1), &snap, &p, &mut CycleMemory::default(), &OPTS).unwrap_err();
     assert_eq!(
         err.to_string(),
         "0/2 nodes are available: 2 node(s) didn't satisfy plugin(s) [OnlyNode]."
@@ -233,7 +247,7 @@ fn adaptive_percentage_of_nodes_to_score() {
 }
 
 #[test]
-fn rotation_spreads_the_search_and_parallel_matches_sequential() {
+fn memory_spreads_the_search_and_parallel_matches_sequential() {
     let nodes: Vec<_> = (0..1000)
         .map(|i| {
             let b = node(&format!("n{i:04}")).label("score", &(i % 7).to_string());
@@ -254,7 +268,7 @@ fn rotation_spreads_the_search_and_parallel_matches_sequential() {
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
     };
-    let (mut r1, mut r2) = (Rotation::default(), Rotation::default());
+    let (mut r1, mut r2) = (CycleMemory::default(), CycleMemory::default());
     for i in 0..5 {
         let p = pod(&format!("p{i}")).build();
         let a = schedule_one(&profile(1), &snap, &p, &mut r1, &OPTS).unwrap();

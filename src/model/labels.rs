@@ -65,6 +65,73 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
     }
 }
 
+/// kube-apiserver's wording of the qualified-name rule.
+pub const QUALIFIED_NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', \
+     and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
+     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+/// kube-apiserver's wording of the DNS-subdomain rule.
+pub const DNS_SUBDOMAIN_RULE: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
+     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character \
+     (e.g. 'example.com', regex used for validation is \
+     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+/// Checks Kubernetes' qualified-name rule (a label key, a resource name): an optional
+/// DNS-subdomain prefix and `/`, then 1..=63 alphanumerics, `-`, `_`, `.`, starting and
+/// ending alphanumeric. The error is kube-apiserver's first message.
+pub fn validate_qualified_name(value: &str) -> Result<(), String> {
+    let fail = Err;
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                return fail("prefix part must be non-empty".to_string());
+            }
+            if prefix.len() > 253 {
+                return fail("prefix part must be no more than 253 characters".to_string());
+            }
+            if !is_dns_subdomain(prefix) {
+                return fail(format!("prefix part {DNS_SUBDOMAIN_RULE}"));
+            }
+            *name
+        }
+        _ => {
+            return fail(format!(
+                "a qualified name {QUALIFIED_NAME_RULE} with an optional DNS subdomain prefix \
+                 and '/' (e.g. 'example.com/MyName')"
+            ));
+        }
+    };
+    if name.is_empty() {
+        return fail("name part must be non-empty".to_string());
+    }
+    if name.len() > 63 {
+        return fail("name part must be no more than 63 characters".to_string());
+    }
+    let bytes = name.as_bytes();
+    let ends_ok =
+        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
+    let chars_ok = bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !(ends_ok && chars_ok) {
+        return fail(format!("name part {QUALIFIED_NAME_RULE}"));
+    }
+    Ok(())
+}
+
+/// Lower-case RFC 1123 labels separated by dots.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.split('.').all(|label| {
+        let b = label.as_bytes();
+        !b.is_empty()
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

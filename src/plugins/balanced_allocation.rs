@@ -184,17 +184,8 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
 mod tests {
     use super::*;
     use crate::framework::Code;
-    use crate::model::NodeModel;
-    use crate::testing::{node, pod};
+    use crate::testing::{node, node_info, pod};
     use serde_json::json;
-
-    fn node_info(n: NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
-        let mut info = NodeInfo::new(Arc::new(n));
-        for p in pods {
-            info.add_pod(p.clone());
-        }
-        info
-    }
 
     fn plugin(args: serde_json::Value) -> NodeResourcesBalancedAllocation {
         let args = decode_args::<NodeResourcesBalancedAllocationArgs>(Some(&args)).unwrap();

@@ -14,6 +14,7 @@ use crate::framework::{
     PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
+use crate::model::labels::validate_qualified_name;
 use crate::model::resources::{ResourceName, is_extended_resource};
 
 use super::resource_allocation::{
@@ -236,74 +237,10 @@ fn check_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ArgsE
     Ok(())
 }
 
-const QUALIFIED_NAME_RULE: &str = "must consist of alphanumeric characters, '-', '_' or '.', \
-     and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
-     '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-const DNS_SUBDOMAIN_RULE: &str = "a lowercase RFC 1123 subdomain must consist of lower case \
-     alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character \
-     (e.g. 'example.com', regex used for validation is \
-     '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-
-/// Kubernetes' qualified-name rule (a label key): an optional DNS-subdomain prefix and `/`,
-/// then 1..=63 alphanumerics, `-`, `_`, `.`, starting and ending alphanumeric. The error
-/// carries kube's first message.
+/// Checks a qualified name in these arguments, naming the field as kube does.
 fn check_qualified_name(value: &str, field: &str) -> Result<(), ArgsError> {
-    let fail = |msg: String| {
-        Err(ArgsError::new(
-            field,
-            format!("Invalid value: {value:?}: {msg}"),
-        ))
-    };
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                return fail("prefix part must be non-empty".to_string());
-            }
-            if prefix.len() > 253 {
-                return fail("prefix part must be no more than 253 characters".to_string());
-            }
-            if !is_dns_subdomain(prefix) {
-                return fail(format!("prefix part {DNS_SUBDOMAIN_RULE}"));
-            }
-            *name
-        }
-        _ => {
-            return fail(format!(
-                "a qualified name {QUALIFIED_NAME_RULE} with an optional DNS subdomain prefix \
-                 and '/' (e.g. 'example.com/MyName')"
-            ));
-        }
-    };
-    if name.is_empty() {
-        return fail("name part must be non-empty".to_string());
-    }
-    if name.len() > 63 {
-        return fail("name part must be no more than 63 characters".to_string());
-    }
-    let bytes = name.as_bytes();
-    let ends_ok =
-        bytes[0].is_ascii_alphanumeric() && bytes[bytes.len() - 1].is_ascii_alphanumeric();
-    let chars_ok = bytes
-        .iter()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if !(ends_ok && chars_ok) {
-        return fail(format!("name part {QUALIFIED_NAME_RULE}"));
-    }
-    Ok(())
-}
-
-/// Lower-case RFC 1123 labels separated by dots.
-fn is_dns_subdomain(s: &str) -> bool {
-    s.split('.').all(|label| {
-        let b = label.as_bytes();
-        !b.is_empty()
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-    })
+    validate_qualified_name(value)
+        .map_err(|msg| ArgsError::new(field, format!("Invalid value: {value:?}: {msg}")))
 }
 
 /// The scoring strategy, resolved for arithmetic.
@@ -634,17 +571,9 @@ fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::framework::Registry;
-    use crate::model::NodeModel;
-    use crate::testing::{node, pod};
+    use crate::model::labels::{DNS_SUBDOMAIN_RULE, QUALIFIED_NAME_RULE};
+    use crate::testing::{node, node_info, pod};
     use serde_json::json;
-
-    fn node_info(n: NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
-        let mut info = NodeInfo::new(Arc::new(n));
-        for p in pods {
-            info.add_pod(p.clone());
-        }
-        info
-    }
 
     fn plugin(args: serde_json::Value) -> NodeResourcesFit {
         let args = decode_args::<NodeResourcesFitArgs>(Some(&args)).unwrap();
@@ -1094,7 +1023,7 @@ mod tests {
     #[test]
     fn in_a_cycle_with_balanced_allocation() {
         use crate::cache::Cache;
-        use crate::cycle::{CycleError, CycleOptions, Rotation, schedule_one};
+        use crate::cycle::{CycleError, CycleMemory, CycleOptions, schedule_one};
         use crate::framework::Profile;
         use crate::plugins::balanced_allocation;
 
@@ -1137,18 +1066,18 @@ mod tests {
             percentage_of_nodes_to_score: 0,
             top_scores: 3,
         };
-        let mut rotation = Rotation::default();
+        let mut memory = CycleMemory::default();
 
         // LeastAllocated sends the pod to the empty node; both fitting nodes are balanced.
         let p = pod("p").req("cpu", "2").req("memory", "2Gi").build();
-        let placement = schedule_one(&profile, &snapshot, &p, &mut rotation, &options).unwrap();
+        let placement = schedule_one(&profile, &snapshot, &p, &mut memory, &options).unwrap();
         assert_eq!(&*placement.node, "empty");
         assert_eq!(placement.feasible, 2);
         assert_eq!(placement.scores[0].weighted, vec![75, 100]);
         assert_eq!(placement.scores[1].weighted, vec![25, 100]);
 
         let big = pod("big").req("cpu", "9").req("memory", "2Gi").build();
-        match schedule_one(&profile, &snapshot, &big, &mut rotation, &options) {
+        match schedule_one(&profile, &snapshot, &big, &mut memory, &options) {
             Err(CycleError::Unschedulable(d)) => assert_eq!(
                 d.message(),
                 "0/4 nodes are available: 1 Too many pods, 4 Insufficient cpu."

@@ -190,15 +190,7 @@ impl ResourceAllocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{node, pod};
-
-    fn node_info(n: crate::model::NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
-        let mut info = NodeInfo::new(Arc::new(n));
-        for p in pods {
-            info.add_pod(p.clone());
-        }
-        info
-    }
+    use crate::testing::{node, node_info, pod};
 
     fn collect(alloc: &ResourceAllocation, node: &NodeInfo, pod: &PodInfo) -> Vec<(i64, i64, i64)> {
         let reqs = alloc.pod_requests(pod);

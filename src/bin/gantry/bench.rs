@@ -38,11 +38,21 @@ enum WorkloadArg {
     Constrained,
 }
 
-/// Runs every combination and prints one row each.
+/// Runs every combination and prints one row each: wall-clock pods/s and µs per pod, and
+/// the CPU time per pod (all threads).
 pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
-        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10} {:>9} {:>9} {:>7}",
-        "nodes", "pods", "workload", "pct", "threads", "pods/s", "us/pod", "scheduled", "pending"
+        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10} {:>9} {:>11} {:>9} {:>7}",
+        "nodes",
+        "pods",
+        "workload",
+        "pct",
+        "threads",
+        "pods/s",
+        "us/pod",
+        "cpu-us/pod",
+        "scheduled",
+        "pending"
     );
     for &nodes in &args.nodes {
         let node_models: Vec<NodeModel> = synthetic::nodes(nodes)
@@ -63,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 for &threads in &args.threads {
                     let r = run_one(&node_models, &pods, pct, threads)?;
                     println!(
-                        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10.0} {:>9.1} {:>9} {:>7}",
+                        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
                         nodes,
                         pods.len(),
                         label,
@@ -75,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         threads,
                         pods.len() as f64 / r.elapsed.as_secs_f64(),
                         r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
+                        r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
                         r.scheduled,
                         r.pending
                     );
@@ -87,6 +98,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 struct RunResult {
     elapsed: Duration,
+    /// CPU time of the whole process (all threads) during the run: on a shared machine,
+    /// wall time also counts the time other processes held the cores.
+    cpu: Duration,
     scheduled: usize,
     pending: usize,
 }
@@ -120,6 +134,7 @@ fn run_one(
     }
     let (mut scheduled, mut pending) = (0, 0);
     let start = Instant::now();
+    let cpu_start = cpu_time::ProcessTime::now();
     while let Some(attempt) = sched.schedule_next(now) {
         match attempt {
             Attempt::Scheduled(task, _) => {
@@ -131,6 +146,7 @@ fn run_one(
     }
     Ok(RunResult {
         elapsed: start.elapsed(),
+        cpu: cpu_start.elapsed(),
         scheduled,
         pending,
     })

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::cache::{Cache, NodeInfo};
-use crate::cycle::{CycleError, CycleOptions, Rotation, schedule_one};
+use crate::cycle::{CycleError, CycleMemory, CycleOptions, schedule_one};
 use crate::framework::{Code, CycleState, NodeScore, PreFilterResult, Profile, Status};
 use crate::model::NodeModel;
 use crate::testing::{node, pod};
@@ -733,7 +733,7 @@ affinity:
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
     };
-    let err = schedule_one(&profile, &snap, &p, &mut Rotation::default(), &opts).unwrap_err();
+    let err = schedule_one(&profile, &snap, &p, &mut CycleMemory::default(), &opts).unwrap_err();
     assert_eq!(
         err.to_string(),
         "0/3 nodes are available: 1 node(s) didn't match pod affinity rules, 2 node(s) didn't match pod anti-affinity rules."
@@ -747,7 +747,7 @@ affinity:
         &profile,
         &snap,
         &pod("q").build(),
-        &mut Rotation::default(),
+        &mut CycleMemory::default(),
         &opts,
     )
     .unwrap();

@@ -20,6 +20,7 @@ use crate::framework::{
     ArgsError, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin,
     decode_args,
 };
+use crate::model::labels::validate_qualified_name;
 use crate::model::pod::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::model::selector::LabelSelector;
 use crate::model::taint::{TaintEffect, find_untolerated};
@@ -110,7 +111,7 @@ impl PluginArgs for PodTopologySpreadArgs {
                     "Required value: can not be empty",
                 ));
             }
-            check_qualified_name(&c.topology_key).map_err(|reason| {
+            validate_qualified_name(&c.topology_key).map_err(|reason| {
                 ArgsError::new(
                     field("topologyKey"),
                     format!("Invalid value: {:?}: {reason}", c.topology_key),
@@ -169,52 +170,6 @@ impl PluginArgs for PodTopologySpreadArgs {
         }
         Ok(())
     }
-}
-
-/// Checks a label key as Kubernetes' `IsQualifiedName` does: an optional DNS subdomain prefix
-/// and `/`, then a name of at most 63 alphanumerics, `-`, `_` or `.`, starting and ending with
-/// an alphanumeric.
-fn check_qualified_name(key: &str) -> Result<(), String> {
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if let Some(prefix) = prefix {
-        if prefix.is_empty() {
-            return Err("prefix part must be non-empty".to_string());
-        }
-        let label_ok = |l: &str| {
-            !l.is_empty()
-                && l.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        };
-        if prefix.len() > 253 || !prefix.split('.').all(label_ok) {
-            return Err(
-                "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-                    .to_string(),
-            );
-        }
-    }
-    if name.is_empty() {
-        return Err("name part must be non-empty".to_string());
-    }
-    if name.len() > 63 {
-        return Err("name part must be no more than 63 characters".to_string());
-    }
-    let inner_ok = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    let ends_ok = name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if !inner_ok || !ends_ok {
-        return Err(
-            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-                .to_string(),
-        );
-    }
-    Ok(())
 }
 
 /// The plugin: the default constraints (selectors left to be deduced per pod), and whether

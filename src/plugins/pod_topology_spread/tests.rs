@@ -312,7 +312,7 @@ fn args_topology_key_must_be_a_qualified_name() {
         "A_b-c.9",
         "x.y/Z",
     ] {
-        assert!(check_qualified_name(good).is_ok(), "{good}");
+        assert!(validate_qualified_name(good).is_ok(), "{good}");
     }
     for bad in [
         "-zone",
@@ -324,7 +324,7 @@ fn args_topology_key_must_be_a_qualified_name() {
         "zo ne",
         &"x".repeat(64),
     ] {
-        assert!(check_qualified_name(bad).is_err(), "{bad}");
+        assert!(validate_qualified_name(bad).is_err(), "{bad}");
         let err = args_error(json!({"defaultingType": "List", "defaultConstraints": [
             {"maxSkew": 1, "topologyKey": bad, "whenUnsatisfiable": "DoNotSchedule"}
         ]}));
@@ -777,7 +777,7 @@ fn filter_without_pre_filter_state_is_an_error() {
 
 #[test]
 fn cycle_places_and_reports_as_kube_does() {
-    use crate::cycle::{CycleError, CycleOptions, Rotation, schedule_one};
+    use crate::cycle::{CycleError, CycleMemory, CycleOptions, schedule_one};
     use crate::framework::Profile;
     let pl: Arc<dyn Plugin> = Arc::new(system());
     let profile = Profile {
@@ -810,7 +810,7 @@ fn cycle_places_and_reports_as_kube_does() {
     );
     // a = 2, b = 1: n1 and n2 2 + 1 - 1 > 1; n3 1 + 1 - 1 = 1; n4 has no zone.
     let p = web(vec![hard(1, ZONE)]);
-    let placement = schedule_one(&profile, &s, &p, &mut Rotation::default(), &options).unwrap();
+    let placement = schedule_one(&profile, &s, &p, &mut CycleMemory::default(), &options).unwrap();
     assert_eq!(&*placement.node, "n3");
 
     // minDomains 3 with two zones: min 0, so both zones (1 pod each) are too crowded.
@@ -822,7 +822,7 @@ fn cycle_places_and_reports_as_kube_does() {
     c.min_domains = Some(3);
     let p = web(vec![c]);
     let Err(CycleError::Unschedulable(d)) =
-        schedule_one(&profile, &s, &p, &mut Rotation::default(), &options)
+        schedule_one(&profile, &s, &p, &mut CycleMemory::default(), &options)
     else {
         panic!("expected unschedulable");
     };
