@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::cache::{Cache, CacheError, Snapshot};
 use crate::config::Config;
 use crate::cycle::{self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores};
-use crate::framework::{BindPlan, Code, CycleState, Profile, Status};
+use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
 
@@ -254,7 +254,6 @@ impl Scheduler {
     ) -> Attempt {
         let mut assumed = (*queued.pod).clone();
         assumed.node_name = Some(node.clone());
-        let assumed = Arc::new(assumed);
         let fail = |this: &mut Self, queued: QueuedPod, status: Status| {
             let pod = queued.pod.clone();
             if status.is_rejected() {
@@ -271,16 +270,31 @@ impl Scheduler {
                 Attempt::Failed { pod, status }
             }
         };
+        let Some(node_info) = self.snapshot.get(&node) else {
+            return fail(
+                self,
+                queued,
+                Status::error(format!("node {node} is not in the snapshot")),
+            );
+        };
         for (i, plugin) in profile.reserve.iter().enumerate() {
             let Some(r) = plugin.as_reserve() else {
                 continue;
             };
-            let status = r.reserve(&mut state, &assumed, &node);
+            let status = r.reserve(&mut state, &assumed, node_info);
             if !status.is_success() {
                 unreserve(profile, &mut state, &assumed, &node, i + 1);
                 return fail(self, queued, status.with_plugin(plugin.name()));
             }
         }
+        let reserved = state
+            .get::<ReservedAnnotations>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        if !reserved.is_empty() {
+            assumed.set_annotations(reserved.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
+        let assumed = Arc::new(assumed);
         if let Err(e) = self.cache.assume_pod(assumed.clone()) {
             unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
             return fail(self, queued, Status::error(e.to_string()));
@@ -316,10 +330,14 @@ impl Scheduler {
                 }
             }
         }
-        let Some(plan) = plan else {
+        let Some(mut plan) = plan else {
             self.forget(profile, &mut state, &assumed, &node);
             return fail(self, queued, Status::error("no bind plugin bound the pod"));
         };
+        for (k, v) in reserved {
+            plan.annotations.retain(|(pk, _)| *pk != k);
+            plan.annotations.push((k, v));
+        }
         Attempt::Scheduled(
             Box::new(BindTask {
                 queued,

@@ -424,7 +424,7 @@ impl ScorePlugin for Timed {
 }
 
 impl ReservePlugin for Timed {
-    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(inner) = self.inner.as_reserve() else {
             return missing("Reserve");
         };

@@ -100,7 +100,7 @@ impl Cache {
         }
         self.count_images(&node, 1);
         let node = Arc::new(node);
-        self.touch(&name).node = node;
+        self.touch(&name).set_node(node);
         let entry = self.nodes.get_mut(&name).expect("touched above");
         if !entry.present {
             entry.present = true;
@@ -347,6 +347,7 @@ fn placeholder(name: &Arc<str>) -> NodeModel {
         unschedulable: false,
         allocatable: Default::default(),
         images: Vec::new(),
+        gpu: Default::default(),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use crate::model::gpu::{GpuRequest, MILLI_PER_GPU, device_usage};
 use crate::model::pod::HostPort;
 use crate::model::{NodeModel, PodInfo, Resources};
 
@@ -25,6 +26,9 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// Number of pods with required anti-affinity terms.
     pub pods_with_required_anti_affinity: usize,
+    /// Milli of each GPU device held by the pods, from their assignments (see
+    /// [`crate::model::gpu::device_usage`]); one entry per device of the node.
+    pub gpu_used: Vec<u32>,
     /// Cache generation of the last change.
     pub generation: u64,
 }
@@ -33,7 +37,6 @@ impl NodeInfo {
     /// A node with nothing on it.
     pub fn new(node: Arc<NodeModel>) -> Self {
         NodeInfo {
-            node,
             pods: Vec::new(),
             requested: Resources::default(),
             non_zero_milli_cpu: 0,
@@ -41,8 +44,27 @@ impl NodeInfo {
             used_ports: Vec::new(),
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
+            gpu_used: vec![0; node.gpu.count],
             generation: 0,
+            node,
         }
+    }
+
+    /// Replaces the node object (its GPUs may have changed), keeping the pods.
+    pub fn set_node(&mut self, node: Arc<NodeModel>) {
+        self.node = node;
+        self.recount_gpus();
+    }
+
+    /// Free milli of GPU device `i` (0 for a device over-committed or out of range).
+    pub fn gpu_free(&self, i: usize) -> u32 {
+        self.gpu_used
+            .get(i)
+            .map_or(0, |u| MILLI_PER_GPU.saturating_sub(*u))
+    }
+
+    fn recount_gpus(&mut self) {
+        self.gpu_used = device_usage(&self.node.gpu, self.pods.iter().map(|p| &p.gpu));
     }
 
     /// The node's name.
@@ -62,7 +84,11 @@ impl NodeInfo {
         if !pod.affinity.required_anti.is_empty() {
             self.pods_with_required_anti_affinity += 1;
         }
+        let holds_gpu = holds_gpu(&pod);
         self.pods.push(pod);
+        if holds_gpu {
+            self.recount_gpus();
+        }
     }
 
     /// Removes the pod with `namespace/name`; returns it if it was here.
@@ -86,6 +112,14 @@ impl NodeInfo {
         if !pod.affinity.required_anti.is_empty() {
             self.pods_with_required_anti_affinity -= 1;
         }
+        if holds_gpu(&pod) {
+            self.recount_gpus();
+        }
         Some(pod)
     }
+}
+
+/// True when the pod asks for or holds GPU devices.
+fn holds_gpu(pod: &PodInfo) -> bool {
+    pod.gpu.request != GpuRequest::None || pod.gpu.assignment.is_some()
 }

@@ -333,7 +333,12 @@ pub fn schedule_one(
     let score_plugins = score_nodes(
         profile, &mut state, pod, snapshot, &feasible, options, buffers,
     )?;
-    let chosen = select_host(pod, &feasible, &buffers.totals);
+    let fixed_order = profile
+        .score
+        .iter()
+        .filter(|(p, _)| score_plugins.contains(&p.name()))
+        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+    let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
     let scores = buffers.top(&feasible, score_plugins.len(), options.top_scores);
     Ok(Placement {
         node: feasible[chosen].node.name.clone(),
@@ -540,14 +545,19 @@ fn score_nodes(
     Ok(active.iter().map(|(_, n, _)| *n).collect())
 }
 
-/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
-/// so a replay makes the same choice whatever order the nodes were examined in.
-fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64]) -> usize {
+/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name
+/// (or, with `fixed_order`, of the node's name alone), so a replay makes the same choice
+/// whatever order the nodes were examined in.
+fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_order: bool) -> usize {
     let best = totals.iter().copied().max().unwrap_or(0);
-    let mut h = rustc_hash::FxHasher::default();
-    pod.namespace.hash(&mut h);
-    pod.name.hash(&mut h);
-    let pod_hash = h.finish();
+    let pod_hash = if fixed_order {
+        0
+    } else {
+        let mut h = rustc_hash::FxHasher::default();
+        pod.namespace.hash(&mut h);
+        pod.name.hash(&mut h);
+        h.finish()
+    };
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
     let tie_key =
         |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);

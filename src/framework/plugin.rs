@@ -151,15 +151,52 @@ pub trait ScorePlugin: Send + Sync {
     fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
         Status::success()
     }
+
+    /// True when nodes with the best total score should be told apart by one fixed order of
+    /// nodes (their name hash), the same for every pod, rather than by an order drawn per
+    /// pod. Packing policies ask for it: among equals they keep choosing the same nodes, so
+    /// placements concentrate instead of scattering over the cluster. The cycle uses the
+    /// fixed order when any score plugin it runs asks for it.
+    fn fixed_tie_order(&self) -> bool {
+        false
+    }
 }
 
 /// Claims resources for the pod on the chosen node before binding; `unreserve` releases them
 /// if a later step fails. Unreserve must be idempotent.
 pub trait ReservePlugin: Send + Sync {
-    /// Reserves; a failure aborts the attempt.
-    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> Status;
+    /// Reserves on `node`, the chosen node as the cycle saw it; a failure aborts the attempt.
+    /// What the plugin claims is recorded on the pod through [`ReservedAnnotations`].
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
     /// Releases what `reserve` claimed.
     fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str);
+}
+
+/// Annotations Reserve plugins set on the pod (e.g. the GPU devices it was given), kept in the
+/// cycle state. The scheduler applies them to the pod it assumes in the cache, so that the
+/// next cycle sees what was claimed, and adds them to the binding, so that the claim is
+/// written on the pod and survives a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReservedAnnotations(pub Vec<(String, String)>);
+
+impl ReservedAnnotations {
+    /// Sets `key` to `value` in the cycle state's reserved annotations.
+    pub fn set(state: &mut CycleState, key: &str, value: String) {
+        if state.get::<ReservedAnnotations>().is_none() {
+            state.insert(ReservedAnnotations::default());
+        }
+        if let Some(r) = state.get_mut::<ReservedAnnotations>() {
+            r.0.retain(|(k, _)| k != key);
+            r.0.push((key.to_string(), value));
+        }
+    }
+
+    /// Removes `key` from the cycle state's reserved annotations (for Unreserve).
+    pub fn remove(state: &mut CycleState, key: &str) {
+        if let Some(r) = state.get_mut::<ReservedAnnotations>() {
+            r.0.retain(|(k, _)| k != key);
+        }
+    }
 }
 
 /// Approves, rejects, or delays the binding.

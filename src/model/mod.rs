@@ -1,6 +1,7 @@
 //! The compact model: nodes and pods converted once, at the edge, into the views the
 //! scheduler computes with. No full API object is kept.
 
+pub mod gpu;
 pub mod labels;
 pub mod node;
 pub mod pod;

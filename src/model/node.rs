@@ -5,6 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 
 use super::ModelError;
+use super::gpu::NodeGpus;
 use super::labels::Labels;
 use super::pod::normalized_image_name;
 use super::resources::Resources;
@@ -38,6 +39,8 @@ pub struct NodeModel {
     pub allocatable: Resources,
     /// Images present on the node.
     pub images: Vec<NodeImage>,
+    /// The node's GPUs.
+    pub gpu: NodeGpus,
 }
 
 impl NodeModel {
@@ -95,13 +98,15 @@ impl NodeModel {
                     .any(|p| k.starts_with(p))
             })
             .collect();
+        let labels = node
+            .metadata
+            .labels
+            .as_ref()
+            .map(Labels::from)
+            .unwrap_or_default();
         Ok(NodeModel {
-            labels: node
-                .metadata
-                .labels
-                .as_ref()
-                .map(Labels::from)
-                .unwrap_or_default(),
+            gpu: NodeGpus::from_node(&labels, &allocatable),
+            labels,
             annotations,
             taints,
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),

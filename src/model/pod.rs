@@ -5,6 +5,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as core;
 
 use super::ModelError;
+use super::gpu::PodGpu;
 use super::labels::Labels;
 use super::resources::{
     DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceError, Resources,
@@ -202,12 +203,27 @@ pub struct PodInfo {
     pub owner: Option<OwnerRef>,
     /// True once the pod has a deletion timestamp.
     pub terminating: bool,
+    /// The pod's GPU request and, once placed, the devices it holds.
+    pub gpu: PodGpu,
 }
 
 impl PodInfo {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Sets annotations (e.g. those a Reserve plugin writes with the binding), keeping what
+    /// is derived from them up to date.
+    pub fn set_annotations<'a>(&mut self, set: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let mut map: std::collections::BTreeMap<String, String> = self
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        map.extend(set.into_iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self.annotations = Labels::from(&map);
+        self.gpu = PodGpu::from_pod(&self.requests, &self.annotations);
     }
 
     /// Converts an API pod. Every malformed field is an error naming the pod and the field.
@@ -296,6 +312,7 @@ impl PodInfo {
             .flatten()
             .filter(|(k, _)| KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
             .collect();
+        let gpu = PodGpu::from_pod(&requests, &annotations);
         Ok(PodInfo {
             uid: meta.uid.clone().unwrap_or_default(),
             labels,
@@ -335,6 +352,7 @@ impl PodInfo {
                 + spec.containers.len(),
             owner,
             terminating: meta.deletion_timestamp.is_some(),
+            gpu,
             namespace,
             name,
         })

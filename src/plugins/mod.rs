@@ -5,6 +5,7 @@ use crate::framework::Registry;
 
 pub mod balanced_allocation;
 pub mod default_binder;
+pub mod gpu_share;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
@@ -23,6 +24,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     r.register(balanced_allocation::NAME, balanced_allocation::factory);
     r.register(default_binder::NAME, default_binder::factory);
+    r.register(gpu_share::NAME, gpu_share::factory);
     r.register(image_locality::NAME, image_locality::factory);
     r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
     r.register(node_affinity::NAME, node_affinity::factory);

@@ -2,6 +2,7 @@
 //! the real scheduler runs, on a virtual clock, and reports where everything went.
 
 mod input;
+pub mod openb;
 mod report;
 
 use std::collections::HashMap;

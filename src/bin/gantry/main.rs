@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod openb;
 mod run;
 mod simulate;
 
@@ -37,5 +38,15 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

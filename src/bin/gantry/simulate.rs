@@ -29,10 +29,16 @@ pub struct Args {
     /// Output format.
     #[arg(long, short, value_enum, default_value = "table")]
     output: Output,
+    /// The openb GPU trace experiment.
+    #[command(flatten)]
+    openb: crate::openb::Args,
 }
 
 /// Runs the simulation and prints the report.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.openb.is_set() {
+        return crate::openb::run(args.openb, args.output);
+    }
     let registry = plugins::registry();
     let config = match &args.config {
         Some(path) => Config::load(path, &registry)?,

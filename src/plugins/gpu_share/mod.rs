@@ -1,0 +1,547 @@
+//! GpuShare: GPU sharing with fragmentation-aware placement.
+//!
+//! Filters nodes by their GPUs (enough whole GPUs free, or one GPU with the share free, of a
+//! model the pod accepts; cpu and memory are NodeResourcesFit's), scores them by the
+//! configured policy, picks the pod's GPUs at Reserve and records them on the pod as
+//! `gantry.io/gpu-assignment`, which the scheduler applies to the pod it assumes and writes
+//! with the binding. The annotations are described in [`crate::model::gpu`].
+
+mod devices;
+pub mod policy;
+pub mod workload;
+
+#[cfg(test)]
+mod tests;
+
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use serde::Deserialize;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    ArgsError, CycleState, FilterPlugin, NodeScore, Plugin, PluginArgs, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ReservePlugin, ReservedAnnotations, ScorePlugin, Status,
+    decode_args,
+};
+use crate::model::PodInfo;
+use crate::model::gpu::{
+    GPU_ASSIGNMENT_ANNOTATION, GpuAssignment, GpuRequest, MAX_GPUS_PER_NODE, MILLI_PER_GPU,
+};
+
+pub use policy::Policy;
+use policy::{Capacity, Take};
+use workload::{Learner, ShapeKey, ShapeTable, TypicalWorkload};
+
+/// The plugin's name in configuration files.
+pub const NAME: &str = "GpuShare";
+
+/// Reason for a node without GPUs.
+pub const NO_GPU: &str = "node(s) had no GPU";
+/// Reason for a node whose GPU model the pod does not accept.
+pub const MODEL_MISMATCH: &str = "node(s) didn't have the requested GPU model";
+/// Reason for a node without enough fully free GPUs.
+pub const INSUFFICIENT_GPU: &str = "Insufficient nvidia.com/gpu";
+/// Reason for a node without a GPU that has the requested share free.
+pub const INSUFFICIENT_GPU_SHARE: &str = "node(s) didn't have a GPU with enough free share";
+/// Reason for a node that cannot measure a share asked by memory (no memory label, or GPUs
+/// smaller than asked).
+pub const GPU_MEMORY_UNKNOWN: &str = "node(s) didn't have GPUs with the requested memory";
+
+/// A typical pod shape given in the configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TypicalPod {
+    /// cpu in millicores.
+    #[serde(default)]
+    pub cpu_milli: i64,
+    /// Number of GPUs (0 for a pod without GPU).
+    #[serde(default)]
+    pub gpu_count: u32,
+    /// Milli of each GPU (1..=1000), with `gpuCount`.
+    #[serde(default)]
+    pub gpu_milli: u32,
+    /// A share asked by memory, in MiB, instead of `gpuMilli`.
+    #[serde(default)]
+    pub gpu_memory_mib: u64,
+    /// Accepted GPU models; empty for any.
+    #[serde(default)]
+    pub gpu_models: Vec<String>,
+    /// Relative frequency (> 0).
+    pub weight: f64,
+}
+
+/// `GpuShareArgs`: the policy and the typical workload.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct GpuShareArgs {
+    /// How nodes and GPUs are chosen.
+    pub scoring_strategy: Policy,
+    /// The typical workload for fragmentation; learned from the pods seen when empty.
+    pub typical_pods: Vec<TypicalPod>,
+    /// How many of the most recent pods the learned typical workload is drawn from.
+    pub learning_window: u32,
+    /// Share of the workload, in percent, the typical pod shapes cover.
+    pub coverage_percent: u32,
+}
+
+/// Default learning window: a few thousand pods.
+pub const DEFAULT_LEARNING_WINDOW: u32 = 2000;
+/// Default coverage: FGD's 95%.
+pub const DEFAULT_COVERAGE_PERCENT: u32 = 95;
+
+impl Default for GpuShareArgs {
+    fn default() -> Self {
+        GpuShareArgs {
+            scoring_strategy: Policy::default(),
+            typical_pods: Vec::new(),
+            learning_window: DEFAULT_LEARNING_WINDOW,
+            coverage_percent: DEFAULT_COVERAGE_PERCENT,
+        }
+    }
+}
+
+impl PluginArgs for GpuShareArgs {
+    const KIND: &'static str = "GpuShareArgs";
+
+    fn validate(&self) -> Result<(), ArgsError> {
+        if self.learning_window == 0 {
+            return Err(ArgsError::new(
+                "learningWindow",
+                "Invalid value: 0: must be at least 1",
+            ));
+        }
+        if !(1..=100).contains(&self.coverage_percent) {
+            return Err(ArgsError::new(
+                "coveragePercent",
+                format!(
+                    "Invalid value: {}: not in valid range [1, 100]",
+                    self.coverage_percent
+                ),
+            ));
+        }
+        for (i, p) in self.typical_pods.iter().enumerate() {
+            let field = |f: &str| format!("typicalPods[{i}].{f}");
+            if !(p.weight.is_finite() && p.weight > 0.0) {
+                return Err(ArgsError::new(
+                    field("weight"),
+                    format!("Invalid value: {}: must be positive", p.weight),
+                ));
+            }
+            if p.cpu_milli < 0 {
+                return Err(ArgsError::new(
+                    field("cpuMilli"),
+                    format!("Invalid value: {}: must be non-negative", p.cpu_milli),
+                ));
+            }
+            if p.gpu_milli > MILLI_PER_GPU {
+                return Err(ArgsError::new(
+                    field("gpuMilli"),
+                    format!(
+                        "Invalid value: {}: not in valid range [0, 1000]",
+                        p.gpu_milli
+                    ),
+                ));
+            }
+            if p.gpu_count as usize > MAX_GPUS_PER_NODE {
+                return Err(ArgsError::new(
+                    field("gpuCount"),
+                    format!(
+                        "Invalid value: {}: more GPUs than any node has",
+                        p.gpu_count
+                    ),
+                ));
+            }
+            let asks = p.gpu_milli > 0 || p.gpu_memory_mib > 0;
+            if (p.gpu_count > 0) != asks {
+                return Err(ArgsError::new(
+                    field("gpuCount"),
+                    "Invalid value: gpuCount and one of gpuMilli or gpuMemoryMib go together",
+                ));
+            }
+            if p.gpu_milli > 0 && p.gpu_memory_mib > 0 {
+                return Err(ArgsError::new(
+                    field("gpuMemoryMib"),
+                    "Invalid value: gpuMilli and gpuMemoryMib cannot both be set",
+                ));
+            }
+            if p.gpu_count > 1 && (p.gpu_milli < MILLI_PER_GPU || p.gpu_memory_mib > 0) {
+                return Err(ArgsError::new(
+                    field("gpuMilli"),
+                    "Invalid value: only a single GPU can be shared",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TypicalPod {
+    fn shape(&self) -> ShapeKey {
+        ShapeKey {
+            cpu: self.cpu_milli,
+            milli: if self.gpu_memory_mib > 0 {
+                0
+            } else {
+                self.gpu_milli
+            },
+            count: self.gpu_count,
+            memory_mib: self.gpu_memory_mib,
+            models: self
+                .gpu_models
+                .iter()
+                .map(|m| Box::from(m.as_str()))
+                .collect(),
+        }
+    }
+}
+
+/// Where the typical workload comes from.
+#[derive(Debug)]
+enum Typical {
+    Given(Arc<TypicalWorkload>),
+    Learned(Mutex<Learner>),
+}
+
+/// The GpuShare plugin.
+#[derive(Debug)]
+pub struct GpuShare {
+    policy: Policy,
+    typical: Typical,
+}
+
+/// Builds the plugin from its `GpuShareArgs`.
+pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
+    let args = decode_args::<GpuShareArgs>(args)?;
+    Ok(Arc::new(GpuShare::new(&args)))
+}
+
+impl GpuShare {
+    /// The plugin for validated arguments.
+    pub fn new(args: &GpuShareArgs) -> Self {
+        let coverage = f64::from(args.coverage_percent) / 100.0;
+        let typical = if args.typical_pods.is_empty() {
+            Typical::Learned(Mutex::new(Learner::new(
+                args.learning_window as usize,
+                coverage,
+            )))
+        } else {
+            Typical::Given(Arc::new(TypicalWorkload::from_counts(
+                args.typical_pods.iter().map(|p| (p.shape(), p.weight)),
+                coverage,
+            )))
+        };
+        GpuShare {
+            policy: args.scoring_strategy,
+            typical,
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    fn typical_for(&self, pod: &PodInfo, shape: &ShapeKey) -> Arc<TypicalWorkload> {
+        match &self.typical {
+            Typical::Given(t) => t.clone(),
+            Typical::Learned(learner) => {
+                let mut h = rustc_hash::FxHasher::default();
+                pod.namespace.hash(&mut h);
+                pod.name.hash(&mut h);
+                match learner.lock() {
+                    Ok(mut l) => l.observe(h.finish(), shape.clone()),
+                    Err(poisoned) => poisoned.into_inner().observe(h.finish(), shape.clone()),
+                }
+            }
+        }
+    }
+}
+
+/// What PreFilter learned about the pod.
+#[derive(Debug)]
+struct PodState {
+    request: GpuRequest,
+    cpu: i64,
+    typical: Arc<TypicalWorkload>,
+}
+
+/// Fragmentation tables for the feasible nodes' GPU models, computed at PreScore.
+#[derive(Debug, Default)]
+struct Tables {
+    /// The one table when no typical shape depends on the model or memory.
+    single: Option<Arc<ShapeTable>>,
+    by_model: Vec<ModelTable>,
+}
+
+/// The table for nodes of one GPU model and memory.
+#[derive(Debug)]
+struct ModelTable {
+    model: Option<Arc<str>>,
+    memory_mib: Option<u64>,
+    table: Arc<ShapeTable>,
+}
+
+impl ModelTable {
+    fn is_for(&self, gpu: &crate::model::gpu::NodeGpus) -> bool {
+        self.model.as_deref() == gpu.model.as_deref() && self.memory_mib == gpu.memory_mib
+    }
+}
+
+impl Tables {
+    fn build<'a>(typical: &TypicalWorkload, nodes: impl Iterator<Item = &'a NodeInfo>) -> Self {
+        let per_model =
+            typical.restricts_models() || typical.shapes().iter().any(|(s, _)| s.memory_mib > 0);
+        if !per_model {
+            return Tables {
+                single: Some(typical.table(None, None)),
+                by_model: Vec::new(),
+            };
+        }
+        let mut by_model: Vec<ModelTable> = Vec::new();
+        for n in nodes {
+            let gpu = &n.node.gpu;
+            if !by_model.iter().any(|t| t.is_for(gpu)) {
+                by_model.push(ModelTable {
+                    model: gpu.model.clone(),
+                    memory_mib: gpu.memory_mib,
+                    table: typical.table(gpu.model.as_deref(), gpu.memory_mib),
+                });
+            }
+        }
+        Tables {
+            single: None,
+            by_model,
+        }
+    }
+
+    fn get(&self, node: &NodeInfo) -> Option<&ShapeTable> {
+        if let Some(t) = &self.single {
+            return Some(t);
+        }
+        self.by_model
+            .iter()
+            .find(|t| t.is_for(&node.node.gpu))
+            .map(|t| &*t.table)
+    }
+}
+
+/// What scoring needs, computed at PreScore.
+#[derive(Debug)]
+struct ScoreState {
+    tables: Tables,
+    capacity: Capacity,
+}
+
+fn missing(what: &str) -> Status {
+    Status::error(format!("error reading {what:?} from cycleState: not found"))
+}
+
+impl Plugin for GpuShare {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for GpuShare {
+    /// Rejects a pod whose GPU annotations are malformed, with what is wrong; records the
+    /// pod's shape (for the learned typical workload). Pods without GPU skip the filter.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let Some(shape) = ShapeKey::of(pod) else {
+            let msg = pod.gpu.error.clone().unwrap_or_default();
+            return (PreFilterResult::default(), Status::unresolvable(msg));
+        };
+        let typical = self.typical_for(pod, &shape);
+        state.insert(PodState {
+            request: pod.gpu.request,
+            cpu: pod.non_zero_milli_cpu,
+            typical,
+        });
+        let status = if pod.gpu.request.is_some() {
+            Status::success()
+        } else {
+            Status::skip()
+        };
+        (PreFilterResult::default(), status)
+    }
+}
+
+impl FilterPlugin for GpuShare {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.get::<PodState>() else {
+            return missing("PreFilterGpuShare");
+        };
+        let gpus = &node.node.gpu;
+        if gpus.count == 0 {
+            return Status::unresolvable(NO_GPU);
+        }
+        if !pod.gpu.accepts_model(gpus.model.as_deref()) {
+            return Status::unresolvable(MODEL_MISMATCH);
+        }
+        match Take::on(s.request, node) {
+            None => Status::unresolvable(GPU_MEMORY_UNKNOWN),
+            Some(Take::Nothing) => Status::success(),
+            Some(Take::Whole(n)) => {
+                if n > gpus.count {
+                    Status::unresolvable(INSUFFICIENT_GPU)
+                } else if (0..node.gpu_used.len())
+                    .filter(|&i| node.gpu_free(i) >= MILLI_PER_GPU)
+                    .nth(n - 1)
+                    .is_some()
+                {
+                    Status::success()
+                } else {
+                    Status::unschedulable(INSUFFICIENT_GPU)
+                }
+            }
+            Some(Take::Share(m)) => {
+                if (0..node.gpu_used.len()).any(|i| node.gpu_free(i) >= m) {
+                    Status::success()
+                } else {
+                    Status::unschedulable(INSUFFICIENT_GPU_SHARE)
+                }
+            }
+        }
+    }
+}
+
+impl PreScorePlugin for GpuShare {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        _pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[&NodeInfo],
+    ) -> Status {
+        let Some(s) = state.get::<PodState>() else {
+            return missing("PreFilterGpuShare");
+        };
+        let tables = if self.policy.uses_fragmentation() {
+            Tables::build(&s.typical, feasible.iter().copied())
+        } else {
+            Tables::default()
+        };
+        let capacity = if self.policy == Policy::BestFit {
+            largest_capacity(snapshot)
+        } else {
+            Capacity {
+                cpu: 1,
+                gpu_milli: 1,
+            }
+        };
+        state.insert(ScoreState { tables, capacity });
+        Status::success()
+    }
+}
+
+/// The largest cpu and GPU milli of any node, which BestFit measures leftovers against.
+fn largest_capacity(snapshot: &Snapshot) -> Capacity {
+    Capacity {
+        cpu: snapshot
+            .nodes()
+            .iter()
+            .map(|n| n.node.allocatable.milli_cpu)
+            .max()
+            .unwrap_or(1)
+            .max(1),
+        gpu_milli: snapshot
+            .nodes()
+            .iter()
+            .map(|n| n.node.gpu.count as i64 * i64::from(MILLI_PER_GPU))
+            .max()
+            .unwrap_or(1)
+            .max(1),
+    }
+}
+
+impl ScorePlugin for GpuShare {
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let (Some(p), Some(s)) = (state.get::<PodState>(), state.get::<ScoreState>()) else {
+            return Err(missing("PreScoreGpuShare"));
+        };
+        let Some(take) = Take::on(p.request, node) else {
+            return Ok(0);
+        };
+        Ok(match self.policy {
+            Policy::Fgd => match s.tables.get(node) {
+                Some(t) => policy::fgd_score(t, node, p.cpu, take),
+                None => 0,
+            },
+            Policy::BestFit => policy::best_fit_score(node, p.cpu, take, s.capacity),
+            Policy::GpuPacking => policy::gpu_packing_score(node, take),
+            Policy::Spread => policy::spread_score(node, take),
+        })
+    }
+
+    fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        if self.policy.min_max_normalized() {
+            policy::min_max_normalize(scores);
+        }
+        Status::success()
+    }
+
+    /// Every policy but Spread packs: among equally scored nodes, the same ones win.
+    fn fixed_tie_order(&self) -> bool {
+        self.policy != Policy::Spread
+    }
+}
+
+impl ReservePlugin for GpuShare {
+    /// Picks the pod's GPUs on the chosen node and records them as its
+    /// `gantry.io/gpu-assignment` annotation.
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(p) = state.get::<PodState>() else {
+            return missing("PreFilterGpuShare");
+        };
+        if !p.request.is_some() {
+            return Status::success();
+        }
+        let Some(take) = Take::on(p.request, node) else {
+            return Status::unschedulable(GPU_MEMORY_UNKNOWN);
+        };
+        let table = self.policy.uses_fragmentation().then(|| {
+            p.typical
+                .table(node.node.gpu.model.as_deref(), node.node.gpu.memory_mib)
+        });
+        let Some(devices) =
+            policy::choose_devices(self.policy, table.as_deref(), node, p.cpu, take)
+        else {
+            return Status::unschedulable(match take {
+                Take::Share(_) => INSUFFICIENT_GPU_SHARE,
+                _ => INSUFFICIENT_GPU,
+            });
+        };
+        if !devices.is_empty() {
+            ReservedAnnotations::set(
+                state,
+                GPU_ASSIGNMENT_ANNOTATION,
+                GpuAssignment(devices).to_string(),
+            );
+        }
+        Status::success()
+    }
+
+    fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
+        ReservedAnnotations::remove(state, GPU_ASSIGNMENT_ANNOTATION);
+    }
+}

@@ -1,0 +1,880 @@
+//! The openb GPU-sharing trace (Alibaba, published with FGD: Weng et al., "Beware of
+//! Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation Gradient Descent",
+//! USENIX ATC 2023) and the paper's experiment, replayed through gantry's scheduling core.
+//!
+//! The experiment: the pod list, sorted by name, is shuffled with a seed; pods drawn at random
+//! (same seed) from the list are appended until the GPU requested would exceed 1.3 times the
+//! cluster's GPU capacity. Pods arrive one by one and never leave; each is placed or fails,
+//! without retry. After each arrival the allocated share of the cluster's GPU milli is
+//! recorded against the share that has arrived; the reported figures are the allocation at
+//! 100% and 130% arrival (the mean over the arrivals that round to that percentage, as the
+//! paper's scripts compute it), the GPUs left unallocated, and FGD's fragmentation measure.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::framework::Registry;
+use crate::model::gpu::{
+    GPU_MILLI_ANNOTATION, GPU_MODEL_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE, MILLI_PER_GPU,
+};
+use crate::model::{NodeModel, PodInfo};
+use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
+use crate::plugins::gpu_share::{self, Policy};
+use crate::scheduler::{Attempt, Scheduler};
+
+/// How much GPU (relative to the cluster's capacity) the experiment's workload asks for.
+pub const TUNE_RATIO: f64 = 1.3;
+/// The arrival percentages the experiment reports.
+pub const REPORTED_ARRIVALS: [usize; 2] = [100, 130];
+/// Pods a node of the trace can hold (the reference's node objects say 1001).
+const NODE_POD_CAPACITY: &str = "1001";
+
+/// A trace that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenbError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line or column is malformed.
+    #[error("{path}:{line}: {reason}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The experiment cannot be configured (a bug, not bad input).
+    #[error("experiment configuration: {0}")]
+    Config(String),
+}
+
+/// A node of the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceNode {
+    /// Name (`sn`).
+    pub name: String,
+    /// cpu in millicores.
+    pub cpu_milli: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// Number of GPUs.
+    pub gpus: u32,
+    /// GPU model (empty for a CPU node).
+    pub model: String,
+}
+
+/// A pod of the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracePod {
+    /// Name.
+    pub name: String,
+    /// cpu in millicores.
+    pub cpu_milli: i64,
+    /// Memory in MiB.
+    pub memory_mib: i64,
+    /// Number of GPUs.
+    pub num_gpu: u32,
+    /// Milli of each GPU (1000 is a whole GPU).
+    pub gpu_milli: u32,
+    /// Accepted GPU models, `|`-separated (empty: any).
+    pub gpu_spec: String,
+}
+
+impl TracePod {
+    /// GPU milli requested in total.
+    pub fn total_gpu_milli(&self) -> u64 {
+        u64::from(self.num_gpu) * u64::from(self.gpu_milli)
+    }
+}
+
+/// A CSV row: its line number and cells.
+type Row = (usize, Vec<String>);
+
+/// Reads a CSV file into its header and rows.
+fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Row>), OpenbError> {
+    let text = std::fs::read_to_string(path).map_err(|source| OpenbError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
+    let header: Vec<String> = lines
+        .next()
+        .map(|(_, l)| l.split(',').map(|c| c.trim().to_string()).collect())
+        .unwrap_or_default();
+    let rows = lines
+        .map(|(i, l)| (i + 1, l.split(',').map(|c| c.trim().to_string()).collect()))
+        .collect();
+    Ok((header, rows))
+}
+
+struct Columns<'a> {
+    path: &'a Path,
+    header: &'a [String],
+}
+
+impl Columns<'_> {
+    fn index(&self, name: &str, required: bool) -> Result<Option<usize>, OpenbError> {
+        match self.header.iter().position(|h| h == name) {
+            Some(i) => Ok(Some(i)),
+            None if !required => Ok(None),
+            None => Err(OpenbError::Invalid {
+                path: self.path.display().to_string(),
+                line: 1,
+                reason: format!("missing column {name:?}"),
+            }),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(
+        &self,
+        row: &Row,
+        col: Option<usize>,
+        name: &str,
+    ) -> Result<T, OpenbError> {
+        let text = col.and_then(|c| row.1.get(c)).map_or("", String::as_str);
+        let text = if text.is_empty() { "0" } else { text };
+        text.parse().map_err(|_| OpenbError::Invalid {
+            path: self.path.display().to_string(),
+            line: row.0,
+            reason: format!("column {name}: {text:?} is not a non-negative integer"),
+        })
+    }
+}
+
+/// Reads a node list (`sn,cpu_milli,memory_mib,gpu,model`).
+pub fn load_nodes(path: &Path) -> Result<Vec<TraceNode>, OpenbError> {
+    let (header, rows) = read_csv(path)?;
+    let c = Columns {
+        path,
+        header: &header,
+    };
+    let (sn, cpu, mem, gpu, model) = (
+        c.index("sn", true)?,
+        c.index("cpu_milli", true)?,
+        c.index("memory_mib", true)?,
+        c.index("gpu", true)?,
+        c.index("model", false)?,
+    );
+    rows.iter()
+        .map(|row| {
+            Ok(TraceNode {
+                name: sn.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
+                cpu_milli: c.number(row, cpu, "cpu_milli")?,
+                memory_mib: c.number(row, mem, "memory_mib")?,
+                gpus: c.number(row, gpu, "gpu")?,
+                model: model
+                    .and_then(|i| row.1.get(i))
+                    .cloned()
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+/// Reads a pod list (`name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]`).
+pub fn load_pods(path: &Path) -> Result<Vec<TracePod>, OpenbError> {
+    let (header, rows) = read_csv(path)?;
+    let c = Columns {
+        path,
+        header: &header,
+    };
+    let (name, cpu, mem, num, milli, spec) = (
+        c.index("name", true)?,
+        c.index("cpu_milli", true)?,
+        c.index("memory_mib", true)?,
+        c.index("num_gpu", true)?,
+        c.index("gpu_milli", true)?,
+        c.index("gpu_spec", false)?,
+    );
+    rows.iter()
+        .map(|row| {
+            let pod = TracePod {
+                name: name.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
+                cpu_milli: c.number(row, cpu, "cpu_milli")?,
+                memory_mib: c.number(row, mem, "memory_mib")?,
+                num_gpu: c.number(row, num, "num_gpu")?,
+                gpu_milli: c.number(row, milli, "gpu_milli")?,
+                gpu_spec: spec.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
+            };
+            if pod.gpu_milli > MILLI_PER_GPU
+                || (pod.num_gpu > 1 && pod.gpu_milli < MILLI_PER_GPU && pod.gpu_milli > 0)
+            {
+                return Err(OpenbError::Invalid {
+                    path: path.display().to_string(),
+                    line: row.0,
+                    reason: format!(
+                        "gpu_milli {} with num_gpu {}: shares are of one GPU, at most 1000",
+                        pod.gpu_milli, pod.num_gpu
+                    ),
+                });
+            }
+            Ok(pod)
+        })
+        .collect()
+}
+
+fn quantity(s: String) -> Quantity {
+    Quantity(s)
+}
+
+/// The Kubernetes Node a trace node stands for: cpu, memory, pods and `nvidia.com/gpu`
+/// allocatable, the GPU model as `nvidia.com/gpu.product`.
+pub fn node_object(n: &TraceNode) -> core::Node {
+    let mut node = core::Node::default();
+    node.metadata.name = Some(n.name.clone());
+    if !n.model.is_empty() {
+        node.metadata.labels = Some(BTreeMap::from([(
+            GPU_PRODUCT_LABEL.to_string(),
+            n.model.clone(),
+        )]));
+    }
+    let mut alloc = BTreeMap::from([
+        ("cpu".to_string(), quantity(format!("{}m", n.cpu_milli))),
+        (
+            "memory".to_string(),
+            quantity(format!("{}Mi", n.memory_mib)),
+        ),
+        ("pods".to_string(), quantity(NODE_POD_CAPACITY.to_string())),
+    ]);
+    if n.gpus > 0 {
+        alloc.insert(GPU_RESOURCE.to_string(), quantity(n.gpus.to_string()));
+    }
+    node.status = Some(core::NodeStatus {
+        allocatable: Some(alloc),
+        ..Default::default()
+    });
+    node
+}
+
+/// The Kubernetes Pod a trace pod stands for: cpu and memory requests; whole GPUs as
+/// `nvidia.com/gpu`, a share of one as `gantry.io/gpu-milli`; models as `gantry.io/gpu-model`.
+pub fn pod_object(p: &TracePod, namespace: &str) -> core::Pod {
+    let mut pod = core::Pod::default();
+    pod.metadata.name = Some(p.name.clone());
+    pod.metadata.namespace = Some(namespace.to_string());
+    let mut requests = BTreeMap::from([
+        ("cpu".to_string(), quantity(format!("{}m", p.cpu_milli))),
+        (
+            "memory".to_string(),
+            quantity(format!("{}Mi", p.memory_mib)),
+        ),
+    ]);
+    let mut annotations = BTreeMap::new();
+    if p.num_gpu > 0 && p.gpu_milli > 0 {
+        if p.gpu_milli >= MILLI_PER_GPU {
+            requests.insert(GPU_RESOURCE.to_string(), quantity(p.num_gpu.to_string()));
+        } else {
+            annotations.insert(GPU_MILLI_ANNOTATION.to_string(), p.gpu_milli.to_string());
+        }
+        if !p.gpu_spec.is_empty() {
+            annotations.insert(GPU_MODEL_ANNOTATION.to_string(), p.gpu_spec.clone());
+        }
+    }
+    if !annotations.is_empty() {
+        pod.metadata.annotations = Some(annotations);
+    }
+    pod.spec = Some(core::PodSpec {
+        containers: vec![core::Container {
+            name: "main".to_string(),
+            resources: Some(core::ResourceRequirements {
+                requests: Some(requests),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    pod
+}
+
+/// A trace ready for experiments: the cluster and the pod list in the scheduler's model.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    /// Nodes.
+    pub nodes: Vec<NodeModel>,
+    /// Pods, sorted by name, with the GPU milli each asks for in total.
+    pub pods: Vec<(Arc<PodInfo>, u64)>,
+    /// The cluster's GPU milli.
+    pub capacity_milli: u64,
+}
+
+impl Trace {
+    /// Converts the trace's nodes and pods (pods are sorted by name, as the experiment's
+    /// shuffle starts from that order).
+    pub fn new(nodes: &[TraceNode], pods: &[TracePod]) -> Result<Self, OpenbError> {
+        let nodes: Vec<NodeModel> = nodes
+            .iter()
+            .map(|n| {
+                NodeModel::from_api(&node_object(n)).map_err(|e| OpenbError::Config(e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
+        let mut sorted: Vec<&TracePod> = pods.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        let pods = sorted
+            .into_iter()
+            .map(|p| {
+                PodInfo::from_api(&pod_object(p, "openb"))
+                    .map(|info| (Arc::new(info), p.total_gpu_milli()))
+                    .map_err(|e| OpenbError::Config(e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
+        let capacity_milli = nodes
+            .iter()
+            .map(|n| n.gpu.count as u64 * u64::from(MILLI_PER_GPU))
+            .sum();
+        Ok(Trace {
+            nodes,
+            pods,
+            capacity_milli,
+        })
+    }
+
+    /// FGD's typical workload of the pod list: the most frequent shapes covering 95%.
+    pub fn typical_workload(&self) -> TypicalWorkload {
+        let mut counts: BTreeMap<ShapeKey, f64> = BTreeMap::new();
+        for (p, _) in &self.pods {
+            if let Some(s) = ShapeKey::of(p) {
+                *counts.entry(s).or_default() += 1.0;
+            }
+        }
+        TypicalWorkload::from_counts(
+            counts,
+            f64::from(gpu_share::DEFAULT_COVERAGE_PERCENT) / 100.0,
+        )
+    }
+
+    /// The nodes of the experiment with `seed`: as the reference simulator does, each node's
+    /// name is prefixed with its place in a random permutation (`0042-openb-node-0007`), which
+    /// makes the order in which equally scored nodes are preferred differ from seed to seed.
+    pub fn nodes_for(&self, seed: u64) -> Vec<NodeModel> {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x6e6f_6465_7321);
+        let mut perm: Vec<usize> = (0..self.nodes.len()).collect();
+        perm.shuffle(&mut rng);
+        let mut sorted: Vec<&NodeModel> = self.nodes.iter().collect();
+        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        sorted
+            .into_iter()
+            .zip(perm)
+            .map(|(n, p)| {
+                let mut n = n.clone();
+                let name = format!("{p:04}-{}", n.name);
+                n.name_hash = crate::model::node::name_hash(&name);
+                n.name = Arc::from(name);
+                n
+            })
+            .collect()
+    }
+
+    /// The arrivals of the experiment with `seed`: indices into [`Trace::pods`], the whole
+    /// list shuffled, then random draws until the GPU asked for would exceed
+    /// [`TUNE_RATIO`] times the capacity (or, for a list asking for more, the shuffled list
+    /// with random pods removed until it does not).
+    pub fn arrivals(&self, seed: u64) -> Vec<usize> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut order: Vec<usize> = (0..self.pods.len()).collect();
+        order.shuffle(&mut rng);
+        let target = TUNE_RATIO * self.capacity_milli as f64;
+        let mut total: u64 = self.pods.iter().map(|(_, m)| m).sum();
+        if self.pods.is_empty() {
+            return order;
+        }
+        if total as f64 > target {
+            while total as f64 > target && !order.is_empty() {
+                let i = rng.random_range(0..order.len());
+                total -= self.pods[order.remove(i)].1;
+            }
+            return order;
+        }
+        loop {
+            let i = rng.random_range(0..self.pods.len());
+            let m = self.pods[i].1;
+            if (total + m) as f64 > target {
+                break;
+            }
+            total += m;
+            order.push(i);
+        }
+        order
+    }
+}
+
+/// What to run: a policy, with its typical workload given or learned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicySpec {
+    /// The name reported.
+    pub label: String,
+    /// `GpuShareArgs` for the plugin.
+    pub args: serde_json::Value,
+}
+
+impl PolicySpec {
+    /// `policy` as the paper ran it: for FGD, the typical workload is the trace's own pod
+    /// list, given in the configuration; other policies use the plugin's defaults.
+    pub fn published(policy: Policy, trace: &Trace) -> Self {
+        let mut args = serde_json::json!({ "scoringStrategy": policy.name() });
+        if policy.uses_fragmentation() {
+            args["typicalPods"] = typical_pods_json(&trace.typical_workload());
+        }
+        PolicySpec {
+            label: policy.name().to_string(),
+            args,
+        }
+    }
+
+    /// `policy` with every setting at the plugin's default (a learned typical workload).
+    pub fn default_args(policy: Policy) -> Self {
+        PolicySpec {
+            label: policy.name().to_string(),
+            args: serde_json::json!({ "scoringStrategy": policy.name() }),
+        }
+    }
+}
+
+/// A typical workload as `GpuShareArgs.typicalPods`.
+pub fn typical_pods_json(w: &TypicalWorkload) -> serde_json::Value {
+    w.shapes()
+        .iter()
+        .map(|(s, weight)| {
+            serde_json::json!({
+                "cpuMilli": s.cpu,
+                "gpuCount": s.count,
+                "gpuMilli": s.milli,
+                "gpuMemoryMib": s.memory_mib,
+                "gpuModels": s.models.iter().map(|m| m.to_string()).collect::<Vec<_>>(),
+                "weight": weight,
+            })
+        })
+        .collect()
+}
+
+/// The scheduler configuration of the experiment: one profile with only what the
+/// experiment checks (cpu, memory and pod count by NodeResourcesFit's filter, GPUs by
+/// GpuShare, which alone scores), every node scored.
+pub fn experiment_config(
+    args: &serde_json::Value,
+    registry: &Registry,
+) -> Result<Config, OpenbError> {
+    let config = serde_json::json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "percentageOfNodesToScore": 100,
+        "profiles": [{
+            "schedulerName": "default-scheduler",
+            "plugins": {
+                "multiPoint": {
+                    "enabled": [
+                        {"name": "PrioritySort"},
+                        {"name": "NodeResourcesFit"},
+                        {"name": gpu_share::NAME},
+                        {"name": "DefaultBinder"}
+                    ],
+                    "disabled": [{"name": "*"}]
+                },
+                "score": {"disabled": [{"name": "NodeResourcesFit"}]},
+                "preScore": {"disabled": [{"name": "NodeResourcesFit"}]}
+            },
+            "pluginConfig": [{"name": gpu_share::NAME, "args": args}]
+        }]
+    });
+    Config::parse(&config.to_string(), registry).map_err(|e| OpenbError::Config(e.to_string()))
+}
+
+/// One experiment's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// The seed.
+    pub seed: u64,
+    /// Allocation ratio (% of the cluster's GPU milli) at each arrival percentage 0..=130,
+    /// `None` where no arrival rounds to it.
+    pub curve: Vec<Option<f64>>,
+    /// Allocation ratio at the end (130% arrived).
+    pub final_alloc: f64,
+    /// GPUs (in whole-GPU units) left unallocated at the end.
+    pub unallocated_gpus: f64,
+    /// FGD's fragmentation of the cluster at the end, in GPU milli, against the trace's
+    /// typical workload.
+    pub frag_milli: f64,
+    /// That fragmentation as a share (%) of the idle GPU milli.
+    pub frag_ratio: f64,
+    /// Pods that arrived.
+    pub pods: usize,
+    /// Pods that could not be placed.
+    pub failed: usize,
+    /// Wall time of the scheduling loop.
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+impl RunResult {
+    /// The allocation ratio at `arrival` percent (0 when unrecorded).
+    pub fn alloc_at(&self, arrival: usize) -> f64 {
+        self.curve.get(arrival).copied().flatten().unwrap_or(0.0)
+    }
+}
+
+/// Runs the experiment with `seed` under the policy `args` through the scheduling core.
+pub fn run(
+    trace: &Trace,
+    args: &serde_json::Value,
+    seed: u64,
+    registry: &Registry,
+) -> Result<RunResult, OpenbError> {
+    let config = experiment_config(args, registry)?;
+    let mut sched = Scheduler::new(config, None);
+    let now = Duration::ZERO;
+    for n in trace.nodes_for(seed) {
+        sched.upsert_node(n, now);
+    }
+    let namespace = format!("openb-{seed}");
+    let arrivals = trace.arrivals(seed);
+    let capacity = trace.capacity_milli.max(1) as f64;
+    let mut points: Vec<(f64, f64)> = Vec::with_capacity(arrivals.len());
+    let (mut arrived, mut allocated, mut failed) = (0u64, 0u64, 0usize);
+    let start = Instant::now();
+    for (k, &i) in arrivals.iter().enumerate() {
+        let (template, milli) = &trace.pods[i];
+        let mut pod = (**template).clone();
+        pod.namespace.clone_from(&namespace);
+        pod.name = format!("{}-{k}", template.name);
+        let pod = Arc::new(pod);
+        arrived += milli;
+        sched
+            .upsert_pod(pod.clone(), now)
+            .map_err(|e| OpenbError::Config(e.to_string()))?;
+        match sched.schedule_next(now) {
+            Some(Attempt::Scheduled(task, _)) => {
+                sched
+                    .binding_succeeded(&task, now)
+                    .map_err(|e| OpenbError::Config(e.to_string()))?;
+                allocated += milli;
+            }
+            _ => {
+                failed += 1;
+                sched.remove_pod(&pod.namespace, &pod.name, now);
+            }
+        }
+        points.push((
+            100.0 * arrived as f64 / capacity,
+            100.0 * allocated as f64 / capacity,
+        ));
+    }
+    let elapsed = start.elapsed();
+    let typical = trace.typical_workload();
+    let (mut frag, mut idle) = (0.0, 0.0);
+    for info in sched.cache().nodes() {
+        let table = typical.table(info.node.gpu.model.as_deref(), info.node.gpu.memory_mib);
+        let free: Vec<u32> = {
+            let mut f: Vec<u32> = (0..info.gpu_used.len()).map(|d| info.gpu_free(d)).collect();
+            f.sort_unstable_by(|a, b| b.cmp(a));
+            f
+        };
+        idle += f64::from(free.iter().sum::<u32>());
+        frag += table.fragmentation(
+            info.node.allocatable.milli_cpu - info.requested.milli_cpu,
+            &free,
+        );
+    }
+    let final_alloc = 100.0 * allocated as f64 / capacity;
+    Ok(RunResult {
+        seed,
+        curve: curve(&points),
+        final_alloc,
+        unallocated_gpus: (trace.capacity_milli - allocated.min(trace.capacity_milli)) as f64
+            / f64::from(MILLI_PER_GPU),
+        frag_milli: frag,
+        frag_ratio: if idle > 0.0 { 100.0 * frag / idle } else { 0.0 },
+        pods: arrivals.len(),
+        failed,
+        elapsed,
+    })
+}
+
+/// The allocation at each whole arrival percentage: the mean over the arrivals that round to
+/// it (or, when none does, to within one point), as the paper's analysis scripts compute it.
+fn curve(points: &[(f64, f64)]) -> Vec<Option<f64>> {
+    let top = (TUNE_RATIO * 100.0).round() as usize;
+    let mut sums = vec![(0.0, 0usize); top + 2];
+    for &(arr, alloc) in points {
+        let r = arr.round();
+        if r >= 0.0 && (r as usize) < sums.len() {
+            let s = &mut sums[r as usize];
+            s.0 += alloc;
+            s.1 += 1;
+        }
+    }
+    (0..=top)
+        .map(|x| {
+            if sums[x].1 > 0 {
+                return Some(sums[x].0 / sums[x].1 as f64);
+            }
+            let near: Vec<f64> = points
+                .iter()
+                .filter(|(a, _)| (a.round() - x as f64).abs() <= 1.0)
+                .map(|(_, b)| *b)
+                .collect();
+            (!near.is_empty()).then(|| near.iter().sum::<f64>() / near.len() as f64)
+        })
+        .collect()
+}
+
+/// The outcome of one policy over several seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    /// The policy.
+    pub policy: String,
+    /// Mean allocation ratio (%) at 100% arrival.
+    pub alloc_100: f64,
+    /// Mean allocation ratio (%) at 130% arrival.
+    pub alloc_130: f64,
+    /// Mean GPUs left unallocated at the end.
+    pub unallocated_gpus: f64,
+    /// Mean fragmentation at the end (GPU milli).
+    pub frag_milli: f64,
+    /// Mean fragmentation ratio at the end (% of idle GPU milli).
+    pub frag_ratio: f64,
+    /// Mean allocation ratio at each arrival percentage 0..=130.
+    pub curve: Vec<Option<f64>>,
+    /// Mean wall time of one experiment, in seconds.
+    pub seconds_per_run: f64,
+    /// Each seed's run.
+    pub runs: Vec<RunResult>,
+}
+
+impl PolicySummary {
+    /// Averages `runs` of `policy`.
+    pub fn new(policy: &str, runs: Vec<RunResult>) -> Self {
+        let n = runs.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&RunResult) -> f64| runs.iter().map(f).sum::<f64>() / n;
+        let points = runs.first().map_or(0, |r| r.curve.len());
+        let curve = (0..points)
+            .map(|x| {
+                let v: Vec<f64> = runs.iter().filter_map(|r| r.curve[x]).collect();
+                (v.len() == runs.len() && !v.is_empty())
+                    .then(|| v.iter().sum::<f64>() / v.len() as f64)
+            })
+            .collect();
+        PolicySummary {
+            policy: policy.to_string(),
+            alloc_100: mean(&|r| r.alloc_at(100)),
+            alloc_130: mean(&|r| r.alloc_at(130)),
+            unallocated_gpus: mean(&|r| r.unallocated_gpus),
+            frag_milli: mean(&|r| r.frag_milli),
+            frag_ratio: mean(&|r| r.frag_ratio),
+            curve,
+            seconds_per_run: mean(&|r| r.elapsed.as_secs_f64()),
+            runs,
+        }
+    }
+}
+
+/// The results of a replay: one summary per policy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The node list.
+    pub nodes: String,
+    /// The pod list.
+    pub pods: String,
+    /// Nodes in the cluster.
+    pub cluster_nodes: usize,
+    /// GPUs in the cluster.
+    pub cluster_gpus: f64,
+    /// The seeds run.
+    pub seeds: Vec<u64>,
+    /// Results by policy, in the order asked.
+    pub policies: Vec<PolicySummary>,
+}
+
+impl Report {
+    /// The results as a table.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "openb replay: {} ({} nodes, {} GPUs), {}, seeds {}",
+            self.nodes,
+            self.cluster_nodes,
+            self.cluster_gpus,
+            self.pods,
+            seed_range(&self.seeds)
+        );
+        let _ = writeln!(
+            out,
+            "{:<14} {:>9} {:>9} {:>12} {:>10} {:>9} {:>8}",
+            "POLICY", "ALLOC@100", "ALLOC@130", "UNALLOC GPUS", "FRAG GPUS", "FRAG %", "S/RUN"
+        );
+        for p in &self.policies {
+            let _ = writeln!(
+                out,
+                "{:<14} {:>8.2}% {:>8.2}% {:>12.1} {:>10.1} {:>8.2}% {:>8.2}",
+                p.policy,
+                p.alloc_100,
+                p.alloc_130,
+                p.unallocated_gpus,
+                p.frag_milli / f64::from(MILLI_PER_GPU),
+                p.frag_ratio,
+                p.seconds_per_run
+            );
+        }
+        out
+    }
+
+    /// The results as JSON: per policy (keyed by name) the means under `alloc_100` and
+    /// `alloc_130`, the other figures, the curve and every run.
+    pub fn to_json(&self) -> String {
+        let policies: serde_json::Map<String, serde_json::Value> = self
+            .policies
+            .iter()
+            .map(|p| {
+                (
+                    p.policy.clone(),
+                    serde_json::to_value(p).unwrap_or(serde_json::Value::Null),
+                )
+            })
+            .collect();
+        let out = serde_json::json!({
+            "nodes": self.nodes,
+            "pods": self.pods,
+            "cluster_nodes": self.cluster_nodes,
+            "cluster_gpus": self.cluster_gpus,
+            "seeds": self.seeds,
+            "policies": policies,
+        });
+        serde_json::to_string_pretty(&out).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// The allocation-against-arrival curves as an SVG plot, one line per policy.
+    pub fn to_svg(&self) -> String {
+        svg_plot(
+            &format!("GPU allocation vs arrival: {}", self.pods),
+            &self
+                .policies
+                .iter()
+                .map(|p| (p.policy.as_str(), p.curve.as_slice()))
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
+fn seed_range(seeds: &[u64]) -> String {
+    match (seeds.first(), seeds.last()) {
+        (Some(a), Some(b)) if seeds.len() > 1 && b - a + 1 == seeds.len() as u64 => {
+            format!("{a}..{b}")
+        }
+        _ => seeds
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+/// An SVG line plot of allocation (%) against arrival (%), 0..=130 on both axes.
+fn svg_plot(title: &str, lines: &[(&str, &[Option<f64>])]) -> String {
+    const COLORS: [&str; 8] = [
+        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    ];
+    let (w, h, left, right, top, bottom) = (760.0, 520.0, 70.0, 170.0, 40.0, 60.0);
+    let pw = w - left - right;
+    let ph = h - top - bottom;
+    let x = |v: f64| left + pw * v / 130.0;
+    let y = |v: f64| top + ph * (1.0 - v / 100.0);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
+        left + pw / 2.0,
+        xml_escape(title)
+    );
+    for t in (0..=130).step_by(10) {
+        let tx = x(f64::from(t));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{:.1}" stroke="#eee"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{t}</text>"##,
+            top + ph,
+            top + ph + 16.0
+        );
+    }
+    for t in (0..=100).step_by(10) {
+        let ty = y(f64::from(t));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{t}</text>"##,
+            left + pw,
+            left - 6.0,
+            ty + 4.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">arrived GPU requests (% of capacity)</text>"#,
+        left + pw / 2.0,
+        h - 18.0
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">allocated GPU (% of capacity)</text>"#,
+        top + ph / 2.0,
+        top + ph / 2.0
+    );
+    for (i, (name, curve)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<String> = curve
+            .iter()
+            .enumerate()
+            .filter_map(|(a, v)| v.map(|v| format!("{:.1},{:.1}", x(a as f64), y(v))))
+            .collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{}"/>"#,
+            pts.join(" ")
+        );
+        let ly = top + 16.0 + 20.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            left + pw + 12.0,
+            left + pw + 36.0,
+            left + pw + 42.0,
+            ly + 4.0,
+            xml_escape(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
