@@ -545,26 +545,23 @@ fn score_nodes(
     Ok(active.iter().map(|(_, n, _)| *n).collect())
 }
 
-/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name
-/// (or, with `fixed_order`, of the node's name alone), so a replay makes the same choice
-/// whatever order the nodes were examined in.
+/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
+/// so a replay makes the same choice whatever order the nodes were examined in; with
+/// `fixed_order`, by the node's name alone (the smallest wins), the same order for every pod.
 fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_order: bool) -> usize {
     let best = totals.iter().copied().max().unwrap_or(0);
-    let pod_hash = if fixed_order {
-        0
-    } else {
-        let mut h = rustc_hash::FxHasher::default();
-        pod.namespace.hash(&mut h);
-        pod.name.hash(&mut h);
-        h.finish()
-    };
+    let ties = (0..feasible.len()).filter(|&i| totals[i] == best);
+    if fixed_order {
+        return ties.min_by_key(|&i| &feasible[i].node.name).unwrap_or(0);
+    }
+    let mut h = rustc_hash::FxHasher::default();
+    pod.namespace.hash(&mut h);
+    pod.name.hash(&mut h);
+    let pod_hash = h.finish();
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
     let tie_key =
         |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (0..feasible.len())
-        .filter(|&i| totals[i] == best)
-        .min_by_key(|&i| tie_key(i))
-        .unwrap_or(0)
+    ties.min_by_key(|&i| tie_key(i)).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -153,8 +153,7 @@ pub trait ScorePlugin: Send + Sync {
     }
 
     /// True when nodes with the best total score should be told apart by one fixed order of
-    /// nodes (their name hash), the same for every pod, rather than by an order drawn per
-    /// pod. Packing policies ask for it: among equals they keep choosing the same nodes, so
+    /// nodes (by name), the same for every pod, rather than by an order drawn per pod. Packing policies ask for it: among equals they keep choosing the same nodes, so
     /// placements concentrate instead of scattering over the cluster. The cycle uses the
     /// fixed order when any score plugin it runs asks for it.
     fn fixed_tie_order(&self) -> bool {

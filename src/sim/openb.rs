@@ -521,9 +521,10 @@ pub struct RunResult {
     pub pods: usize,
     /// Pods that could not be placed.
     pub failed: usize,
-    /// Wall time of the scheduling loop.
-    #[serde(skip)]
-    pub elapsed: Duration,
+    /// Wall time of the scheduling loop, in seconds.
+    pub wall_seconds: f64,
+    /// CPU time of the scheduling loop (the thread that ran it), in seconds.
+    pub cpu_seconds: f64,
 }
 
 impl RunResult {
@@ -552,6 +553,7 @@ pub fn run(
     let mut points: Vec<(f64, f64)> = Vec::with_capacity(arrivals.len());
     let (mut arrived, mut allocated, mut failed) = (0u64, 0u64, 0usize);
     let start = Instant::now();
+    let cpu_start = cpu_time::ThreadTime::now();
     for (k, &i) in arrivals.iter().enumerate() {
         let (template, milli) = &trace.pods[i];
         let mut pod = (**template).clone();
@@ -579,7 +581,8 @@ pub fn run(
             100.0 * allocated as f64 / capacity,
         ));
     }
-    let elapsed = start.elapsed();
+    let wall_seconds = start.elapsed().as_secs_f64();
+    let cpu_seconds = cpu_start.elapsed().as_secs_f64();
     let typical = trace.typical_workload();
     let (mut frag, mut idle) = (0.0, 0.0);
     for info in sched.cache().nodes() {
@@ -606,7 +609,8 @@ pub fn run(
         frag_ratio: if idle > 0.0 { 100.0 * frag / idle } else { 0.0 },
         pods: arrivals.len(),
         failed,
-        elapsed,
+        wall_seconds,
+        cpu_seconds,
     })
 }
 
@@ -655,8 +659,10 @@ pub struct PolicySummary {
     pub frag_ratio: f64,
     /// Mean allocation ratio at each arrival percentage 0..=130.
     pub curve: Vec<Option<f64>>,
+    /// Mean CPU time of one experiment (the scheduling loop, on one thread), in seconds.
+    pub cpu_seconds_per_run: f64,
     /// Mean wall time of one experiment, in seconds.
-    pub seconds_per_run: f64,
+    pub wall_seconds_per_run: f64,
     /// Each seed's run.
     pub runs: Vec<RunResult>,
 }
@@ -682,7 +688,8 @@ impl PolicySummary {
             frag_milli: mean(&|r| r.frag_milli),
             frag_ratio: mean(&|r| r.frag_ratio),
             curve,
-            seconds_per_run: mean(&|r| r.elapsed.as_secs_f64()),
+            cpu_seconds_per_run: mean(&|r| r.cpu_seconds),
+            wall_seconds_per_run: mean(&|r| r.wall_seconds),
             runs,
         }
     }
@@ -720,20 +727,20 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "{:<14} {:>9} {:>9} {:>12} {:>10} {:>9} {:>8}",
-            "POLICY", "ALLOC@100", "ALLOC@130", "UNALLOC GPUS", "FRAG GPUS", "FRAG %", "S/RUN"
+            "{:<14} {:>9} {:>9} {:>12} {:>10} {:>9} {:>10}",
+            "POLICY", "ALLOC@100", "ALLOC@130", "UNALLOC GPUS", "FRAG GPUS", "FRAG %", "CPU S/RUN"
         );
         for p in &self.policies {
             let _ = writeln!(
                 out,
-                "{:<14} {:>8.2}% {:>8.2}% {:>12.1} {:>10.1} {:>8.2}% {:>8.2}",
+                "{:<14} {:>8.2}% {:>8.2}% {:>12.1} {:>10.1} {:>8.2}% {:>10.2}",
                 p.policy,
                 p.alloc_100,
                 p.alloc_130,
                 p.unallocated_gpus,
                 p.frag_milli / f64::from(MILLI_PER_GPU),
                 p.frag_ratio,
-                p.seconds_per_run
+                p.cpu_seconds_per_run
             );
         }
         out
@@ -877,4 +884,210 @@ fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::gpu::GpuRequest;
+
+    fn write(name: &str, text: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("gantry-openb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    const NODES: &str =
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,8000,16384,0,\n";
+    const PODS: &str = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n\
+        p2,4000,1024,1,500,,LS\n\
+        p1,1000,1024,1,1000,T4|V100M16,BE\n\
+        p3,2000,1024,0,0,,BE\n";
+
+    #[test]
+    fn reads_the_csv_files() {
+        let nodes = load_nodes(&write("nodes.csv", NODES)).unwrap();
+        assert_eq!(nodes.len(), 2);
+        assert_eq!(
+            nodes[0],
+            TraceNode {
+                name: "n0".into(),
+                cpu_milli: 32000,
+                memory_mib: 65536,
+                gpus: 2,
+                model: "T4".into()
+            }
+        );
+        assert_eq!(nodes[1].model, "");
+        let pods = load_pods(&write("pods.csv", PODS)).unwrap();
+        assert_eq!(pods[1].gpu_spec, "T4|V100M16");
+        assert_eq!(pods[0].total_gpu_milli(), 500);
+        // multigpu files have no gpu_spec column.
+        let short = load_pods(&write(
+            "short.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,4,1000\n",
+        ))
+        .unwrap();
+        assert_eq!(short[0].total_gpu_milli(), 4000);
+    }
+
+    #[test]
+    fn csv_errors_name_the_line_and_column() {
+        let e = load_nodes(&write("bad1.csv", "sn,cpu_milli,gpu,model\nn,1,1,T4\n")).unwrap_err();
+        assert!(
+            e.to_string().ends_with(":1: missing column \"memory_mib\""),
+            "{e}"
+        );
+        let e = load_pods(&write(
+            "bad2.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,x,5\n",
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(":2: column num_gpu: \"x\" is not a non-negative integer"),
+            "{e}"
+        );
+        let e = load_pods(&write(
+            "bad3.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,500\n",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("shares are of one GPU"), "{e}");
+        assert!(matches!(
+            load_nodes(Path::new("/nonexistent/x.csv")),
+            Err(OpenbError::Read { .. })
+        ));
+    }
+
+    fn trace() -> Trace {
+        let nodes = load_nodes(&write("n.csv", NODES)).unwrap();
+        let pods = load_pods(&write("p.csv", PODS)).unwrap();
+        Trace::new(&nodes, &pods).unwrap()
+    }
+
+    #[test]
+    fn trace_objects_carry_the_gpu_conventions() {
+        let t = trace();
+        assert_eq!(t.capacity_milli, 2000);
+        assert_eq!(t.nodes[0].gpu.count, 2);
+        assert_eq!(t.nodes[0].gpu.model.as_deref(), Some("T4"));
+        let names: Vec<&str> = t.pods.iter().map(|(p, _)| p.name.as_str()).collect();
+        assert_eq!(names, ["p1", "p2", "p3"], "sorted by name");
+        assert_eq!(t.pods[0].0.gpu.request, GpuRequest::Whole(1));
+        assert_eq!(
+            &*t.pods[0].0.gpu.models,
+            &[Box::from("T4"), Box::from("V100M16")]
+        );
+        assert_eq!(t.pods[1].0.gpu.request, GpuRequest::Milli(500));
+        assert_eq!(t.pods[2].0.gpu.request, GpuRequest::None);
+    }
+
+    #[test]
+    fn arrivals_shuffle_then_fill_to_the_tune_ratio() {
+        let t = trace();
+        let a = t.arrivals(42);
+        assert_eq!(a, t.arrivals(42), "seeded");
+        let mut first: Vec<usize> = a[..3].to_vec();
+        first.sort_unstable();
+        assert_eq!(first, [0, 1, 2], "every pod once, then draws");
+        let total: u64 = a.iter().map(|&i| t.pods[i].1).sum();
+        assert!(total as f64 <= TUNE_RATIO * 2000.0);
+        assert!(
+            total as f64 + 1000.0 > TUNE_RATIO * 2000.0,
+            "stops at the first draw that overshoots or before"
+        );
+        let names = |seed| -> Vec<String> {
+            t.nodes_for(seed)
+                .iter()
+                .map(|n| n.name.to_string())
+                .collect()
+        };
+        let a = names(1);
+        assert!(
+            a.iter().all(|n| n.ends_with("-n0") || n.ends_with("-n1")),
+            "{a:?}"
+        );
+        assert!(a.iter().all(|n| n.len() == "0000-n0".len()));
+        assert_eq!(a, names(1), "seeded");
+        assert!(
+            (2..20).any(|s| names(s) != a),
+            "the order varies with the seed"
+        );
+    }
+
+    #[test]
+    fn curve_is_the_mean_of_the_arrivals_that_round_to_each_point() {
+        let c = curve(&[(0.4, 0.0), (99.6, 90.0), (100.2, 92.0), (128.0, 95.0)]);
+        assert_eq!(c.len(), 131);
+        assert_eq!(c[0], Some(0.0));
+        assert_eq!(c[100], Some(91.0));
+        assert_eq!(c[128], Some(95.0));
+        assert_eq!(
+            c[129],
+            Some(95.0),
+            "within one point when none rounds to it"
+        );
+        assert_eq!(c[130], None);
+        assert_eq!(c[50], None);
+    }
+
+    #[test]
+    fn runs_the_experiment_through_the_scheduler() {
+        let t = trace();
+        let registry = crate::plugins::registry();
+        for policy in [Policy::Fgd, Policy::BestFit] {
+            let spec = PolicySpec::published(policy, &t);
+            let r = run(&t, &spec.args, 42, &registry).unwrap();
+            assert_eq!(r.pods, t.arrivals(42).len());
+            assert!(r.final_alloc > 0.0 && r.final_alloc <= 100.0, "{r:?}");
+            assert_eq!(r.unallocated_gpus, 2.0 * (1.0 - r.final_alloc / 100.0));
+        }
+        assert!(PolicySpec::published(Policy::Fgd, &t).args["typicalPods"].is_array());
+        assert!(
+            PolicySpec::published(Policy::BestFit, &t)
+                .args
+                .get("typicalPods")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn report_formats() {
+        let run = RunResult {
+            seed: 1,
+            curve: vec![Some(50.0); 131],
+            final_alloc: 50.0,
+            unallocated_gpus: 1.0,
+            frag_milli: 500.0,
+            frag_ratio: 50.0,
+            pods: 3,
+            failed: 1,
+            wall_seconds: 0.5,
+            cpu_seconds: 0.25,
+        };
+        let report = Report {
+            nodes: "n.csv".into(),
+            pods: "p.csv".into(),
+            cluster_nodes: 2,
+            cluster_gpus: 2.0,
+            seeds: vec![42, 43],
+            policies: vec![PolicySummary::new("FGD", vec![run.clone(), run])],
+        };
+        let table = report.to_table();
+        assert!(table.contains("seeds 42..43"), "{table}");
+        assert!(
+            table.contains("FGD               50.00%    50.00%"),
+            "{table}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(json["policies"]["FGD"]["alloc_100"], 50.0);
+        assert_eq!(json["policies"]["FGD"]["alloc_130"], 50.0);
+        let svg = report.to_svg();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains(">FGD</text>")
+        );
+    }
 }

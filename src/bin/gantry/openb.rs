@@ -37,6 +37,20 @@ pub struct Args {
     /// Runs experiments on this many threads at once (each experiment runs on one).
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+    /// Where fragmentation-aware policies take the typical workload from: `trace` (FGD's
+    /// setting: the pod list's most frequent shapes, given in the configuration) or
+    /// `learned` (learned online from the arriving pods, as in a live cluster).
+    #[arg(long, value_enum, default_value = "trace")]
+    pub typical_workload: TypicalSource,
+}
+
+/// Where the typical workload comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TypicalSource {
+    /// The trace's pod list.
+    Trace,
+    /// Learned online from the pods the scheduler sees.
+    Learned,
 }
 
 impl Args {
@@ -103,7 +117,10 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
     };
     let specs: Vec<PolicySpec> = policies
         .iter()
-        .map(|p| PolicySpec::published(*p, &trace))
+        .map(|p| match args.typical_workload {
+            TypicalSource::Trace => PolicySpec::published(*p, &trace),
+            TypicalSource::Learned => PolicySpec::default_args(*p),
+        })
         .collect();
     let registry = plugins::registry();
     let jobs: Vec<(usize, u64)> = (0..specs.len())

@@ -81,7 +81,8 @@ pub struct GpuShareArgs {
     pub typical_pods: Vec<TypicalPod>,
     /// How many of the most recent pods the learned typical workload is drawn from.
     pub learning_window: u32,
-    /// Share of the workload, in percent, the typical pod shapes cover.
+    /// Share of the learned workload, in percent, the typical pod shapes cover (given
+    /// typical pods are used as given).
     pub coverage_percent: u32,
 }
 
@@ -228,7 +229,7 @@ impl GpuShare {
         } else {
             Typical::Given(Arc::new(TypicalWorkload::from_counts(
                 args.typical_pods.iter().map(|p| (p.shape(), p.weight)),
-                coverage,
+                1.0,
             )))
         };
         GpuShare {

@@ -16,6 +16,7 @@ pub enum Policy {
     /// for a share, the GPU) where the typical workload's fragmentation grows least, scored
     /// `sigmoid(decrease / 1000) * 100` truncated to an integer.
     #[serde(rename = "FGD")]
+    #[default]
     Fgd,
     /// The node left with the least free cpu and GPU (each relative to the largest node),
     /// scores rescaled between the lowest and the highest; the tightest GPU.
@@ -26,7 +27,6 @@ pub enum Policy {
     GpuPacking,
     /// The node left with the largest share of its GPU milli free; the emptiest GPU.
     #[serde(rename = "Spread")]
-    #[default]
     Spread,
 }
 
