@@ -329,6 +329,32 @@ impl FilterPlugin for Timed {
         };
         self.timed_if_sampled("Filter", || inner.filter(state, pod, node), |s| s.code())
     }
+
+    /// The plugin's own block method, but in a sampled cycle node by node, so that each call
+    /// is timed and counted with its own code, as kube-scheduler observes them.
+    fn filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        statuses: &mut [Status],
+    ) -> usize {
+        let Some(inner) = self.inner.as_filter() else {
+            statuses.fill(missing("Filter"));
+            return statuses.len();
+        };
+        if !self.instr.sampled() {
+            return inner.filter_nodes(state, pod, nodes, statuses);
+        }
+        let mut rejected = 0;
+        for (node, status) in nodes.iter().zip(statuses) {
+            if status.is_success() {
+                *status = self.filter(state, pod, node);
+                rejected += usize::from(!status.is_success());
+            }
+        }
+        rejected
+    }
 }
 
 impl PostFilterPlugin for Timed {
@@ -373,11 +399,9 @@ impl PreScorePlugin for Timed {
     }
 }
 
-impl ScorePlugin for Timed {
-    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
-        let Some(inner) = self.inner.as_score() else {
-            return Err(missing("Score"));
-        };
+impl Timed {
+    /// Notes when the cycle's scoring began, for the Score extension point's duration.
+    fn mark_score_start(&self) {
         if self.instr.score_start.load(Ordering::Relaxed) == 0 {
             let now = nanos_since(self.instr.epoch);
             let _ = self.instr.score_start.compare_exchange(
@@ -387,11 +411,42 @@ impl ScorePlugin for Timed {
                 Ordering::Relaxed,
             );
         }
+    }
+}
+
+impl ScorePlugin for Timed {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(inner) = self.inner.as_score() else {
+            return Err(missing("Score"));
+        };
+        self.mark_score_start();
         self.timed_if_sampled(
             "Score",
             || inner.score(state, pod, node),
             |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
         )
+    }
+
+    /// The plugin's own block method, but in a sampled cycle node by node, so that each call
+    /// is timed, as kube-scheduler observes them.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Result<(), Status> {
+        let Some(inner) = self.inner.as_score() else {
+            return Err(missing("Score"));
+        };
+        self.mark_score_start();
+        if !self.instr.sampled() {
+            return inner.score_nodes(state, pod, nodes, scores);
+        }
+        for (node, score) in nodes.iter().zip(scores) {
+            *score = self.score(state, pod, node)?;
+        }
+        Ok(())
     }
 
     fn normalize(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore]) -> Status {

@@ -49,13 +49,24 @@ pub struct CycleMemory {
 /// Per-cycle score arrays, kept between cycles.
 #[derive(Debug, Default)]
 struct ScoreBuffers {
-    /// Raw, then weighted, scores: one row per feasible node, one column per plugin.
-    weighted: Vec<i64>,
+    /// Raw, then weighted, scores of the feasible nodes, in blocks of [`SCORE_BLOCK`] nodes;
+    /// within a block, one run of scores per plugin, in plugin order. Plugins score a block
+    /// at a time, so the block's nodes stay in the core's cache from one plugin to the next.
+    cells: Vec<i64>,
+    /// Score plugins (columns).
+    width: usize,
+    /// Feasible nodes (rows).
+    len: usize,
     /// Sum of each row.
     totals: Vec<i64>,
     /// One plugin's scores, for its normalization.
     column: Vec<NodeScore>,
 }
+
+/// Feasible nodes a score plugin is given at a time.
+const SCORE_BLOCK: usize = 256;
+/// Nodes a filter plugin is given at a time, at most.
+const FILTER_BLOCK: usize = 256;
 
 /// The scores one feasible node received.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,28 +291,48 @@ pub fn schedule_one(
         .filter(|p| !skip_filter.contains(&p.name()))
         .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
         .collect();
-    let filter_one = |i: usize| run_filters(&filters, &state, pod, node_at(i));
-    while progress.processed < candidates.len() && progress.feasible.len() < to_find {
-        let remaining = candidates.len() - progress.processed;
-        match options.pool {
-            Some(pool) if remaining >= PARALLEL_THRESHOLD => {
-                let want = (to_find - progress.feasible.len()).max(PARALLEL_THRESHOLD);
-                let range = progress.processed..progress.processed + want.min(remaining);
-                let batch = &mut memory.statuses;
-                pool.install(|| {
-                    range
-                        .into_par_iter()
-                        .map(filter_one)
-                        .collect_into_vec(batch)
-                });
-                for status in batch.drain(..) {
-                    progress.record(node_at(progress.processed), status)?;
-                    if progress.feasible.len() >= to_find {
-                        break;
+    let filter_block = |nodes: &[&NodeInfo], statuses: &mut [Status]| {
+        for (f, name) in &filters {
+            if f.filter_nodes(&state, pod, nodes, statuses) > 0 {
+                for s in statuses.iter_mut() {
+                    if !s.is_success() && s.plugin().is_none() {
+                        s.set_plugin(name);
                     }
                 }
             }
-            _ => progress.record(node_at(progress.processed), filter_one(progress.processed))?,
+        }
+    };
+    let mut block: Vec<&NodeInfo> = Vec::new();
+    let statuses = &mut memory.statuses;
+    while progress.processed < candidates.len() && progress.feasible.len() < to_find {
+        let remaining = candidates.len() - progress.processed;
+        let want = to_find - progress.feasible.len();
+        let pool = options.pool.filter(|_| remaining >= PARALLEL_THRESHOLD);
+        // Never examine more nodes than could still be needed, but for a parallel batch,
+        // whose surplus is dropped: kube-scheduler's count of examined nodes is kept.
+        let len = match pool {
+            Some(_) => want.max(PARALLEL_THRESHOLD),
+            None => want.min(FILTER_BLOCK),
+        }
+        .min(remaining);
+        block.clear();
+        block.extend((progress.processed..progress.processed + len).map(|i| &**node_at(i)));
+        statuses.clear();
+        statuses.resize_with(len, Status::success);
+        match pool {
+            Some(pool) => pool.install(|| {
+                block
+                    .par_chunks(FILTER_BLOCK)
+                    .zip(statuses.par_chunks_mut(FILTER_BLOCK))
+                    .for_each(|(nodes, statuses)| filter_block(nodes, statuses))
+            }),
+            None => filter_block(&block, statuses),
+        }
+        for (node, status) in block.iter().zip(statuses.drain(..)) {
+            progress.record(node, status)?;
+            if progress.feasible.len() >= to_find {
+                break;
+            }
         }
     }
     let FilterProgress {
@@ -339,7 +370,7 @@ pub fn schedule_one(
         .filter(|(p, _)| score_plugins.contains(&p.name()))
         .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
     let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
-    let scores = buffers.top(&feasible, score_plugins.len(), options.top_scores);
+    let scores = buffers.top(&feasible, options.top_scores);
     Ok(Placement {
         node: feasible[chosen].node.name.clone(),
         evaluated,
@@ -389,22 +420,6 @@ fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> 
     CycleError::Unschedulable(diagnosis)
 }
 
-/// Runs the filters on one node; the first rejection wins.
-fn run_filters(
-    filters: &[(&dyn FilterPlugin, &'static str)],
-    state: &CycleState,
-    pod: &PodInfo,
-    node: &NodeInfo,
-) -> Status {
-    for (f, name) in filters {
-        let status = f.filter(state, pod, node);
-        if !status.is_success() {
-            return status.with_plugin(name);
-        }
-    }
-    Status::success()
-}
-
 fn run_post_filter(
     profile: &Profile,
     state: &CycleState,
@@ -427,8 +442,15 @@ fn run_post_filter(
 }
 
 impl ScoreBuffers {
+    /// Position in `cells` of node `i`'s score from plugin `j`.
+    fn at(&self, i: usize, j: usize) -> usize {
+        let start = i - i % SCORE_BLOCK;
+        let block_len = SCORE_BLOCK.min(self.len - start);
+        start * self.width + j * block_len + (i - start)
+    }
+
     /// The `k` best rows, best first (ties in examination order), with node names.
-    fn top(&self, feasible: &[&NodeInfo], width: usize, k: usize) -> Vec<NodeScores> {
+    fn top(&self, feasible: &[&NodeInfo], k: usize) -> Vec<NodeScores> {
         // One pass keeping the best k indices sorted: k is small, the cluster is not.
         let mut best: Vec<usize> = Vec::with_capacity(k + 1);
         for (i, &total) in self.totals.iter().enumerate() {
@@ -442,7 +464,7 @@ impl ScoreBuffers {
         best.into_iter()
             .map(|i| NodeScores {
                 node: feasible[i].node.name.clone(),
-                weighted: self.weighted[i * width..(i + 1) * width].to_vec(),
+                weighted: (0..self.width).map(|j| self.cells[self.at(i, j)]).collect(),
                 total: self.totals[i],
             })
             .collect()
@@ -482,64 +504,91 @@ fn score_nodes(
         .collect();
     let state: &CycleState = state;
     let width = active.len();
+    buffers.width = width;
+    buffers.len = feasible.len();
+    // Every cell is written by a plugin before it is read: no need to clear the buffer.
+    buffers.cells.resize(feasible.len() * width, 0);
+    buffers.totals.clear();
+    buffers.totals.resize(feasible.len(), 0);
+    if width == 0 {
+        return Ok(Vec::new());
+    }
+    let score_block = |(nodes, cells): (&[&NodeInfo], &mut [i64])| -> Result<(), Status> {
+        let len = nodes.len();
+        for (j, (s, name, _)) in active.iter().enumerate() {
+            s.score_nodes(state, pod, nodes, &mut cells[j * len..(j + 1) * len])
+                .map_err(|e| e.with_plugin(name))?;
+        }
+        Ok(())
+    };
+    let cells = &mut buffers.cells;
+    match options.pool {
+        Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
+            feasible
+                .par_chunks(SCORE_BLOCK)
+                .zip(cells.par_chunks_mut(SCORE_BLOCK * width))
+                .try_for_each(score_block)
+        }),
+        _ => feasible
+            .chunks(SCORE_BLOCK)
+            .zip(cells.chunks_mut(SCORE_BLOCK * width))
+            .try_for_each(score_block),
+    }
+    .map_err(CycleError::Error)?;
+
     let ScoreBuffers {
-        weighted,
+        cells,
         totals,
         column,
+        ..
     } = buffers;
-    weighted.clear();
-    totals.clear();
-    totals.resize(feasible.len(), 0);
-    if width > 0 {
-        match options.pool {
-            Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => {
-                weighted.resize(feasible.len() * width, 0);
-                let score_row = |(node, row): (&&NodeInfo, &mut [i64])| -> Result<(), Status> {
-                    for ((s, name, _), cell) in active.iter().zip(row.iter_mut()) {
-                        *cell = s.score(state, pod, node).map_err(|e| e.with_plugin(name))?;
-                    }
-                    Ok(())
-                };
-                pool.install(|| {
-                    feasible
-                        .par_iter()
-                        .zip(weighted.par_chunks_mut(width))
-                        .try_for_each(score_row)
-                })
-            }
-            _ => feasible.iter().try_for_each(|node| {
-                for (s, name, _) in &active {
-                    weighted.push(s.score(state, pod, node).map_err(|e| e.with_plugin(name))?);
-                }
-                Ok(())
-            }),
-        }
-        .map_err(CycleError::Error)?;
-    }
-
+    // Block `b` starts at row `b * SCORE_BLOCK`, at `b * SCORE_BLOCK * width` in `cells`;
+    // plugin `j`'s run in it starts `j * len` further, `len` being the block's length.
+    let runs = |j: usize| {
+        (0..feasible.len()).step_by(SCORE_BLOCK).map(move |start| {
+            let len = SCORE_BLOCK.min(feasible.len() - start);
+            (start, start * width + j * len, len)
+        })
+    };
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
         column.clear();
-        column.extend((0..feasible.len()).map(|i| NodeScore {
-            index: i,
-            score: weighted[i * width + j],
-        }));
+        for (start, at, len) in runs(j) {
+            column.extend(
+                cells[at..at + len]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &score)| NodeScore {
+                        index: start + k,
+                        score,
+                    }),
+            );
+        }
         let status = plugin.normalize(state, pod, column);
         if !status.is_success() {
             return Err(CycleError::Error(status.with_plugin(name)));
         }
-        for s in column.iter() {
-            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
-                return Err(CycleError::Error(
-                    Status::error(format!(
-                        "plugin {name} returns an invalid score {}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                        s.score
-                    ))
-                    .with_plugin(name),
-                ));
+        if let Some(bad) = column
+            .iter()
+            .find(|s| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score))
+        {
+            return Err(CycleError::Error(
+                Status::error(format!(
+                    "plugin {name} returns an invalid score {}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
+                    bad.score
+                ))
+                .with_plugin(name),
+            ));
+        }
+        for (start, at, len) in runs(j) {
+            let scored = &column[start..start + len];
+            for ((cell, total), s) in cells[at..at + len]
+                .iter_mut()
+                .zip(&mut totals[start..start + len])
+                .zip(scored)
+            {
+                *cell = s.score * weight;
+                *total += *cell;
             }
-            let w = s.score * weight;
-            weighted[s.index * width + j] = w;
-            totals[s.index] += w;
         }
     }
     Ok(active.iter().map(|(_, n, _)| *n).collect())

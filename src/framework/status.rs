@@ -86,8 +86,13 @@ impl Status {
 
     /// Records which plugin produced the status.
     pub fn with_plugin(mut self, plugin: &'static str) -> Self {
-        self.plugin = Some(plugin);
+        self.set_plugin(plugin);
         self
+    }
+
+    /// Names the plugin that said it, in place.
+    pub fn set_plugin(&mut self, plugin: &'static str) {
+        self.plugin = Some(plugin);
     }
 
     /// The code.

@@ -15,7 +15,8 @@ use crate::framework::{
 use crate::model::PodInfo;
 
 use super::resource_allocation::{
-    RequestView, ResourceAllocation, ResourceSpec, default_resources, deserialize_resources,
+    PodRequests, RequestView, ResourceAllocation, ResourceSpec, default_resources,
+    deserialize_resources,
 };
 
 /// The plugin's name in configuration files.
@@ -84,32 +85,31 @@ impl NodeResourcesBalancedAllocation {
         }
     }
 
-    fn score_node(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
+    #[inline]
+    fn score_node(&self, node: &NodeInfo, pod_requests: &PodRequests) -> i64 {
         // Two passes over the fractions, as kube-scheduler computes them, so the floating
         // point result (and its truncation) is the same.
         let (mut count, mut total, mut first, mut second) = (0usize, 0f64, 0f64, 0f64);
-        self.allocation
-            .for_each(node, pod_requests, |_, req, alloc| {
-                let f = fraction(req, alloc);
-                match count {
-                    0 => first = f,
-                    1 => second = f,
-                    _ => {}
-                }
-                count += 1;
-                total += f;
-            });
+        pod_requests.for_each(node, |_, req, alloc| {
+            let f = fraction(req, alloc);
+            match count {
+                0 => first = f,
+                1 => second = f,
+                _ => {}
+            }
+            count += 1;
+            total += f;
+        });
         let std = match count {
             0 | 1 => 0.0,
             2 => ((first - second) / 2.0).abs(),
             n => {
                 let mean = total / n as f64;
                 let mut sum = 0.0;
-                self.allocation
-                    .for_each(node, pod_requests, |_, req, alloc| {
-                        let d = fraction(req, alloc) - mean;
-                        sum += d * d;
-                    });
+                pod_requests.for_each(node, |_, req, alloc| {
+                    let d = fraction(req, alloc) - mean;
+                    sum += d * d;
+                });
                 (sum / n as f64).sqrt()
             }
         };
@@ -122,15 +122,10 @@ fn fraction(requested: i64, allocatable: i64) -> f64 {
     (requested as f64 / allocatable as f64).min(1.0)
 }
 
-/// True when the pod requests none of the scored resources (a best-effort pod for them).
-fn requests_none(pod_requests: &[i64]) -> bool {
-    pod_requests.iter().all(|&r| r == 0)
-}
-
 /// The pod's request of each scored resource, computed once per cycle.
 #[derive(Debug)]
 struct PreScoreState {
-    pod_requests: Vec<i64>,
+    pod_requests: PodRequests,
 }
 
 impl Plugin for NodeResourcesBalancedAllocation {
@@ -157,7 +152,7 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
         _feasible: &[&NodeInfo],
     ) -> Status {
         let pod_requests = self.allocation.pod_requests(pod);
-        if requests_none(&pod_requests) {
+        if pod_requests.is_empty() {
             return Status::skip();
         }
         state.insert(PreScoreState { pod_requests });
@@ -173,10 +168,35 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
             return Ok(self.score_node(node, &s.pod_requests));
         }
         let pod_requests = self.allocation.pod_requests(pod);
-        if requests_none(&pod_requests) {
+        if pod_requests.is_empty() {
             return Ok(0);
         }
         Ok(self.score_node(node, &pod_requests))
+    }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Result<(), Status> {
+        let computed;
+        let pod_requests = match state.get::<PreScoreState>() {
+            Some(s) => &s.pod_requests,
+            None => {
+                computed = self.allocation.pod_requests(pod);
+                if computed.is_empty() {
+                    scores.fill(0);
+                    return Ok(());
+                }
+                &computed
+            }
+        };
+        for (node, score) in nodes.iter().zip(scores) {
+            *score = self.score_node(node, pod_requests);
+        }
+        Ok(())
     }
 }
 

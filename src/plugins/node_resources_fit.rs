@@ -18,7 +18,8 @@ use crate::model::labels::validate_qualified_name;
 use crate::model::resources::{ResourceName, is_extended_resource};
 
 use super::resource_allocation::{
-    RequestView, ResourceAllocation, ResourceSpec, default_resources, deserialize_resources,
+    PodRequests, RequestView, ResourceAllocation, ResourceSpec, default_resources,
+    deserialize_resources,
 };
 
 /// The plugin's name in configuration files.
@@ -326,25 +327,21 @@ impl NodeResourcesFit {
         }
     }
 
-    fn score_node(&self, node: &NodeInfo, pod_requests: &[i64]) -> i64 {
+    #[inline]
+    fn score_node(&self, node: &NodeInfo, pod_requests: &PodRequests) -> i64 {
         match &self.strategy {
-            Strategy::LeastAllocated => {
-                weighted_mean(&self.allocation, node, pod_requests, least_requested_score)
-            }
-            Strategy::MostAllocated => {
-                weighted_mean(&self.allocation, node, pod_requests, most_requested_score)
-            }
+            Strategy::LeastAllocated => weighted_mean(node, pod_requests, least_requested_score),
+            Strategy::MostAllocated => weighted_mean(node, pod_requests, most_requested_score),
             Strategy::RequestedToCapacityRatio(shape) => {
                 let (mut sum, mut weights) = (0i64, 0i64);
-                self.allocation
-                    .for_each(node, pod_requests, |weight, req, alloc| {
-                        let score = broken_linear(shape, utilization(req, alloc));
-                        // kube-scheduler leaves resources scoring 0 out of the average.
-                        if score > 0 {
-                            sum += score * weight;
-                            weights += weight;
-                        }
-                    });
+                pod_requests.for_each(node, |weight, req, alloc| {
+                    let score = broken_linear(shape, utilization(req, alloc));
+                    // kube-scheduler leaves resources scoring 0 out of the average.
+                    if score > 0 {
+                        sum += score * weight;
+                        weights += weight;
+                    }
+                });
                 if weights == 0 {
                     0
                 } else {
@@ -377,7 +374,7 @@ struct ScalarRequest {
 /// The pod's request of each scored resource, computed once per cycle.
 #[derive(Debug)]
 struct PreScoreState {
-    pod_requests: Vec<i64>,
+    pod_requests: PodRequests,
 }
 
 impl Plugin for NodeResourcesFit {
@@ -415,62 +412,91 @@ impl FilterPlugin for NodeResourcesFit {
     /// is UnschedulableAndUnresolvable when some request exceeds the node's whole allocatable
     /// amount (evicting pods cannot help), Unschedulable otherwise.
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(s) = state.get::<PreFilterState>() else {
-            return Status::error(
-                "error reading \"PreFilterNodeResourcesFit\" from cycleState: not found",
-            );
-        };
-        let allocatable = &node.node.allocatable;
-        let used = &node.requested;
-        let mut reasons: Vec<Cow<'static, str>> = Vec::new();
-        let mut unresolvable = false;
-        if node.pods.len() as i64 + 1 > allocatable.allowed_pods {
-            reasons.push(Cow::Borrowed(TOO_MANY_PODS));
+        match state.get::<PreFilterState>() {
+            Some(s) => fits_request(s, node),
+            None => Status::error(ERR_MISSING_PRE_FILTER_STATE),
         }
-        if !s.requests_nothing {
-            let mut check = |request: i64, alloc: i64, in_use: i64, reason: Cow<'static, str>| {
-                if request > 0 && request > alloc - in_use {
-                    unresolvable |= request > alloc;
-                    reasons.push(reason);
-                }
-            };
-            check(
-                s.milli_cpu,
-                allocatable.milli_cpu,
-                used.milli_cpu,
-                Cow::Borrowed(INSUFFICIENT_CPU),
-            );
-            check(
-                s.memory,
-                allocatable.memory,
-                used.memory,
-                Cow::Borrowed(INSUFFICIENT_MEMORY),
-            );
-            check(
-                s.ephemeral_storage,
-                allocatable.ephemeral_storage,
-                used.ephemeral_storage,
-                Cow::Borrowed(INSUFFICIENT_EPHEMERAL_STORAGE),
-            );
-            for r in &s.scalars {
-                let alloc = allocatable.scalar(&r.name);
-                let in_use = used.scalar(&r.name);
-                if r.amount > alloc - in_use {
-                    unresolvable |= r.amount > alloc;
-                    reasons.push(Cow::Owned(r.reason.clone()));
-                }
+    }
+
+    fn filter_nodes(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        statuses: &mut [Status],
+    ) -> usize {
+        let Some(s) = state.get::<PreFilterState>() else {
+            statuses.fill(Status::error(ERR_MISSING_PRE_FILTER_STATE));
+            return statuses.len();
+        };
+        let mut rejected = 0;
+        for (node, status) in nodes.iter().zip(statuses) {
+            if status.is_success() {
+                *status = fits_request(s, node);
+                rejected += usize::from(!status.is_success());
             }
         }
-        if reasons.is_empty() {
-            return Status::success();
-        }
-        let code = if unresolvable {
-            Code::UnschedulableAndUnresolvable
-        } else {
-            Code::Unschedulable
-        };
-        Status::with_reasons(code, reasons)
+        rejected
     }
+}
+
+/// Error when PreFilter's state is missing, in kube-scheduler's words.
+const ERR_MISSING_PRE_FILTER_STATE: &str =
+    "error reading \"PreFilterNodeResourcesFit\" from cycleState: not found";
+
+/// kube-scheduler's `fitsRequest` for the requests PreFilter computed.
+#[inline]
+fn fits_request(s: &PreFilterState, node: &NodeInfo) -> Status {
+    let allocatable = &node.node.allocatable;
+    let used = &node.requested;
+    let mut reasons: Vec<Cow<'static, str>> = Vec::new();
+    let mut unresolvable = false;
+    if node.pods.len() as i64 + 1 > allocatable.allowed_pods {
+        reasons.push(Cow::Borrowed(TOO_MANY_PODS));
+    }
+    if !s.requests_nothing {
+        let mut check = |request: i64, alloc: i64, in_use: i64, reason: Cow<'static, str>| {
+            if request > 0 && request > alloc - in_use {
+                unresolvable |= request > alloc;
+                reasons.push(reason);
+            }
+        };
+        check(
+            s.milli_cpu,
+            allocatable.milli_cpu,
+            used.milli_cpu,
+            Cow::Borrowed(INSUFFICIENT_CPU),
+        );
+        check(
+            s.memory,
+            allocatable.memory,
+            used.memory,
+            Cow::Borrowed(INSUFFICIENT_MEMORY),
+        );
+        check(
+            s.ephemeral_storage,
+            allocatable.ephemeral_storage,
+            used.ephemeral_storage,
+            Cow::Borrowed(INSUFFICIENT_EPHEMERAL_STORAGE),
+        );
+        for r in &s.scalars {
+            let alloc = allocatable.scalar(&r.name);
+            let in_use = used.scalar(&r.name);
+            if r.amount > alloc - in_use {
+                unresolvable |= r.amount > alloc;
+                reasons.push(Cow::Owned(r.reason.clone()));
+            }
+        }
+    }
+    if reasons.is_empty() {
+        return Status::success();
+    }
+    let code = if unresolvable {
+        Code::UnschedulableAndUnresolvable
+    } else {
+        Code::Unschedulable
+    };
+    Status::with_reasons(code, reasons)
 }
 
 impl PreScorePlugin for NodeResourcesFit {
@@ -497,18 +523,39 @@ impl ScorePlugin for NodeResourcesFit {
             None => Ok(self.score_node(node, &self.allocation.pod_requests(pod))),
         }
     }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Result<(), Status> {
+        let computed;
+        let pod_requests = match state.get::<PreScoreState>() {
+            Some(s) => &s.pod_requests,
+            None => {
+                computed = self.allocation.pod_requests(pod);
+                &computed
+            }
+        };
+        for (node, score) in nodes.iter().zip(scores) {
+            *score = self.score_node(node, pod_requests);
+        }
+        Ok(())
+    }
 }
 
 /// The integer weighted mean of `per_resource(requested, allocatable)` over the resources
 /// that take part, truncated; 0 when none does.
+#[inline]
 fn weighted_mean(
-    allocation: &ResourceAllocation,
     node: &NodeInfo,
-    pod_requests: &[i64],
-    per_resource: fn(i64, i64) -> i64,
+    pod_requests: &PodRequests,
+    per_resource: impl Fn(i64, i64) -> i64,
 ) -> i64 {
     let (mut sum, mut weights) = (0i64, 0i64);
-    allocation.for_each(node, pod_requests, |weight, req, alloc| {
+    pod_requests.for_each(node, |weight, req, alloc| {
         sum += per_resource(req, alloc) * weight;
         weights += weight;
     });

@@ -114,75 +114,101 @@ impl ResourceAllocation {
         }
     }
 
-    /// The pod's request of each configured resource, in configuration order; computed once
-    /// per cycle at PreScore.
-    pub fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
-        self.resources
-            .iter()
-            .map(|(kind, _)| match kind {
-                ResourceKind::Cpu => match self.view {
-                    RequestView::NonZero => pod.non_zero_milli_cpu,
-                    RequestView::Actual => pod.requests.milli_cpu,
+    /// What the pod's scores read on every node: the configured resources that can take
+    /// part, each with the pod's request; computed once per cycle at PreScore. As
+    /// kube-scheduler does, an extended resource the pod does not request is left out, and so
+    /// is a name nodes have no allocatable amount of.
+    pub fn pod_requests(&self, pod: &PodInfo) -> PodRequests {
+        let non_zero = self.view == RequestView::NonZero;
+        let scored = self.resources.iter().filter_map(|(kind, weight)| {
+            let (amount, request) = match kind {
+                ResourceKind::Cpu if non_zero => (NodeAmount::NonZeroCpu, pod.non_zero_milli_cpu),
+                ResourceKind::Cpu => (NodeAmount::Cpu, pod.requests.milli_cpu),
+                ResourceKind::Memory if non_zero => {
+                    (NodeAmount::NonZeroMemory, pod.non_zero_memory)
+                }
+                ResourceKind::Memory => (NodeAmount::Memory, pod.requests.memory),
+                ResourceKind::EphemeralStorage => {
+                    (NodeAmount::EphemeralStorage, pod.requests.ephemeral_storage)
+                }
+                ResourceKind::Scalar(name) => match pod.requests.scalar(name) {
+                    0 => return None,
+                    request => (NodeAmount::Scalar(name.clone()), request),
                 },
-                ResourceKind::Memory => match self.view {
-                    RequestView::NonZero => pod.non_zero_memory,
-                    RequestView::Actual => pod.requests.memory,
-                },
-                ResourceKind::EphemeralStorage => pod.requests.ephemeral_storage,
-                ResourceKind::Scalar(name) => pod.requests.scalar(name),
-                ResourceKind::Unscored => 0,
+                ResourceKind::Unscored => return None,
+            };
+            Some(ScoredResource {
+                amount,
+                request,
+                weight: *weight,
             })
-            .collect()
+        });
+        PodRequests {
+            resources: scored.collect(),
+        }
+    }
+}
+
+/// Which of a node's amounts a scored resource compares: (requested, allocatable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NodeAmount {
+    /// Requested cpu as is.
+    Cpu,
+    /// Requested cpu with the non-zero defaults.
+    NonZeroCpu,
+    /// Requested memory as is.
+    Memory,
+    /// Requested memory with the non-zero defaults.
+    NonZeroMemory,
+    /// Ephemeral storage.
+    EphemeralStorage,
+    /// An extended, hugepages or attachable-volumes resource.
+    Scalar(ResourceName),
+}
+
+/// One resource taking part in a pod's scores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ScoredResource {
+    amount: NodeAmount,
+    request: i64,
+    weight: i64,
+}
+
+/// A pod's requests of the resources a scorer weighs, resolved once per cycle (see
+/// [`ResourceAllocation::pod_requests`]) so that scoring a node reads two numbers per
+/// resource and nothing else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRequests {
+    resources: Vec<ScoredResource>,
+}
+
+impl PodRequests {
+    /// True when the pod requests none of the scored resources (a best-effort pod for them).
+    pub fn is_empty(&self) -> bool {
+        self.resources.iter().all(|r| r.request == 0)
     }
 
-    /// Calls `f(weight, requested, allocatable)` for each configured resource, in order, that
-    /// takes part in the node's score, where `requested` already includes the pod's request.
-    /// As kube-scheduler does, a resource is left out when the node has no allocatable amount
-    /// of it, and an extended resource is left out when the pod does not request it.
-    /// `pod_requests` is what [`ResourceAllocation::pod_requests`] returned for the pod.
-    pub fn for_each(
-        &self,
-        node: &NodeInfo,
-        pod_requests: &[i64],
-        mut f: impl FnMut(i64, i64, i64),
-    ) {
+    /// Calls `f(weight, requested, allocatable)` for each resource, in configuration order,
+    /// that takes part in the node's score, where `requested` already includes the pod's
+    /// request. A resource the node has no allocatable amount of is left out.
+    #[inline]
+    pub fn for_each(&self, node: &NodeInfo, mut f: impl FnMut(i64, i64, i64)) {
         let allocatable = &node.node.allocatable;
         let requested = &node.requested;
-        for ((kind, weight), &pod_request) in self.resources.iter().zip(pod_requests) {
-            let (alloc, req) = match kind {
-                ResourceKind::Cpu => (
-                    allocatable.milli_cpu,
-                    match self.view {
-                        RequestView::NonZero => node.non_zero_milli_cpu,
-                        RequestView::Actual => requested.milli_cpu,
-                    } + pod_request,
-                ),
-                ResourceKind::Memory => (
-                    allocatable.memory,
-                    match self.view {
-                        RequestView::NonZero => node.non_zero_memory,
-                        RequestView::Actual => requested.memory,
-                    } + pod_request,
-                ),
-                ResourceKind::EphemeralStorage => (
-                    allocatable.ephemeral_storage,
-                    requested.ephemeral_storage + pod_request,
-                ),
-                ResourceKind::Scalar(name) => {
-                    if pod_request == 0 {
-                        continue;
-                    }
-                    (
-                        allocatable.scalar(name),
-                        requested.scalar(name) + pod_request,
-                    )
+        for r in &self.resources {
+            let (alloc, used) = match &r.amount {
+                NodeAmount::Cpu => (allocatable.milli_cpu, requested.milli_cpu),
+                NodeAmount::NonZeroCpu => (allocatable.milli_cpu, node.non_zero_milli_cpu),
+                NodeAmount::Memory => (allocatable.memory, requested.memory),
+                NodeAmount::NonZeroMemory => (allocatable.memory, node.non_zero_memory),
+                NodeAmount::EphemeralStorage => {
+                    (allocatable.ephemeral_storage, requested.ephemeral_storage)
                 }
-                ResourceKind::Unscored => continue,
+                NodeAmount::Scalar(name) => (allocatable.scalar(name), requested.scalar(name)),
             };
-            if alloc == 0 {
-                continue;
+            if alloc != 0 {
+                f(r.weight, used + r.request, alloc);
             }
-            f(*weight, req, alloc);
         }
     }
 }
@@ -193,9 +219,10 @@ mod tests {
     use crate::testing::{node, node_info, pod};
 
     fn collect(alloc: &ResourceAllocation, node: &NodeInfo, pod: &PodInfo) -> Vec<(i64, i64, i64)> {
-        let reqs = alloc.pod_requests(pod);
         let mut out = Vec::new();
-        alloc.for_each(node, &reqs, |w, r, a| out.push((w, r, a)));
+        alloc
+            .pod_requests(pod)
+            .for_each(node, |w, r, a| out.push((w, r, a)));
         out
     }
 

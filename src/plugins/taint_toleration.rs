@@ -91,14 +91,26 @@ impl ScorePlugin for TaintToleration {
         let s = state
             .get::<TaintTolerationState>()
             .ok_or_else(|| Status::error(ERR_MISSING_STATE))?;
-        let count = node
-            .node
-            .taints
-            .iter()
-            .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
-            .filter(|t| !s.prefer_no_schedule.iter().any(|tol| tol.tolerates(t)))
-            .count();
-        Ok(count as i64)
+        Ok(intolerable_preferences(
+            &node.node.taints,
+            &s.prefer_no_schedule,
+        ))
+    }
+
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        _: &PodInfo,
+        nodes: &[&NodeInfo],
+        scores: &mut [i64],
+    ) -> Result<(), Status> {
+        let s = state
+            .get::<TaintTolerationState>()
+            .ok_or_else(|| Status::error(ERR_MISSING_STATE))?;
+        for (node, score) in nodes.iter().zip(scores) {
+            *score = intolerable_preferences(&node.node.taints, &s.prefer_no_schedule);
+        }
+        Ok(())
     }
 
     /// Fewer intolerable taints is better: the highest count maps to 0.
@@ -106,6 +118,15 @@ impl ScorePlugin for TaintToleration {
         default_normalize_score(MAX_NODE_SCORE, true, scores);
         Status::success()
     }
+}
+
+/// How many of `taints` are PreferNoSchedule taints none of `tolerations` tolerates.
+fn intolerable_preferences(taints: &[Taint], tolerations: &[Toleration]) -> i64 {
+    taints
+        .iter()
+        .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
+        .filter(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
+        .count() as i64
 }
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
