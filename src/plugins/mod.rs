@@ -8,6 +8,7 @@ pub mod default_binder;
 pub mod gpu_share;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod load_aware;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
@@ -27,6 +28,7 @@ pub fn registry() -> Registry {
     r.register(gpu_share::NAME, gpu_share::factory);
     r.register(image_locality::NAME, image_locality::factory);
     r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
+    r.register(load_aware::NAME, load_aware::factory);
     r.register(node_affinity::NAME, node_affinity::factory);
     r.register(node_name::NAME, node_name::factory);
     r.register(node_ports::NAME, node_ports::factory);
