@@ -14,6 +14,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod overcommit;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
@@ -34,6 +35,7 @@ pub fn registry() -> Registry {
     r.register(node_ports::NAME, node_ports::factory);
     r.register(node_resources_fit::NAME, node_resources_fit::factory);
     r.register(node_unschedulable::NAME, node_unschedulable::factory);
+    r.register(overcommit::NAME, overcommit::factory);
     r.register(pod_topology_spread::NAME, pod_topology_spread::factory);
     r.register(priority_sort::NAME, priority_sort::factory);
     r.register(scheduling_gates::NAME, scheduling_gates::factory);

@@ -355,6 +355,11 @@ impl NodeResourcesFit {
     }
 }
 
+/// Cycle state a plugin sets when it checks the pod's cpu and memory itself on some nodes
+/// (gantry's Overcommit, on the nodes that opt in): on a node the function accepts, this filter
+/// leaves cpu and memory to that plugin and checks everything else as usual.
+pub struct CpuMemoryDelegation(pub Arc<dyn Fn(&NodeInfo) -> bool + Send + Sync>);
+
 /// The pod's requests as the filter checks them, computed once per cycle.
 #[derive(Debug)]
 struct PreFilterState {
@@ -428,8 +433,21 @@ impl FilterPlugin for NodeResourcesFit {
             reasons.push(Cow::Borrowed(TOO_MANY_PODS));
         }
         if !s.requests_nothing {
-            let mut check = |request: i64, alloc: i64, in_use: i64, reason: Cow<'static, str>| {
-                if request > 0 && request > alloc - in_use {
+            // Looked up on the first cpu or memory shortfall only: nothing on the usual path.
+            let mut delegated = None;
+            let mut delegated_here = || {
+                *delegated.get_or_insert_with(|| {
+                    state
+                        .get::<CpuMemoryDelegation>()
+                        .is_some_and(|d| (d.0)(node))
+                })
+            };
+            let mut check = |request: i64,
+                             alloc: i64,
+                             in_use: i64,
+                             reason: Cow<'static, str>,
+                             delegable: bool| {
+                if request > 0 && request > alloc - in_use && !(delegable && delegated_here()) {
                     unresolvable |= request > alloc;
                     reasons.push(reason);
                 }
@@ -439,18 +457,21 @@ impl FilterPlugin for NodeResourcesFit {
                 allocatable.milli_cpu,
                 used.milli_cpu,
                 Cow::Borrowed(INSUFFICIENT_CPU),
+                true,
             );
             check(
                 s.memory,
                 allocatable.memory,
                 used.memory,
                 Cow::Borrowed(INSUFFICIENT_MEMORY),
+                true,
             );
             check(
                 s.ephemeral_storage,
                 allocatable.ephemeral_storage,
                 used.ephemeral_storage,
                 Cow::Borrowed(INSUFFICIENT_EPHEMERAL_STORAGE),
+                false,
             );
             for r in &s.scalars {
                 let alloc = allocatable.scalar(&r.name);
