@@ -20,6 +20,7 @@ pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod zone_policy;
 
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
@@ -40,5 +41,6 @@ pub fn registry() -> Registry {
     r.register(priority_sort::NAME, priority_sort::factory);
     r.register(scheduling_gates::NAME, scheduling_gates::factory);
     r.register(taint_toleration::NAME, taint_toleration::factory);
+    r.register(zone_policy::NAME, zone_policy::factory);
     r
 }
