@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::cache::Cache;
 use crate::config::Config;
+use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
@@ -35,12 +36,21 @@ pub fn simulate(
     let now = Duration::ZERO;
 
     load_workloads(sched.cache_mut(), input);
+    let mut loads = Vec::new();
     for node in &input.nodes {
         match NodeModel::from_api(node) {
-            Ok(n) => sched.upsert_node(n, now),
+            Ok(n) => {
+                match load_from_annotations(&n.annotations) {
+                    Ok(Some(load)) => loads.push((n.name.clone(), simulated_sample(load, now))),
+                    Ok(None) => {}
+                    Err(e) => report.invalid.push(format!("node {}: {e}", n.name)),
+                }
+                sched.upsert_node(n, now);
+            }
             Err(e) => report.invalid.push(e.to_string()),
         }
     }
+    sched.set_node_loads(loads.iter().map(|(n, s)| (&**n, *s)), now);
     // Running pods first, so pending ones see them; then pending pods in input order.
     let mut pending: Vec<Arc<PodInfo>> = Vec::new();
     for pod in &input.pods {
@@ -58,6 +68,7 @@ pub fn simulate(
                     node: None,
                     message: Some(e.to_string()),
                     running: false,
+                    annotations: Default::default(),
                 });
                 continue;
             }
@@ -73,6 +84,7 @@ pub fn simulate(
                 node: Some(node.to_string()),
                 message: None,
                 running: true,
+                annotations: Default::default(),
             });
         } else {
             pending.push(info);
@@ -93,6 +105,7 @@ pub fn simulate(
             node: None,
             message,
             running: false,
+            annotations: Default::default(),
         });
         // Pending pods carry no node, so the cache cannot refuse them.
         let _ = sched.upsert_pod(pod, now);
@@ -122,6 +135,8 @@ fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String,
                             if let Some(&i) = index.get(&key) {
                                 report.pods[i].node = Some(node);
                                 report.pods[i].message = None;
+                                report.pods[i].annotations =
+                                    task.plan.annotations.iter().cloned().collect();
                             }
                         }
                         Err(e) => report.invalid.push(e.to_string()),
@@ -144,6 +159,19 @@ fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String,
             Some(t) => now = t.max(now),
             None => break,
         }
+    }
+}
+
+/// The load a node's annotations describe, as a sample of the simulated moment: it never goes
+/// stale, and the pods already running are what it measured (the simulation's placements are
+/// not).
+fn simulated_sample(load: AnnotatedLoad, now: Duration) -> LoadSample {
+    LoadSample {
+        cpu: load.cpu,
+        memory: load.memory,
+        taken_at: now,
+        reflects_placements_before: now,
+        max_age: None,
     }
 }
 

@@ -20,6 +20,10 @@ pub struct PodOutcome {
     /// True for pods that were already running in the input.
     #[serde(skip)]
     pub running: bool,
+    /// Annotations the scheduler set on the pod with its binding: what plugins decided
+    /// beyond the node (an overcommit's margin, GPU devices).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// How much of a node is requested.
@@ -116,6 +120,18 @@ impl Report {
             .collect();
         let _ = writeln!(out, "Scheduled pods ({}):", placed.len());
         out.push_str(&table(&["NAMESPACE", "POD", "NODE"], &placed));
+        let annotated: Vec<Vec<String>> = self
+            .scheduled()
+            .flat_map(|p| {
+                p.annotations
+                    .iter()
+                    .map(|(k, v)| vec![p.namespace.clone(), p.name.clone(), format!("{k}={v}")])
+            })
+            .collect();
+        if !annotated.is_empty() {
+            let _ = writeln!(out, "\nSet with the binding:");
+            out.push_str(&table(&["NAMESPACE", "POD", "ANNOTATION"], &annotated));
+        }
         let nodes: Vec<Vec<String>> = self
             .nodes
             .iter()
