@@ -250,6 +250,98 @@ fn node_usage(sched: &Scheduler) -> Vec<NodeUsage> {
             memory_allocatable: info.node.allocatable.memory,
             pods: info.pods.len() as i64,
             pods_allocatable: info.node.allocatable.allowed_pods,
+            measured_cpu_percent: info
+                .load
+                .as_ref()
+                .map(|l| (l.sample.cpu * 100.0).round() as i64),
+            measured_memory_percent: info
+                .load
+                .as_ref()
+                .map(|l| (l.sample.memory * 100.0).round() as i64),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins;
+
+    const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: colo
+  labels: {overcommit: "true"}
+  annotations: {gantry.io/cpu-utilization: "0.25", gantry.io/memory-utilization: "0.5"}
+status: {allocatable: {cpu: "1", memory: 1Gi, pods: "10"}}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: broken
+  annotations: {gantry.io/cpu-utilization: "lots", gantry.io/memory-utilization: "0.5"}
+spec: {unschedulable: true}
+status: {allocatable: {cpu: "1", memory: 1Gi, pods: "10"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: online}
+spec:
+  nodeName: colo
+  containers: [{name: a, resources: {requests: {cpu: "1"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: batch}
+spec:
+  containers: [{name: a}]
+"#;
+
+    #[test]
+    fn node_load_annotations_drive_the_plugins_and_show_in_the_report() {
+        let mut input = ClusterInput::default();
+        input.add_yaml(CLUSTER, "test").unwrap();
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: Overcommit}]
+",
+            &plugins::registry(),
+        )
+        .unwrap();
+        let report = simulate(&input, config, None);
+        assert_eq!(
+            report.invalid,
+            ["node broken: annotation gantry.io/cpu-utilization: \"lots\" is not a number"]
+        );
+        let batch = report.pods.iter().find(|p| p.name == "batch").unwrap();
+        assert_eq!(batch.node.as_deref(), Some("colo"));
+        assert_eq!(
+            batch
+                .annotations
+                .get("gantry.io/overcommit")
+                .map(String::as_str),
+            Some("cpu: 1100m committed of 1000m allocatable (+100m, ratio 1.5, measured load 25%)")
+        );
+        let colo = &report.nodes[0];
+        assert_eq!(
+            (colo.measured_cpu_percent, colo.measured_memory_percent),
+            (Some(25), Some(50))
+        );
+        assert_eq!(report.nodes[1].measured_cpu_percent, None);
+        let json = report.to_json();
+        assert!(json.contains("\"gantry.io/overcommit\""), "{json}");
+        assert!(json.contains("\"measured_cpu_percent\": 25"), "{json}");
+        let table = report.to_table();
+        assert!(table.contains("MEASURED CPU/MEMORY"), "{table}");
+        assert!(
+            table.contains("gantry.io/overcommit=cpu: 1100m committed"),
+            "{table}"
+        );
+    }
 }

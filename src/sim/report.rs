@@ -43,6 +43,12 @@ pub struct NodeUsage {
     pub pods: i64,
     /// Allocatable pods.
     pub pods_allocatable: i64,
+    /// Measured cpu utilisation, in whole percent, when the node's annotations give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_cpu_percent: Option<i64>,
+    /// Measured memory utilisation, in whole percent, when the node's annotations give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_memory_percent: Option<i64>,
 }
 
 /// The result of a simulation.
@@ -132,20 +138,32 @@ impl Report {
             let _ = writeln!(out, "\nSet with the binding:");
             out.push_str(&table(&["NAMESPACE", "POD", "ANNOTATION"], &annotated));
         }
+        let measured = self.nodes.iter().any(|n| n.measured_cpu_percent.is_some());
         let nodes: Vec<Vec<String>> = self
             .nodes
             .iter()
             .map(|n| {
-                vec![
+                let mut row = vec![
                     n.name.clone(),
                     percent(n.milli_cpu_requested, n.milli_cpu_allocatable),
                     percent(n.memory_requested, n.memory_allocatable),
                     format!("{}/{}", n.pods, n.pods_allocatable),
-                ]
+                ];
+                if measured {
+                    row.push(match (n.measured_cpu_percent, n.measured_memory_percent) {
+                        (Some(c), Some(m)) => format!("{c}%/{m}%"),
+                        _ => "-".to_string(),
+                    });
+                }
+                row
             })
             .collect();
         let _ = writeln!(out, "\nNode utilisation (requests / allocatable):");
-        out.push_str(&table(&["NODE", "CPU", "MEMORY", "PODS"], &nodes));
+        let mut header = vec!["NODE", "CPU", "MEMORY", "PODS"];
+        if measured {
+            header.push("MEASURED CPU/MEMORY");
+        }
+        out.push_str(&table(&header, &nodes));
         let pending: Vec<Vec<String>> = self
             .pending()
             .map(|p| {
