@@ -351,10 +351,12 @@ fn parse_response(
         let Ok(value) = s.value.1.parse::<f64>() else {
             continue;
         };
-        if value.is_nan() || !s.value.0.is_finite() || s.value.0 < 0.0 {
+        let at = Duration::try_from_secs_f64(s.value.0)
+            .ok()
+            .and_then(|d| SystemTime::UNIX_EPOCH.checked_add(d));
+        let Some(at) = at.filter(|_| !value.is_nan()) else {
             continue;
-        }
-        let at = SystemTime::UNIX_EPOCH + Duration::from_secs_f64(s.value.0);
+        };
         out.insert(node_name(label).to_string(), (value.clamp(0.0, 1.0), at));
     }
     Ok(out)
@@ -478,6 +480,8 @@ mod tests {
             {"metric":{"instance":"n2"},"value":[1700000000,"1.2"]},
             {"metric":{"instance":"n3"},"value":[1700000000,"-0.01"]},
             {"metric":{"instance":"n4"},"value":[1700000000,"NaN"]},
+            {"metric":{"instance":"n5"},"value":[1e300,"0.5"]},
+            {"metric":{"instance":"n6"},"value":[-1,"0.5"]},
             {"metric":{"job":"x"},"value":[1700000000,"0.5"]},
             {"metric":{"instance":"[::1]:9100"},"value":[1700000000,"0.5"]}
         ]}}"#;
@@ -492,6 +496,10 @@ mod tests {
         assert_eq!(m.get("n2").map(|v| v.0), Some(1.0), "clamped");
         assert_eq!(m.get("n3").map(|v| v.0), Some(0.0), "clamped");
         assert!(!m.contains_key("n4"));
+        assert!(
+            !m.contains_key("n5") && !m.contains_key("n6"),
+            "impossible times"
+        );
         assert!(m.contains_key("[::1]"));
         assert_eq!(m.len(), 4);
         let error = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 3"}"#;
