@@ -23,7 +23,8 @@
 //! requests into other resource names, this plugin tells NodeResourcesFit, through
 //! [`CpuMemoryDelegation`] in the cycle state, that it checks cpu and memory itself for this
 //! pod on opted-in nodes; NodeResourcesFit keeps checking pods, ephemeral storage and extended
-//! resources there, and everything on other nodes.
+//! resources there, and everything on other nodes. The plugin's PreFilter hands the check
+//! over and its Filter does it, so the two must be enabled together (`multiPoint` does).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
