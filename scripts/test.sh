@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of gantry: unit tests, the scenario suite, the scenario suite checked against
 # kube-scheduler 1.20.2 (tests/kube_scheduler_parity.rs), and the integration tests against a
-# real kube-apiserver and etcd.
-# Safe on a fresh machine: installs what the tests need first (scripts/install-kube.sh), and
-# fails if that install fails.
+# real kube-apiserver and etcd (and, for node load, a real Prometheus).
+# Safe on a fresh machine: installs what the tests need first (scripts/install-kube.sh,
+# scripts/install-prometheus.sh), and fails if an install fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -12,5 +12,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # from it when it has one and from install-kube.sh's folder otherwise.
 kube_bin=$(scripts/install-kube.sh)
 export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin}}"
+prometheus_bin=$(scripts/install-prometheus.sh)
+export GANTRY_PROMETHEUS="${GANTRY_PROMETHEUS:-${prometheus_bin}}"
 
 cargo test --all-targets --locked "$@"

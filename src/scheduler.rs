@@ -10,6 +10,7 @@ use crate::cache::{Cache, CacheError, Snapshot};
 use crate::config::Config;
 use crate::cycle::{self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores};
 use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
+use crate::model::load::LoadSample;
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
 
@@ -178,6 +179,22 @@ impl Scheduler {
         }
     }
 
+    /// Nodes' measured load changed (see [`crate::model::load`]): records each sample and
+    /// wakes the pods that load-aware plugins parked.
+    pub fn set_node_loads<'a>(
+        &mut self,
+        samples: impl IntoIterator<Item = (&'a str, LoadSample)>,
+        now: Duration,
+    ) {
+        let mut changed = false;
+        for (node, sample) in samples {
+            changed |= self.cache.set_node_load(node, sample);
+        }
+        if changed {
+            self.queue.on_event(ClusterEvent::NodeLoadChange, now);
+        }
+    }
+
     /// Something else changed that may help parked pods (namespaces, workload selectors).
     pub fn notify(&mut self, now: Duration) {
         self.queue.on_event(ClusterEvent::Other, now);
@@ -191,6 +208,7 @@ impl Scheduler {
             return None;
         };
         self.cache.update_snapshot(&mut self.snapshot);
+        self.snapshot.set_now(now);
         let options = CycleOptions {
             pool: self.pool.as_deref(),
             percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
@@ -299,6 +317,7 @@ impl Scheduler {
             unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
             return fail(self, queued, Status::error(e.to_string()));
         }
+        self.cache.note_placement(&assumed, now);
         for plugin in &profile.permit {
             let Some(p) = plugin.as_permit() else {
                 continue;
@@ -518,6 +537,72 @@ mod tests {
         assert_eq!(info.pods.len(), 1);
         assert_eq!(info.pods[0].labels.get("v"), Some("2"));
         assert!(!s.cache().pod_placement("default", "a").unwrap().1);
+    }
+
+    fn load(cpu: f64, taken_at: u64) -> LoadSample {
+        LoadSample {
+            cpu,
+            memory: 0.1,
+            taken_at: Duration::from_secs(taken_at),
+            reflects_placements_before: Duration::from_secs(taken_at),
+            max_age: Some(Duration::from_secs(30)),
+        }
+    }
+
+    fn load_aware_scheduler(args: &str) -> Scheduler {
+        let yaml = format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{{name: LoadAware, weight: 10}}]
+  pluginConfig:
+  - name: LoadAware
+    args: {args}
+"
+        );
+        let config = Config::parse(&yaml, &plugins::registry()).expect("config");
+        Scheduler::new(config, None)
+    }
+
+    #[test]
+    fn placements_count_until_a_sample_reflects_them_and_the_cycle_sees_the_time() {
+        let mut s = load_aware_scheduler("{staleMetrics: Filter}");
+        s.upsert_node(node("n1").capacity("4", "8Gi").build(), Duration::ZERO);
+        s.set_node_loads([("n1", load(0.1, 0))], Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::from_secs(5));
+        let recent = |s: &Scheduler| {
+            s.cache()
+                .node("n1")
+                .unwrap()
+                .load
+                .as_ref()
+                .unwrap()
+                .recent
+                .len()
+        };
+        assert_eq!(recent(&s), 1);
+        s.binding_succeeded(&task, Duration::from_secs(5)).unwrap();
+        assert_eq!(recent(&s), 1, "confirmed, still unmeasured");
+        s.set_node_loads([("n1", load(0.3, 6))], Duration::from_secs(6));
+        assert_eq!(recent(&s), 0);
+        // At 37 s the 6 s sample is 31 s old: stale, and filtered under this policy.
+        s.upsert_pod(pod("b").build(), Duration::from_secs(37))
+            .unwrap();
+        match s.schedule_next(Duration::from_secs(37)) {
+            Some(Attempt::Unschedulable { message, .. }) => assert_eq!(
+                message,
+                "0/1 nodes are available: 1 node(s) had no fresh load metrics."
+            ),
+            other => panic!("expected unschedulable, got {other:?}"),
+        }
+        // A fresh sample wakes the pod LoadAware parked.
+        s.set_node_loads([("n1", load(0.3, 38))], Duration::from_secs(38));
+        assert_eq!(&*schedule(&mut s, Duration::from_secs(38)).plan.node, "n1");
     }
 
     #[test]

@@ -53,6 +53,16 @@ impl NodeBuilder {
         self
     }
 
+    /// Adds an annotation.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.node
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_string(), value.to_string());
+        self
+    }
+
     /// Adds a taint (`effect` as the API spells it).
     pub fn taint(mut self, key: &str, value: &str, effect: &str) -> Self {
         let spec = self.node.spec.get_or_insert_with(Default::default);

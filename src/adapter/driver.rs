@@ -7,16 +7,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::binder::{BindOutcome, BindRequest};
-use super::events::{CONDITION_SCHEDULER_ERROR, CONDITION_UNSCHEDULABLE, PodRef, Record, Recorder};
+use super::events::{
+    CONDITION_SCHEDULER_ERROR, CONDITION_UNSCHEDULABLE, PodRef, REASON_OVERCOMMITTED, Record,
+    Recorder,
+};
 use super::instrument::Instrumentation;
 use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
+use super::node_load::{NodeLoadSettings, NodeReading};
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
+use crate::plugins::overcommit;
 use crate::queue::QueueName;
 use crate::scheduler::{Attempt, Scheduler};
 
@@ -92,6 +97,8 @@ pub enum Input {
         /// Name.
         name: String,
     },
+    /// Node load a metrics source read (see [`super::node_load`]).
+    NodeLoads(Vec<NodeReading>),
     /// A watcher finished its first list.
     Synced(&'static str),
     /// A binding finished.
@@ -120,6 +127,8 @@ pub struct Driver {
     pub watchers: BTreeSet<&'static str>,
     /// Set once every watcher has listed (for `/readyz`).
     pub ready: Arc<AtomicBool>,
+    /// How node load readings become samples.
+    pub node_load: NodeLoadSettings,
 }
 
 struct Run {
@@ -242,7 +251,29 @@ impl Driver {
         let now = run.start.elapsed();
         let s = &mut self.scheduler;
         match input {
-            Input::NodeApplied(node) => s.upsert_node(node, now),
+            Input::NodeApplied(node) => {
+                let load = self
+                    .node_load
+                    .from_annotations(&node, now, SystemTime::now());
+                let name = node.name.clone();
+                s.upsert_node(node, now);
+                if let Some(sample) = load {
+                    s.set_node_loads([(&*name, sample)], now);
+                }
+            }
+            Input::NodeLoads(readings) => {
+                let wall = SystemTime::now();
+                let settings = &self.node_load;
+                s.set_node_loads(
+                    readings.iter().map(|r| {
+                        (
+                            r.node.as_str(),
+                            settings.sample(r.cpu, r.memory, r.at, now, wall),
+                        )
+                    }),
+                    now,
+                );
+            }
             Input::NodeDeleted(name) => s.remove_node(&name),
             Input::PodApplied(pod) => {
                 if pod.node_name.is_none() && pod.terminating {
@@ -350,8 +381,25 @@ impl Driver {
                     tracing::warn!(error = %e, "bound pod not recorded");
                 }
                 tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %node, "bound");
-                self.recorder
-                    .record(Record::Scheduled { pod, profile, node });
+                let overcommit = task
+                    .plan
+                    .annotations
+                    .iter()
+                    .find(|(k, _)| k == overcommit::ANNOTATION)
+                    .map(|(_, v)| format!("Placed on {node} beyond its allocatable: {v}"));
+                self.recorder.record(Record::Scheduled {
+                    pod: pod.clone(),
+                    profile: profile.clone(),
+                    node,
+                });
+                if let Some(note) = overcommit {
+                    self.recorder.record(Record::Note {
+                        pod,
+                        profile,
+                        reason: REASON_OVERCOMMITTED,
+                        note,
+                    });
+                }
             }
             BindOutcome::Refused(reason) => {
                 self.metrics
@@ -422,8 +470,12 @@ mod tests {
     }
 
     fn start() -> Harness {
-        let metrics = Arc::new(Metrics::new());
         let config = Config::default_with(&plugins::registry()).expect("defaults");
+        start_with(config, NodeLoadSettings::default())
+    }
+
+    fn start_with(config: Config, node_load: NodeLoadSettings) -> Harness {
+        let metrics = Arc::new(Metrics::new());
         let (inputs, rx) = channel();
         let (bind_tx, binds) = unbounded_channel();
         let (recorder, records) = Recorder::channel();
@@ -437,6 +489,7 @@ mod tests {
             metrics,
             watchers: ["nodes", "pods"].into_iter().collect(),
             ready: ready.clone(),
+            node_load,
         };
         let thread = std::thread::spawn(move || driver.run());
         Harness {
@@ -493,6 +546,101 @@ mod tests {
             other => panic!("expected a Scheduled record, got {other:?}"),
         }
         h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+
+    /// A profile filtering nodes without fresh load metrics.
+    fn strict_load_aware() -> Config {
+        Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: LoadAware}]
+  pluginConfig:
+  - name: LoadAware
+    args: {staleMetrics: Filter}
+",
+            &plugins::registry(),
+        )
+        .expect("config")
+    }
+
+    fn warm_and_lead(h: &Harness) {
+        for input in [Input::Synced("nodes"), Input::Synced("pods"), Input::Lead] {
+            h.inputs.send(input).unwrap();
+        }
+    }
+
+    #[test]
+    fn node_load_readings_reach_the_scheduler_and_wake_parked_pods() {
+        let mut h = start_with(strict_load_aware(), NodeLoadSettings::default());
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("a").req("cpu", "100m").build()))
+            .unwrap();
+        warm_and_lead(&h);
+        let failed = loop {
+            match next(&mut h.records) {
+                Some(Record::Failed { message, .. }) => break message,
+                Some(_) => continue,
+                None => panic!("no failure recorded"),
+            }
+        };
+        assert_eq!(
+            failed,
+            "0/1 nodes are available: 1 node(s) had no fresh load metrics."
+        );
+        h.inputs
+            .send(Input::NodeLoads(vec![NodeReading {
+                node: "n1".to_string(),
+                cpu: 0.1,
+                memory: 0.1,
+                at: SystemTime::now(),
+            }]))
+            .unwrap();
+        let bind = next(&mut h.binds).expect("bound once measured");
+        assert_eq!(&*bind.task.plan.node, "n1");
+        h.inputs.send(Input::Shutdown).unwrap();
+        drop(h.inputs);
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn the_annotation_source_reads_nodes_as_they_arrive() {
+        use crate::model::load::{
+            CPU_UTILIZATION_ANNOTATION, MEMORY_UTILIZATION_ANNOTATION, METRICS_TIMESTAMP_ANNOTATION,
+        };
+        let settings = NodeLoadSettings {
+            source: super::super::node_load::LoadSource::Annotations,
+            ..Default::default()
+        };
+        let mut h = start_with(strict_load_aware(), settings);
+        let stamp = k8s_openapi::jiff::Timestamp::now().to_string();
+        let annotated = |name: &str, cpu: &str| {
+            node(name)
+                .capacity("2", "4Gi")
+                .annotation(CPU_UTILIZATION_ANNOTATION, cpu)
+                .annotation(MEMORY_UTILIZATION_ANNOTATION, "0.2")
+                .annotation(METRICS_TIMESTAMP_ANNOTATION, &stamp)
+                .build()
+        };
+        for input in [
+            Input::NodeApplied(annotated("hot", "0.95")),
+            Input::NodeApplied(annotated("cool", "0.1")),
+            Input::PodApplied(pod("a").req("cpu", "100m").build()),
+        ] {
+            h.inputs.send(input).unwrap();
+        }
+        warm_and_lead(&h);
+        let bind = next(&mut h.binds).expect("bound");
+        assert_eq!(&*bind.task.plan.node, "cool");
+        h.inputs.send(Input::Shutdown).unwrap();
+        drop(h.inputs);
         h.thread.join().unwrap();
     }
 

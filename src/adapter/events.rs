@@ -23,6 +23,8 @@ use tokio::task::JoinSet;
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
 /// The reason of the event for a bound pod.
 pub const REASON_SCHEDULED: &str = "Scheduled";
+/// The reason of the event for a pod placed beyond its node's allocatable (Overcommit).
+pub const REASON_OVERCOMMITTED: &str = "Overcommitted";
 /// The `PodScheduled` condition reason when no node fits.
 pub const CONDITION_UNSCHEDULABLE: &str = "Unschedulable";
 /// The `PodScheduled` condition reason when the attempt failed for another reason.
@@ -76,6 +78,17 @@ pub enum Record {
         profile: String,
         /// The node.
         node: String,
+    },
+    /// Something a plugin decided about a bound pod: a `Normal` event with `reason`.
+    Note {
+        /// The pod.
+        pod: PodRef,
+        /// The profile that bound it.
+        profile: String,
+        /// The event's reason ([`REASON_OVERCOMMITTED`]).
+        reason: &'static str,
+        /// What was decided.
+        note: String,
     },
     /// A binding of the pod started: a condition update still waiting is stale.
     Binding {
@@ -240,6 +253,25 @@ impl State {
                         profile,
                         type_: "Normal",
                         reason: REASON_SCHEDULED,
+                        action: "Binding",
+                        note,
+                    },
+                );
+            }
+            Record::Note {
+                pod,
+                profile,
+                reason,
+                note,
+            } => {
+                let pending = self.pending_for(pod.key());
+                push_event(
+                    pending,
+                    EventSpec {
+                        pod,
+                        profile,
+                        type_: "Normal",
+                        reason,
                         action: "Binding",
                         note,
                     },
@@ -501,6 +533,44 @@ mod tests {
         let p = s.next().unwrap();
         assert_eq!(p.events[0].note, "Successfully assigned ns/a to n1");
         assert_eq!(p.events[0].reason, REASON_SCHEDULED);
+    }
+
+    #[test]
+    fn a_note_follows_the_scheduled_event() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        let w0 = Timestamp::now();
+        s.merge(
+            Record::Scheduled {
+                pod: pod("a"),
+                profile: "gantry".to_string(),
+                node: "n1".to_string(),
+            },
+            t0,
+            w0,
+        );
+        s.merge(
+            Record::Note {
+                pod: pod("a"),
+                profile: "gantry".to_string(),
+                reason: REASON_OVERCOMMITTED,
+                note: "cpu: 1300m committed of 1000m".to_string(),
+            },
+            t0,
+            w0,
+        );
+        let p = s.next().unwrap();
+        assert_eq!(p.events.len(), 2);
+        let e = &p.events[1];
+        assert_eq!(
+            (e.type_, e.reason, e.action, e.note.as_str()),
+            (
+                "Normal",
+                REASON_OVERCOMMITTED,
+                "Binding",
+                "cpu: 1300m committed of 1000m"
+            )
+        );
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! - [`metrics`], [`instrument`], [`health`]: kube-scheduler's metrics and the health
 //!   endpoints.
 //! - [`throttle`]: `clientConnection.qps` and `burst`.
+//! - [`node_load`]: node load from Prometheus or node annotations, for LoadAware and
+//!   Overcommit.
 
 pub mod binder;
 pub mod driver;
@@ -23,6 +25,7 @@ pub mod health;
 pub mod instrument;
 pub mod leader;
 pub mod metrics;
+pub mod node_load;
 pub mod throttle;
 pub mod watch;
 
@@ -44,6 +47,7 @@ use health::Health;
 use instrument::Instrumentation;
 use leader::Elector;
 use metrics::Metrics;
+use node_load::{LoadSource, NodeLoadSettings};
 use throttle::ThrottleLayer;
 
 /// How long a shutdown waits for the event writer to finish.
@@ -93,6 +97,8 @@ pub struct Options {
     pub address: SocketAddr,
     /// The filtering and scoring thread pool.
     pub pool: Option<Arc<rayon::ThreadPool>>,
+    /// Where node load comes from.
+    pub node_load: NodeLoadSettings,
 }
 
 /// A client for the API server, throttled as `clientConnection` says.
@@ -131,6 +137,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         kubeconfig,
         address,
         pool,
+        node_load,
     } = options;
     let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;
     let metrics = Arc::new(Metrics::new());
@@ -167,6 +174,17 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         metrics.clone(),
     ));
     let watchers = watch::spawn_all(&client, profiles, &inputs);
+    let load_task = match &node_load.source {
+        LoadSource::Prometheus(source) => {
+            tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");
+            Some(node_load::spawn_prometheus(source.clone(), inputs.clone()))
+        }
+        LoadSource::Annotations => {
+            tracing::info!("node load from node annotations");
+            None
+        }
+        LoadSource::None => None,
+    };
     let election = config.leader_election.clone();
     let driver = Driver {
         scheduler: Scheduler::new(config, pool),
@@ -177,6 +195,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         instrumentation,
         watchers: watch::WATCHERS.into_iter().collect(),
         ready,
+        node_load,
     };
     let thread = std::thread::Builder::new()
         .name("scheduler".to_string())
@@ -211,6 +230,9 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     tracing::info!("shutting down");
     let _ = inputs.send(Input::Shutdown);
     drop(inputs);
+    if let Some(t) = load_task {
+        t.abort();
+    }
     // The thread returns once bindings in flight are done (or after its grace period).
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     for w in watchers {

@@ -11,7 +11,9 @@ mod workloads;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
+use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 
@@ -182,6 +184,10 @@ impl Cache {
             .ok_or_else(|| CacheError::NoNode(pod.key()))?;
         let key = (pod.namespace.clone(), pod.name.clone());
         if let Some(e) = self.pods.get(&key).cloned() {
+            // A pod confirmed where it was assumed stays a recent placement there.
+            if e.node != node {
+                self.forget_recent(&e.node, &key);
+            }
             self.detach(&key, &e.node);
         }
         self.attach(key, node, pod, false);
@@ -208,6 +214,7 @@ impl Cache {
         match self.pods.get(&key) {
             Some(e) if e.assumed => {
                 let node = e.node.clone();
+                self.forget_recent(&node, &key);
                 self.detach(&key, &node);
                 Ok(())
             }
@@ -221,6 +228,7 @@ impl Cache {
         match self.pods.get(&key) {
             Some(e) => {
                 let node = e.node.clone();
+                self.forget_recent(&node, &key);
                 self.detach(&key, &node);
                 true
             }
@@ -239,6 +247,56 @@ impl Cache {
         let entry = &self.nodes[node];
         if !entry.present && entry.info.pods.is_empty() {
             self.nodes.remove(node);
+        }
+    }
+
+    /// Records a node's measured load (see [`crate::model::load`]); false when the node is
+    /// unknown or the sample is older than the one held.
+    pub fn set_node_load(&mut self, name: &str, sample: LoadSample) -> bool {
+        let Some(entry) = self.nodes.get(name).filter(|e| e.present) else {
+            return false;
+        };
+        if entry
+            .info
+            .load
+            .as_ref()
+            .is_some_and(|l| sample.taken_at < l.sample.taken_at)
+        {
+            return false;
+        }
+        let name = entry.info.node.name.clone();
+        let info = self.touch(&name);
+        match &mut info.load {
+            Some(load) => load.update(sample),
+            None => {
+                info.load = Some(Box::new(NodeLoad::new(sample)));
+                true
+            }
+        }
+    }
+
+    /// Notes that the pod, just assumed on its node at `now`, is not reflected in the node's
+    /// load samples yet. Only nodes with load data keep such notes.
+    pub fn note_placement(&mut self, pod: &Arc<PodInfo>, now: Duration) {
+        let Some(node) = &pod.node_name else { return };
+        if self.nodes.get(node).is_none_or(|e| e.info.load.is_none()) {
+            return;
+        }
+        let node = node.clone();
+        if let Some(load) = &mut self.touch(&node).load {
+            load.note_placement(pod.clone(), now);
+        }
+    }
+
+    /// Forgets the pod `key` as a recent placement on `node` (before it is detached).
+    fn forget_recent(&mut self, node: &Arc<str>, key: &(String, String)) {
+        let recent = self
+            .nodes
+            .get(node)
+            .and_then(|e| e.info.load.as_ref())
+            .is_some_and(|l| l.is_recent(&key.0, &key.1));
+        if recent && let Some(load) = &mut self.touch(node).load {
+            load.forget(&key.0, &key.1);
         }
     }
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::model::gpu::{GpuRequest, MILLI_PER_GPU, device_usage};
+use crate::model::load::NodeLoad;
 use crate::model::pod::HostPort;
 use crate::model::{NodeModel, PodInfo, Resources};
 
@@ -29,6 +30,9 @@ pub struct NodeInfo {
     /// Milli of each GPU device held by the pods, from their assignments (see
     /// [`crate::model::gpu::device_usage`]); one entry per device of the node.
     pub gpu_used: Vec<u32>,
+    /// The node's measured load and the placements since, once a metrics source reported
+    /// it (boxed: most nodes of a plain profile never have any).
+    pub load: Option<Box<NodeLoad>>,
     /// Cache generation of the last change.
     pub generation: u64,
 }
@@ -45,6 +49,7 @@ impl NodeInfo {
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             gpu_used: vec![0; node.gpu.count],
+            load: None,
             generation: 0,
             node,
         }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::model::Labels;
 
@@ -21,6 +22,7 @@ pub struct Snapshot {
     pub(super) workloads: Arc<Workloads>,
     pub(super) image_nodes: Arc<HashMap<String, usize>>,
     pub(super) generation: u64,
+    pub(super) now: Duration,
 }
 
 impl Snapshot {
@@ -87,5 +89,16 @@ impl Snapshot {
     /// The cache generation this snapshot reflects.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// The time of the cycle reading the snapshot, on the scheduler's clock (the driver's
+    /// `now`): plugins judge the age of node load samples against it.
+    pub fn now(&self) -> Duration {
+        self.now
+    }
+
+    /// Sets the time of the cycle about to read the snapshot.
+    pub fn set_now(&mut self, now: Duration) {
+        self.now = now;
     }
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::testing::{node, pod};
+use std::time::Duration;
 
 #[test]
 fn assume_confirm_forget() {
@@ -96,4 +97,85 @@ fn image_counts() {
     cache.remove_node("n1");
     cache.update_snapshot(&mut snap);
     assert_eq!(snap.nodes_with_image("nginx:latest"), 1);
+}
+
+fn sample(cpu: f64, taken_at: u64) -> LoadSample {
+    LoadSample {
+        cpu,
+        memory: 0.1,
+        taken_at: Duration::from_secs(taken_at),
+        reflects_placements_before: Duration::from_secs(taken_at),
+        max_age: None,
+    }
+}
+
+fn recent(cache: &Cache, node: &str) -> Vec<String> {
+    cache
+        .node(node)
+        .and_then(|n| n.load.as_ref())
+        .map(|l| l.recent.iter().map(|r| r.pod.name.clone()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn node_load_keeps_the_newest_sample_of_known_nodes() {
+    let mut cache = Cache::new();
+    assert!(!cache.set_node_load("n1", sample(0.5, 1)), "unknown node");
+    cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+    assert!(cache.set_node_load("n1", sample(0.5, 10)));
+    assert!(!cache.set_node_load("n1", sample(0.9, 9)), "older sample");
+    assert!(
+        cache.set_node_load("n1", sample(0.7, 10)),
+        "same time replaces"
+    );
+    // A node update keeps the load.
+    cache.upsert_node(node("n1").capacity("8", "8Gi").build());
+    let load = cache.node("n1").unwrap().load.as_ref().unwrap();
+    assert_eq!(load.sample.cpu, 0.7);
+    // Snapshots see it, and older snapshots keep what they saw.
+    let mut snap = Snapshot::default();
+    cache.update_snapshot(&mut snap);
+    let before = snap.get("n1").unwrap().clone();
+    cache.set_node_load("n1", sample(0.2, 11));
+    cache.update_snapshot(&mut snap);
+    assert_eq!(before.load.as_ref().unwrap().sample.cpu, 0.7);
+    assert_eq!(
+        snap.get("n1").unwrap().load.as_ref().unwrap().sample.cpu,
+        0.2
+    );
+}
+
+#[test]
+fn recent_placements_follow_the_pods_life() {
+    let mut cache = Cache::new();
+    cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+    cache.upsert_node(node("n2").capacity("4", "8Gi").build());
+    // No load data: nothing is noted.
+    let early = pod("early").on("n2").build();
+    cache.assume_pod(early.clone()).unwrap();
+    cache.note_placement(&early, Duration::from_secs(1));
+    assert!(cache.node("n2").unwrap().load.is_none());
+
+    cache.set_node_load("n1", sample(0.1, 10));
+    for name in ["a", "b", "c"] {
+        let p = pod(name).on("n1").build();
+        cache.assume_pod(p.clone()).unwrap();
+        cache.note_placement(&p, Duration::from_secs(11));
+    }
+    assert_eq!(recent(&cache, "n1"), ["a", "b", "c"]);
+    // Confirmed where it was assumed: still recent (the sample has not seen it).
+    cache.add_bound_pod(pod("a").on("n1").build()).unwrap();
+    // A failed binding and a deletion forget it.
+    cache.forget_pod("default", "b").unwrap();
+    cache.remove_pod("default", "c");
+    assert_eq!(recent(&cache, "n1"), ["a"]);
+    // Bound elsewhere than assumed: not recent on the first node any more.
+    let d = pod("d").on("n1").build();
+    cache.assume_pod(d.clone()).unwrap();
+    cache.note_placement(&d, Duration::from_secs(12));
+    cache.add_bound_pod(pod("d").on("n2").build()).unwrap();
+    assert_eq!(recent(&cache, "n1"), ["a"]);
+    // A sample reflecting placements before 12 s drops a (placed at 11 s).
+    cache.set_node_load("n1", sample(0.3, 12));
+    assert!(recent(&cache, "n1").is_empty());
 }

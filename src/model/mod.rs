@@ -3,6 +3,7 @@
 
 pub mod gpu;
 pub mod labels;
+pub mod load;
 pub mod node;
 pub mod pod;
 pub mod quantity;

@@ -3,10 +3,12 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::ModelError;
 use super::gpu::PodGpu;
 use super::labels::Labels;
+use super::quantity::Quantity;
 use super::resources::{
     DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceError, Resources,
 };
@@ -142,6 +144,17 @@ pub struct TopologySpreadConstraint {
     pub node_taints_policy: InclusionPolicy,
 }
 
+/// A pod's quality-of-service class, from its containers' cpu and memory requests and limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QosClass {
+    /// Every container limits cpu and memory, and requests exactly its limits.
+    Guaranteed,
+    /// Neither Guaranteed nor BestEffort.
+    Burstable,
+    /// No container requests or limits cpu or memory.
+    BestEffort,
+}
+
 /// The controller that owns a pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRef {
@@ -168,6 +181,10 @@ pub struct PodInfo {
     pub annotations: Labels,
     /// `spec.priority`, 0 when unset.
     pub priority: i32,
+    /// `spec.priorityClassName`, empty when unset.
+    pub priority_class_name: String,
+    /// The quality-of-service class Kubernetes gives the pod.
+    pub qos_class: QosClass,
     /// `spec.schedulerName`, `default-scheduler` when unset.
     pub scheduler_name: String,
     /// `spec.nodeName`: the node the pod is bound to, if any.
@@ -246,6 +263,7 @@ impl PodInfo {
         let labels = meta.labels.as_ref().map(Labels::from).unwrap_or_default();
         let (requests, non_zero) = pod_requests(spec).map_err(|e| fail(e.to_string()))?;
         let host_ports = host_ports(spec).map_err(fail)?;
+        let qos_class = qos_class(spec).map_err(fail)?;
         let tolerations = spec
             .tolerations
             .iter()
@@ -318,6 +336,8 @@ impl PodInfo {
             labels,
             annotations,
             priority: spec.priority.unwrap_or(0),
+            priority_class_name: spec.priority_class_name.clone().unwrap_or_default(),
+            qos_class,
             scheduler_name: spec
                 .scheduler_name
                 .clone()
@@ -467,6 +487,74 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), Resourc
         non_zero_sum = (non_zero_sum.0 + o.milli_cpu, non_zero_sum.1 + o.memory);
     }
     Ok((sum, non_zero_sum))
+}
+
+/// Kubernetes' QoS rule over every container, init ones included: only cpu and memory count,
+/// a missing request defaults to the limit (as the API server defaults it), and zero amounts
+/// count as unset.
+fn qos_class(spec: &core::PodSpec) -> Result<QosClass, String> {
+    const NAMES: [&str; 2] = ["cpu", "memory"];
+    let mut requests = [0i64; 2];
+    let mut limits = [0i64; 2];
+    let mut requested = [false; 2];
+    let mut limited = [false; 2];
+    let mut guaranteed = true;
+    let init = spec.init_containers.iter().flatten().enumerate();
+    let containers = init
+        .map(|(i, c)| (format!("spec.initContainers[{i}]"), c))
+        .chain(
+            spec.containers
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("spec.containers[{i}]"), c)),
+        );
+    for (field, c) in containers {
+        let res = c.resources.as_ref();
+        let requests_list = res.and_then(|r| r.requests.as_ref());
+        let limits_list = res.and_then(|r| r.limits.as_ref());
+        let mut has_limit = [false; 2];
+        for (i, name) in NAMES.iter().enumerate() {
+            let limit = milli_amount(limits_list, name, &field, "limits")?;
+            let request = match milli_amount(requests_list, name, &field, "requests")? {
+                Some(r) => r,
+                None => limit.unwrap_or(0),
+            };
+            if request > 0 {
+                requests[i] += request;
+                requested[i] = true;
+            }
+            if let Some(l) = limit.filter(|l| *l > 0) {
+                limits[i] += l;
+                limited[i] = true;
+                has_limit[i] = true;
+            }
+        }
+        guaranteed &= has_limit[0] && has_limit[1];
+    }
+    if requested == [false; 2] && limited == [false; 2] {
+        return Ok(QosClass::BestEffort);
+    }
+    if guaranteed && requested == limited && requests == limits {
+        return Ok(QosClass::Guaranteed);
+    }
+    Ok(QosClass::Burstable)
+}
+
+/// The amount of `name` in a container's `requests` or `limits` (`kind`), in thousandths;
+/// `container` is the container's field path, for errors.
+fn milli_amount(
+    list: Option<&std::collections::BTreeMap<String, ApiQuantity>>,
+    name: &str,
+    container: &str,
+    kind: &str,
+) -> Result<Option<i64>, String> {
+    list.and_then(|l| l.get(name))
+        .map(|q| {
+            Quantity::parse(&q.0)
+                .map(|q| q.milli_value())
+                .map_err(|e| format!("{container}.resources.{kind}[{name}]: {e}"))
+        })
+        .transpose()
 }
 
 fn host_ports(spec: &core::PodSpec) -> Result<Vec<HostPort>, String> {

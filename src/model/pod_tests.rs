@@ -160,3 +160,88 @@ spec:
         "the container without an image counts too"
     );
 }
+
+fn qos(containers: &str) -> super::pod::QosClass {
+    pod(&format!("metadata: {{name: p}}\nspec:\n{containers}"))
+        .unwrap()
+        .qos_class
+}
+
+#[test]
+fn qos_class_follows_kubernetes_rules() {
+    use super::pod::QosClass::*;
+    // No cpu or memory anywhere; other resources do not count.
+    assert_eq!(qos("  containers: [{name: a}]"), BestEffort);
+    assert_eq!(
+        qos(
+            "  containers: [{name: a, resources: {requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 1}}}]"
+        ),
+        BestEffort
+    );
+    // Zero amounts count as unset.
+    assert_eq!(
+        qos("  containers: [{name: a, resources: {requests: {cpu: '0'}}}]"),
+        BestEffort
+    );
+    assert_eq!(
+        qos("  containers: [{name: a, resources: {requests: {cpu: 100m}}}]"),
+        Burstable
+    );
+    // Limits equal to requests for both, in every container.
+    let both = "{requests: {cpu: 500m, memory: 1Gi}, limits: {cpu: 500m, memory: 1Gi}}";
+    assert_eq!(
+        qos(&format!("  containers: [{{name: a, resources: {both}}}]")),
+        Guaranteed
+    );
+    // Limits alone: requests default to them.
+    assert_eq!(
+        qos("  containers: [{name: a, resources: {limits: {cpu: '1', memory: 1Gi}}}]"),
+        Guaranteed
+    );
+    // A request below its limit, a missing memory limit, an init container without limits.
+    assert_eq!(
+        qos(
+            "  containers: [{name: a, resources: {requests: {cpu: 250m, memory: 1Gi}, limits: {cpu: 500m, memory: 1Gi}}}]"
+        ),
+        Burstable
+    );
+    assert_eq!(
+        qos("  containers: [{name: a, resources: {limits: {cpu: '1'}}}]"),
+        Burstable
+    );
+    assert_eq!(
+        qos(&format!(
+            "  initContainers: [{{name: i}}]\n  containers: [{{name: a, resources: {both}}}]"
+        )),
+        Burstable
+    );
+    // An explicit zero request under a limit is not the limit.
+    assert_eq!(
+        qos(
+            "  containers: [{name: a, resources: {requests: {cpu: '0', memory: 1Gi}, limits: {cpu: '1', memory: 1Gi}}}]"
+        ),
+        Burstable
+    );
+}
+
+#[test]
+fn qos_class_names_a_malformed_limit() {
+    let err = pod(
+        "metadata: {name: p, namespace: ns}\nspec:\n  containers: [{name: a, resources: {requests: {cpu: '1'}, limits: {cpu: lots}}}]",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("pod ns/p: spec.containers[0].resources.limits[cpu]: invalid quantity"),
+        "{err}"
+    );
+}
+
+#[test]
+fn priority_class_name_is_kept() {
+    let p = pod(
+        "metadata: {name: p}\nspec:\n  priorityClassName: batch-low\n  containers: [{name: a}]",
+    )
+    .unwrap();
+    assert_eq!(p.priority_class_name, "batch-low");
+}

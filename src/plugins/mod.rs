@@ -8,16 +8,19 @@ pub mod default_binder;
 pub mod gpu_share;
 pub mod image_locality;
 pub mod inter_pod_affinity;
+pub mod load_aware;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod overcommit;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod zone_policy;
 
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
@@ -27,14 +30,17 @@ pub fn registry() -> Registry {
     r.register(gpu_share::NAME, gpu_share::factory);
     r.register(image_locality::NAME, image_locality::factory);
     r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
+    r.register(load_aware::NAME, load_aware::factory);
     r.register(node_affinity::NAME, node_affinity::factory);
     r.register(node_name::NAME, node_name::factory);
     r.register(node_ports::NAME, node_ports::factory);
     r.register(node_resources_fit::NAME, node_resources_fit::factory);
     r.register(node_unschedulable::NAME, node_unschedulable::factory);
+    r.register(overcommit::NAME, overcommit::factory);
     r.register(pod_topology_spread::NAME, pod_topology_spread::factory);
     r.register(priority_sort::NAME, priority_sort::factory);
     r.register(scheduling_gates::NAME, scheduling_gates::factory);
     r.register(taint_toleration::NAME, taint_toleration::factory);
+    r.register(zone_policy::NAME, zone_policy::factory);
     r
 }

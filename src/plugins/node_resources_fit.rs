@@ -352,6 +352,11 @@ impl NodeResourcesFit {
     }
 }
 
+/// Cycle state a plugin sets when it checks the pod's cpu and memory itself on some nodes
+/// (gantry's Overcommit, on the nodes that opt in): on a node the function accepts, this filter
+/// leaves cpu and memory to that plugin and checks everything else as usual.
+pub struct CpuMemoryDelegation(pub Arc<dyn Fn(&NodeInfo) -> bool + Send + Sync>);
+
 /// The pod's requests as the filter checks them, computed once per cycle.
 #[derive(Debug)]
 struct PreFilterState {
@@ -413,7 +418,7 @@ impl FilterPlugin for NodeResourcesFit {
     /// amount (evicting pods cannot help), Unschedulable otherwise.
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         match state.get::<PreFilterState>() {
-            Some(s) => fits_request(s, node),
+            Some(s) => fits_request(state, s, node),
             None => Status::error(ERR_MISSING_PRE_FILTER_STATE),
         }
     }
@@ -432,7 +437,7 @@ impl FilterPlugin for NodeResourcesFit {
         let mut rejected = 0;
         for (node, status) in nodes.iter().zip(statuses) {
             if status.is_success() {
-                *status = fits_request(s, node);
+                *status = fits_request(state, s, node);
                 rejected += usize::from(!status.is_success());
             }
         }
@@ -444,9 +449,10 @@ impl FilterPlugin for NodeResourcesFit {
 const ERR_MISSING_PRE_FILTER_STATE: &str =
     "error reading \"PreFilterNodeResourcesFit\" from cycleState: not found";
 
-/// kube-scheduler's `fitsRequest` for the requests PreFilter computed.
+/// kube-scheduler's `fitsRequest` for the requests PreFilter computed, with cpu and memory
+/// shortfalls left to a [`CpuMemoryDelegation`] in `state` that accepts the node.
 #[inline]
-fn fits_request(s: &PreFilterState, node: &NodeInfo) -> Status {
+fn fits_request(state: &CycleState, s: &PreFilterState, node: &NodeInfo) -> Status {
     let allocatable = &node.node.allocatable;
     let used = &node.requested;
     let mut reasons: Vec<Cow<'static, str>> = Vec::new();
@@ -455,29 +461,42 @@ fn fits_request(s: &PreFilterState, node: &NodeInfo) -> Status {
         reasons.push(Cow::Borrowed(TOO_MANY_PODS));
     }
     if !s.requests_nothing {
-        let mut check = |request: i64, alloc: i64, in_use: i64, reason: Cow<'static, str>| {
-            if request > 0 && request > alloc - in_use {
-                unresolvable |= request > alloc;
-                reasons.push(reason);
-            }
+        // Looked up on the first cpu or memory shortfall only: nothing on the usual path.
+        let mut delegated = None;
+        let mut delegated_here = || {
+            *delegated.get_or_insert_with(|| {
+                state
+                    .get::<CpuMemoryDelegation>()
+                    .is_some_and(|d| (d.0)(node))
+            })
         };
+        let mut check =
+            |request: i64, alloc: i64, in_use: i64, reason: Cow<'static, str>, delegable: bool| {
+                if request > 0 && request > alloc - in_use && !(delegable && delegated_here()) {
+                    unresolvable |= request > alloc;
+                    reasons.push(reason);
+                }
+            };
         check(
             s.milli_cpu,
             allocatable.milli_cpu,
             used.milli_cpu,
             Cow::Borrowed(INSUFFICIENT_CPU),
+            true,
         );
         check(
             s.memory,
             allocatable.memory,
             used.memory,
             Cow::Borrowed(INSUFFICIENT_MEMORY),
+            true,
         );
         check(
             s.ephemeral_storage,
             allocatable.ephemeral_storage,
             used.ephemeral_storage,
             Cow::Borrowed(INSUFFICIENT_EPHEMERAL_STORAGE),
+            false,
         );
         for r in &s.scalars {
             let alloc = allocatable.scalar(&r.name);

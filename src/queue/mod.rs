@@ -49,6 +49,8 @@ pub enum ClusterEvent {
     PodUpdate,
     /// A namespace or workload selector changed.
     Other,
+    /// Nodes' measured load changed (a metrics source reported).
+    NodeLoadChange,
 }
 
 impl ClusterEvent {
@@ -61,6 +63,7 @@ impl ClusterEvent {
             ClusterEvent::PodAdd => "AssignedPodAdd",
             ClusterEvent::PodUpdate => "AssignedPodUpdate",
             ClusterEvent::Other => "WildCardEvent",
+            ClusterEvent::NodeLoadChange => "NodeLoadChange",
         }
     }
 
@@ -75,6 +78,7 @@ impl ClusterEvent {
             ClusterEvent::PodAdd | ClusterEvent::PodUpdate => {
                 matches!(plugin, "InterPodAffinity" | "PodTopologySpread")
             }
+            ClusterEvent::NodeLoadChange => matches!(plugin, "LoadAware" | "Overcommit"),
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::cache::Cache;
 use crate::config::Config;
+use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
@@ -35,12 +36,21 @@ pub fn simulate(
     let now = Duration::ZERO;
 
     load_workloads(sched.cache_mut(), input);
+    let mut loads = Vec::new();
     for node in &input.nodes {
         match NodeModel::from_api(node) {
-            Ok(n) => sched.upsert_node(n, now),
+            Ok(n) => {
+                match load_from_annotations(&n.annotations) {
+                    Ok(Some(load)) => loads.push((n.name.clone(), simulated_sample(load, now))),
+                    Ok(None) => {}
+                    Err(e) => report.invalid.push(format!("node {}: {e}", n.name)),
+                }
+                sched.upsert_node(n, now);
+            }
             Err(e) => report.invalid.push(e.to_string()),
         }
     }
+    sched.set_node_loads(loads.iter().map(|(n, s)| (&**n, *s)), now);
     // Running pods first, so pending ones see them; then pending pods in input order.
     let mut pending: Vec<Arc<PodInfo>> = Vec::new();
     for pod in &input.pods {
@@ -58,6 +68,7 @@ pub fn simulate(
                     node: None,
                     message: Some(e.to_string()),
                     running: false,
+                    annotations: Default::default(),
                 });
                 continue;
             }
@@ -73,6 +84,7 @@ pub fn simulate(
                 node: Some(node.to_string()),
                 message: None,
                 running: true,
+                annotations: Default::default(),
             });
         } else {
             pending.push(info);
@@ -93,6 +105,7 @@ pub fn simulate(
             node: None,
             message,
             running: false,
+            annotations: Default::default(),
         });
         // Pending pods carry no node, so the cache cannot refuse them.
         let _ = sched.upsert_pod(pod, now);
@@ -122,6 +135,8 @@ fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String,
                             if let Some(&i) = index.get(&key) {
                                 report.pods[i].node = Some(node);
                                 report.pods[i].message = None;
+                                report.pods[i].annotations =
+                                    task.plan.annotations.iter().cloned().collect();
                             }
                         }
                         Err(e) => report.invalid.push(e.to_string()),
@@ -144,6 +159,19 @@ fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String,
             Some(t) => now = t.max(now),
             None => break,
         }
+    }
+}
+
+/// The load a node's annotations describe, as a sample of the simulated moment: it never goes
+/// stale, and the pods already running are what it measured (the simulation's placements are
+/// not).
+fn simulated_sample(load: AnnotatedLoad, now: Duration) -> LoadSample {
+    LoadSample {
+        cpu: load.cpu,
+        memory: load.memory,
+        taken_at: now,
+        reflects_placements_before: now,
+        max_age: None,
     }
 }
 
@@ -222,6 +250,98 @@ fn node_usage(sched: &Scheduler) -> Vec<NodeUsage> {
             memory_allocatable: info.node.allocatable.memory,
             pods: info.pods.len() as i64,
             pods_allocatable: info.node.allocatable.allowed_pods,
+            measured_cpu_percent: info
+                .load
+                .as_ref()
+                .map(|l| (l.sample.cpu * 100.0).round() as i64),
+            measured_memory_percent: info
+                .load
+                .as_ref()
+                .map(|l| (l.sample.memory * 100.0).round() as i64),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins;
+
+    const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: colo
+  labels: {overcommit: "true"}
+  annotations: {gantry.io/cpu-utilization: "0.25", gantry.io/memory-utilization: "0.5"}
+status: {allocatable: {cpu: "1", memory: 1Gi, pods: "10"}}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: broken
+  annotations: {gantry.io/cpu-utilization: "lots", gantry.io/memory-utilization: "0.5"}
+spec: {unschedulable: true}
+status: {allocatable: {cpu: "1", memory: 1Gi, pods: "10"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: online}
+spec:
+  nodeName: colo
+  containers: [{name: a, resources: {requests: {cpu: "1"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: batch}
+spec:
+  containers: [{name: a}]
+"#;
+
+    #[test]
+    fn node_load_annotations_drive_the_plugins_and_show_in_the_report() {
+        let mut input = ClusterInput::default();
+        input.add_yaml(CLUSTER, "test").unwrap();
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: Overcommit}]
+",
+            &plugins::registry(),
+        )
+        .unwrap();
+        let report = simulate(&input, config, None);
+        assert_eq!(
+            report.invalid,
+            ["node broken: annotation gantry.io/cpu-utilization: \"lots\" is not a number"]
+        );
+        let batch = report.pods.iter().find(|p| p.name == "batch").unwrap();
+        assert_eq!(batch.node.as_deref(), Some("colo"));
+        assert_eq!(
+            batch
+                .annotations
+                .get("gantry.io/overcommit")
+                .map(String::as_str),
+            Some("cpu: 1100m committed of 1000m allocatable (+100m, ratio 1.5, measured load 25%)")
+        );
+        let colo = &report.nodes[0];
+        assert_eq!(
+            (colo.measured_cpu_percent, colo.measured_memory_percent),
+            (Some(25), Some(50))
+        );
+        assert_eq!(report.nodes[1].measured_cpu_percent, None);
+        let json = report.to_json();
+        assert!(json.contains("\"gantry.io/overcommit\""), "{json}");
+        assert!(json.contains("\"measured_cpu_percent\": 25"), "{json}");
+        let table = report.to_table();
+        assert!(table.contains("MEASURED CPU/MEMORY"), "{table}");
+        assert!(
+            table.contains("gantry.io/overcommit=cpu: 1100m committed"),
+            "{table}"
+        );
+    }
 }

@@ -20,6 +20,10 @@ pub struct PodOutcome {
     /// True for pods that were already running in the input.
     #[serde(skip)]
     pub running: bool,
+    /// Annotations the scheduler set on the pod with its binding: what plugins decided
+    /// beyond the node (an overcommit's margin, GPU devices).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// How much of a node is requested.
@@ -39,6 +43,12 @@ pub struct NodeUsage {
     pub pods: i64,
     /// Allocatable pods.
     pub pods_allocatable: i64,
+    /// Measured cpu utilisation, in whole percent, when the node's annotations give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_cpu_percent: Option<i64>,
+    /// Measured memory utilisation, in whole percent, when the node's annotations give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured_memory_percent: Option<i64>,
 }
 
 /// The result of a simulation.
@@ -116,20 +126,44 @@ impl Report {
             .collect();
         let _ = writeln!(out, "Scheduled pods ({}):", placed.len());
         out.push_str(&table(&["NAMESPACE", "POD", "NODE"], &placed));
+        let annotated: Vec<Vec<String>> = self
+            .scheduled()
+            .flat_map(|p| {
+                p.annotations
+                    .iter()
+                    .map(|(k, v)| vec![p.namespace.clone(), p.name.clone(), format!("{k}={v}")])
+            })
+            .collect();
+        if !annotated.is_empty() {
+            let _ = writeln!(out, "\nSet with the binding:");
+            out.push_str(&table(&["NAMESPACE", "POD", "ANNOTATION"], &annotated));
+        }
+        let measured = self.nodes.iter().any(|n| n.measured_cpu_percent.is_some());
         let nodes: Vec<Vec<String>> = self
             .nodes
             .iter()
             .map(|n| {
-                vec![
+                let mut row = vec![
                     n.name.clone(),
                     percent(n.milli_cpu_requested, n.milli_cpu_allocatable),
                     percent(n.memory_requested, n.memory_allocatable),
                     format!("{}/{}", n.pods, n.pods_allocatable),
-                ]
+                ];
+                if measured {
+                    row.push(match (n.measured_cpu_percent, n.measured_memory_percent) {
+                        (Some(c), Some(m)) => format!("{c}%/{m}%"),
+                        _ => "-".to_string(),
+                    });
+                }
+                row
             })
             .collect();
         let _ = writeln!(out, "\nNode utilisation (requests / allocatable):");
-        out.push_str(&table(&["NODE", "CPU", "MEMORY", "PODS"], &nodes));
+        let mut header = vec!["NODE", "CPU", "MEMORY", "PODS"];
+        if measured {
+            header.push("MEASURED CPU/MEMORY");
+        }
+        out.push_str(&table(&header, &nodes));
         let pending: Vec<Vec<String>> = self
             .pending()
             .map(|p| {

@@ -7,6 +7,8 @@
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io::{Read, Write};
@@ -279,6 +281,17 @@ impl Gantry {
     /// Starts `gantry run` with `config` (YAML), talking to the API server through
     /// `kubeconfig`; its files go into `dir`.
     pub fn start(dir: &Path, name: &str, config: &str, kubeconfig: &Path) -> Gantry {
+        Gantry::start_with_args(dir, name, config, kubeconfig, &[])
+    }
+
+    /// Like [`Gantry::start`], with more arguments for `gantry run`.
+    pub fn start_with_args(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        kubeconfig: &Path,
+        args: &[String],
+    ) -> Gantry {
         let n = GANTRIES.fetch_add(1, Ordering::Relaxed);
         let config_file = dir.join(format!("gantry-{name}-{n}.yaml"));
         std::fs::write(&config_file, config).expect("write config");
@@ -294,6 +307,7 @@ impl Gantry {
             .arg(addr.to_string())
             .arg("--log")
             .arg("info,gantry=debug")
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -562,6 +576,22 @@ pub fn node(name: &str, label: &str, cpu: &str, memory: &str) -> Node {
         }
     }))
     .expect("node")
+}
+
+/// Like [`node`], with more labels (zones, opt-ins).
+pub fn labelled_node(
+    name: &str,
+    label: &str,
+    cpu: &str,
+    memory: &str,
+    labels: &[(&str, &str)],
+) -> Node {
+    let mut n = node(name, label, cpu, memory);
+    let map = n.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for (k, v) in labels {
+        map.insert(k.to_string(), v.to_string());
+    }
+    n
 }
 
 /// A pending pod for `scheduler` requesting `cpu` and `memory`.

@@ -4,10 +4,12 @@ use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
 use gantry::adapter::{self, Options};
-use gantry::config::Config;
+use gantry::config::{Config, parse_go_duration};
 use gantry::plugins;
 
 /// Arguments of `gantry run`.
@@ -26,6 +28,89 @@ pub struct Args {
     /// Log filter (tracing-subscriber's `EnvFilter` syntax, e.g. `info` or `gantry=debug`).
     #[arg(long, env = "GANTRY_LOG", default_value = "info")]
     log: String,
+    /// Where node load comes from.
+    #[command(flatten)]
+    load: LoadArgs,
+}
+
+/// Where LoadAware and Overcommit get node load from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Source {
+    /// No node load.
+    None,
+    /// Prometheus' HTTP API (`--prometheus-url`).
+    Prometheus,
+    /// The node annotations gantry.io/cpu-utilization, gantry.io/memory-utilization and
+    /// gantry.io/metrics-timestamp, written by an external agent.
+    Annotations,
+}
+
+/// Node load settings of `gantry run`.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Node load (for the LoadAware and Overcommit plugins)")]
+struct LoadArgs {
+    /// Where node load comes from.
+    #[arg(long, value_enum, default_value = "none")]
+    load_source: Source,
+    /// Base URL of the Prometheus server (plain HTTP), e.g. http://prometheus:9090.
+    #[arg(long, required_if_eq("load_source", "prometheus"))]
+    prometheus_url: Option<String>,
+    /// The label of the query results that holds the node's name (a `:port` suffix is
+    /// dropped).
+    #[arg(long, default_value = node_load::DEFAULT_NODE_LABEL)]
+    prometheus_node_label: String,
+    /// PromQL giving each node's cpu utilisation as a fraction; by default one minus the idle
+    /// rate of node-exporter's node_cpu_seconds_total over 1m, averaged by the node label.
+    #[arg(long)]
+    prometheus_cpu_query: Option<String>,
+    /// PromQL giving each node's memory utilisation as a fraction; by default one minus
+    /// node_memory_MemAvailable_bytes / node_memory_MemTotal_bytes, by the node label.
+    #[arg(long)]
+    prometheus_memory_query: Option<String>,
+    /// Time between Prometheus queries.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+    load_interval: Duration,
+    /// Age beyond which a node's load sample is stale (LoadAware's staleMetrics decides what
+    /// that means; Overcommit treats the node as loaded).
+    #[arg(long, default_value = "3m", value_parser = parse_go_duration)]
+    load_max_age: Duration,
+    /// How long a pod takes to show in a node's measured load: pods placed less than this
+    /// before a measurement still count with their estimate.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
+    load_lag: Duration,
+}
+
+impl LoadArgs {
+    fn settings(&self) -> anyhow::Result<NodeLoadSettings> {
+        let label = &self.prometheus_node_label;
+        let source = match self.load_source {
+            Source::None => LoadSource::None,
+            Source::Annotations => LoadSource::Annotations,
+            Source::Prometheus => LoadSource::Prometheus(PrometheusSource {
+                url: self
+                    .prometheus_url
+                    .clone()
+                    .context("--prometheus-url is required with --load-source prometheus")?,
+                cpu_query: self
+                    .prometheus_cpu_query
+                    .clone()
+                    .unwrap_or_else(|| node_load::default_cpu_query(label)),
+                memory_query: self
+                    .prometheus_memory_query
+                    .clone()
+                    .unwrap_or_else(|| node_load::default_memory_query(label)),
+                node_label: label.clone(),
+                interval: self.load_interval,
+            }),
+        };
+        let settings = NodeLoadSettings {
+            source,
+            max_age: self.load_max_age,
+            lag: self.load_lag,
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
 }
 
 /// Runs the scheduler until SIGTERM or SIGINT.
@@ -37,6 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    let node_load = args.load.settings()?;
     let registry = plugins::registry();
     let config = match &args.config {
         Some(path) => Config::load(path, &registry)?,
@@ -57,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         kubeconfig: args.kubeconfig,
         address: args.address,
         pool: Some(Arc::new(pool)),
+        node_load,
     };
     runtime.block_on(adapter::run(options))?;
     Ok(())
