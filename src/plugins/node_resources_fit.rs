@@ -449,10 +449,34 @@ impl FilterPlugin for NodeResourcesFit {
 const ERR_MISSING_PRE_FILTER_STATE: &str =
     "error reading \"PreFilterNodeResourcesFit\" from cycleState: not found";
 
+/// True when the pod fits the node with no shortfall at all: the usual answer, given without
+/// building reasons or consulting a delegation.
+#[inline]
+fn fits_outright(s: &PreFilterState, node: &NodeInfo) -> bool {
+    let allocatable = &node.node.allocatable;
+    let used = &node.requested;
+    let room = |request: i64, alloc: i64, in_use: i64| request <= 0 || request <= alloc - in_use;
+    (node.pods.len() as i64) < allocatable.allowed_pods
+        && (s.requests_nothing
+            || (room(s.milli_cpu, allocatable.milli_cpu, used.milli_cpu)
+                && room(s.memory, allocatable.memory, used.memory)
+                && room(
+                    s.ephemeral_storage,
+                    allocatable.ephemeral_storage,
+                    used.ephemeral_storage,
+                )
+                && s.scalars
+                    .iter()
+                    .all(|r| r.amount <= allocatable.scalar(&r.name) - used.scalar(&r.name))))
+}
+
 /// kube-scheduler's `fitsRequest` for the requests PreFilter computed, with cpu and memory
 /// shortfalls left to a [`CpuMemoryDelegation`] in `state` that accepts the node.
 #[inline]
 fn fits_request(state: &CycleState, s: &PreFilterState, node: &NodeInfo) -> Status {
+    if fits_outright(s, node) {
+        return Status::success();
+    }
     let allocatable = &node.node.allocatable;
     let used = &node.requested;
     let mut reasons: Vec<Cow<'static, str>> = Vec::new();

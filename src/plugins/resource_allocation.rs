@@ -194,6 +194,28 @@ impl PodRequests {
     #[inline]
     pub fn for_each(&self, node: &NodeInfo, mut f: impl FnMut(i64, i64, i64)) {
         let allocatable = &node.node.allocatable;
+        // kube-scheduler's default, cpu and memory with the non-zero view, without the
+        // per-resource dispatch: it is scored on every node of every cycle.
+        if let [cpu, memory] = self.resources.as_slice()
+            && cpu.amount == NodeAmount::NonZeroCpu
+            && memory.amount == NodeAmount::NonZeroMemory
+        {
+            if allocatable.milli_cpu != 0 {
+                f(
+                    cpu.weight,
+                    node.non_zero_milli_cpu + cpu.request,
+                    allocatable.milli_cpu,
+                );
+            }
+            if allocatable.memory != 0 {
+                f(
+                    memory.weight,
+                    node.non_zero_memory + memory.request,
+                    allocatable.memory,
+                );
+            }
+            return;
+        }
         let requested = &node.requested;
         for r in &self.resources {
             let (alloc, used) = match &r.amount {
