@@ -3,6 +3,7 @@
 //! The scheduling core (model, cache, queue, framework, plugins, cycle) is synchronous and
 //! pure; the simulator and the Kubernetes adapter drive it.
 
+pub mod adapter;
 pub mod cache;
 pub mod config;
 pub mod cycle;

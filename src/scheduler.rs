@@ -366,12 +366,12 @@ impl Scheduler {
     pub fn binding_succeeded(&mut self, task: &BindTask, now: Duration) -> Result<(), CacheError> {
         let pod = &task.assumed;
         self.queue.done(&pod.namespace, &pod.name);
-        // A pod deleted while its binding was in flight is no longer in the cache.
-        if self
-            .cache
-            .pod_placement(&pod.namespace, &pod.name)
-            .is_some()
-        {
+        // A pod deleted while its binding was in flight is no longer in the cache, and one the
+        // watch already reported bound is confirmed (with the watch's newer copy).
+        if matches!(
+            self.cache.pod_placement(&pod.namespace, &pod.name),
+            Some((_, true))
+        ) {
             self.cache.add_bound_pod(pod.clone())?;
             self.queue.on_event(ClusterEvent::PodAdd, now);
         }
@@ -387,6 +387,34 @@ impl Scheduler {
         }
         self.queue.requeue_backoff(task.queued, now);
         self.queue.on_event(ClusterEvent::PodDelete, now);
+    }
+
+    /// The binding was refused because the pod is gone or already bound elsewhere (a 404 or
+    /// 409 from the API server): undo the assumption without retrying. The watch reports
+    /// where the pod really is, if anywhere.
+    pub fn binding_dropped(&mut self, mut task: BindTask, now: Duration) {
+        let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
+        self.queue.done(&namespace, &name);
+        if let Some(profile) = self.config.profile(&task.profile).cloned() {
+            let node = task.plan.node.clone();
+            unreserve(
+                &profile,
+                &mut task.state,
+                &task.assumed,
+                &node,
+                profile.reserve.len(),
+            );
+        }
+        // Still assumed unless the watch already reported the pod bound (or deleted).
+        if matches!(self.cache.pod_placement(&namespace, &name), Some((_, true))) {
+            let _ = self.cache.forget_pod(&namespace, &name);
+            self.queue.on_event(ClusterEvent::PodDelete, now);
+        }
+    }
+
+    /// How many pods entered each sub-queue, by event, since the last call (for metrics).
+    pub fn take_queue_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
+        self.queue.take_incoming()
     }
 
     /// Pods currently waiting (backoff or unschedulable), with their sub-queue.
@@ -417,5 +445,90 @@ fn unreserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &st
         if let Some(r) = plugin.as_reserve() {
             r.unreserve(state, pod, node);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins;
+    use crate::testing::{node, pod};
+
+    fn scheduler() -> Scheduler {
+        let config = Config::default_with(&plugins::registry()).expect("defaults");
+        Scheduler::new(config, None)
+    }
+
+    fn schedule(s: &mut Scheduler, now: Duration) -> Box<BindTask> {
+        match s.schedule_next(now) {
+            Some(Attempt::Scheduled(task, _)) => task,
+            other => panic!("expected a placement, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dropped_binding_frees_the_node_without_requeueing() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        assert!(
+            s.cache().pod_placement("default", "a").unwrap().1,
+            "assumed"
+        );
+        s.binding_dropped(*task, Duration::ZERO);
+        assert!(s.cache().pod_placement("default", "a").is_none());
+        assert_eq!(s.queue().total() + s.queue().in_flight(), 0);
+        // The freed cpu is available to the next pod.
+        s.upsert_pod(pod("b").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        assert_eq!(&*schedule(&mut s, Duration::ZERO).plan.node, "n1");
+    }
+
+    #[test]
+    fn dropped_binding_keeps_the_placement_the_watch_reported() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("2", "1Gi").build(), Duration::ZERO);
+        s.upsert_node(node("n2").capacity("2", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        let other = if &*task.plan.node == "n1" { "n2" } else { "n1" };
+        // Someone else bound it first; the watch says so before our 409 arrives.
+        s.upsert_pod(pod("a").req("cpu", "1").on(other).build(), Duration::ZERO)
+            .unwrap();
+        s.binding_dropped(*task, Duration::ZERO);
+        let (node, assumed) = s.cache().pod_placement("default", "a").unwrap();
+        assert_eq!((&**node, assumed), (other, false));
+    }
+
+    #[test]
+    fn a_binding_the_watch_already_reported_keeps_the_watched_pod() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("2", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        // The watch reports the pod bound, with a label added meanwhile.
+        let watched = pod("a").req("cpu", "1").label("v", "2").on("n1").build();
+        s.upsert_pod(watched, Duration::ZERO).unwrap();
+        s.binding_succeeded(&task, Duration::ZERO).unwrap();
+        let info = s.cache().node("n1").unwrap();
+        assert_eq!(info.pods.len(), 1);
+        assert_eq!(info.pods[0].labels.get("v"), Some("2"));
+        assert!(!s.cache().pod_placement("default", "a").unwrap().1);
+    }
+
+    #[test]
+    fn pod_deleted_in_flight_is_not_requeued_after_a_failed_binding() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").build(), Duration::ZERO).unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        s.remove_pod("default", "a", Duration::ZERO);
+        s.binding_failed(*task, Duration::ZERO);
+        assert_eq!(s.queue().total() + s.queue().in_flight(), 0);
+        assert!(s.cache().pod_placement("default", "a").is_none());
     }
 }

@@ -260,6 +260,18 @@ impl Cache {
         self.generation += 1;
     }
 
+    /// Forgets a Service (deleted).
+    pub fn remove_service(&mut self, namespace: &str, name: &str) {
+        Arc::make_mut(&mut self.workloads).remove_service(namespace, name);
+        self.generation += 1;
+    }
+
+    /// Forgets a controller (deleted).
+    pub fn remove_controller(&mut self, kind: &str, namespace: &str, name: &str) {
+        Arc::make_mut(&mut self.workloads).remove_controller(kind, namespace, name);
+        self.generation += 1;
+    }
+
     /// Records a controller's selector (for default topology spreading).
     pub fn set_controller(&mut self, kind: &str, namespace: &str, name: &str, sel: LabelSelector) {
         Arc::make_mut(&mut self.workloads).set_controller(kind, namespace, name, sel);

@@ -4,7 +4,7 @@
 
 mod heap;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +52,18 @@ pub enum ClusterEvent {
 }
 
 impl ClusterEvent {
+    /// The event label kube-scheduler's `scheduler_queue_incoming_pods_total{event}` uses.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClusterEvent::NodeAdd => "NodeAdd",
+            ClusterEvent::NodeUpdate => "NodeUpdate",
+            ClusterEvent::PodDelete => "AssignedPodDelete",
+            ClusterEvent::PodAdd => "AssignedPodAdd",
+            ClusterEvent::PodUpdate => "AssignedPodUpdate",
+            ClusterEvent::Other => "WildCardEvent",
+        }
+    }
+
     /// True when the event could make a pod rejected by `plugin` fit.
     fn may_help(self, plugin: &str) -> bool {
         match self {
@@ -68,7 +80,7 @@ impl ClusterEvent {
 }
 
 /// Which sub-queue a pod is in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum QueueName {
     /// Ready to be scheduled.
     Active,
@@ -99,6 +111,17 @@ struct Entry {
     parked_at: Duration,
 }
 
+/// Event label of a pod entering the queue for the first time.
+pub const EVENT_POD_ADD: &str = "PodAdd";
+/// Event label of a parked pod that changed (e.g. lost its scheduling gates).
+pub const EVENT_POD_UPDATE: &str = "PodUpdate";
+/// Event label of a pod requeued after a failed attempt.
+pub const EVENT_SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
+/// Event label of a pod whose backoff ended.
+pub const EVENT_BACKOFF_COMPLETE: &str = "BackoffComplete";
+/// Event label of a pod parked longer than [`MAX_UNSCHEDULABLE_DURATION`].
+pub const EVENT_UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
+
 /// The scheduling queue.
 pub struct SchedulingQueue {
     sort: Arc<dyn Plugin>,
@@ -106,11 +129,17 @@ pub struct SchedulingQueue {
     max_backoff: Duration,
     entries: HashMap<Arc<str>, Entry>,
     active: Heap,
+    /// Keys of the entries not in the active queue (backoff or unschedulable), so that
+    /// flushing and cluster events look at the waiting pods only, not at every queued one.
+    waiting: HashSet<Arc<str>>,
     /// Keys of pods popped and not yet done, with the move-request counter at pop time.
     in_flight: HashMap<Arc<str>, u64>,
     /// Incremented by every cluster event that moves pods.
     move_requests: u64,
     seq: u64,
+    /// Pods that entered each sub-queue, by event label, since the last
+    /// [`take_incoming`](Self::take_incoming).
+    incoming: HashMap<(QueueName, &'static str), u64>,
 }
 
 impl SchedulingQueue {
@@ -122,15 +151,31 @@ impl SchedulingQueue {
             max_backoff,
             entries: HashMap::new(),
             active: Heap::default(),
+            waiting: HashSet::new(),
             in_flight: HashMap::new(),
             move_requests: 0,
             seq: 0,
+            incoming: HashMap::new(),
         }
+    }
+
+    fn count_incoming(&mut self, queue: QueueName, event: &'static str) {
+        *self.incoming.entry((queue, event)).or_default() += 1;
+    }
+
+    /// How many pods entered each sub-queue, by event label (kube-scheduler's
+    /// `scheduler_queue_incoming_pods_total`), since the last call.
+    pub fn take_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
+        self.incoming
+            .drain()
+            .map(|((queue, event), n)| (queue, event, n))
+            .collect()
     }
 
     fn push_active(&mut self, key: Arc<str>, now: Duration) {
         self.seq += 1;
         if let Some(e) = self.entries.get_mut(&key) {
+            self.waiting.remove(&key);
             e.queue = QueueName::Active;
             e.queued.enqueued = now;
             let (sort, entries) = (&*self.sort, &self.entries);
@@ -179,8 +224,11 @@ impl SchedulingQueue {
                 parked_at: now,
             },
         );
+        self.count_incoming(queue, EVENT_POD_ADD);
         if queue == QueueName::Active {
             self.push_active(key, now);
+        } else {
+            self.waiting.insert(key);
         }
     }
 
@@ -198,9 +246,11 @@ impl SchedulingQueue {
         e.queued.gated = gated;
         if was_parked && ungated {
             self.push_active(key, now);
+            self.count_incoming(QueueName::Active, EVENT_POD_UPDATE);
         } else if !ungated && e.queue == QueueName::Active {
             e.queue = QueueName::Unschedulable;
             self.remove_active(&key);
+            self.waiting.insert(key);
         }
     }
 
@@ -209,6 +259,7 @@ impl SchedulingQueue {
     pub fn delete(&mut self, namespace: &str, name: &str) -> bool {
         let key = format!("{namespace}/{name}");
         self.remove_active(&key);
+        self.waiting.remove(key.as_str());
         let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
         self.entries.remove(key.as_str()).is_some() || was_in_flight
     }
@@ -221,21 +272,26 @@ impl SchedulingQueue {
 
     /// Moves pods whose backoff ended, and pods parked too long, to the active queue.
     pub fn flush(&mut self, now: Duration) {
-        let due: Vec<Arc<str>> = self
-            .entries
+        let due: Vec<(Arc<str>, &'static str)> = self
+            .waiting
             .iter()
-            .filter(|(_, e)| match e.queue {
-                QueueName::Backoff => e.backoff_until <= now,
-                QueueName::Unschedulable => {
-                    e.queued.gated.is_none()
-                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION
+            .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
+            .filter_map(|(k, e)| match e.queue {
+                QueueName::Backoff if e.backoff_until <= now => {
+                    Some((k.clone(), EVENT_BACKOFF_COMPLETE))
                 }
-                QueueName::Active => false,
+                QueueName::Unschedulable
+                    if e.queued.gated.is_none()
+                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION =>
+                {
+                    Some((k.clone(), EVENT_UNSCHEDULABLE_TIMEOUT))
+                }
+                _ => None,
             })
-            .map(|(k, _)| k.clone())
             .collect();
-        for key in due {
+        for (key, event) in due {
             self.push_active(key, now);
+            self.count_incoming(QueueName::Active, event);
         }
     }
 
@@ -280,15 +336,18 @@ impl SchedulingQueue {
         queued.unschedulable_plugins = plugins;
         let moved_meanwhile = self.move_requests > popped_at;
         let backoff_until = now + self.backoff_for(queued.attempts);
+        let queue = if moved_meanwhile {
+            QueueName::Backoff
+        } else {
+            QueueName::Unschedulable
+        };
+        self.count_incoming(queue, EVENT_SCHEDULE_ATTEMPT_FAILURE);
+        self.waiting.insert(key.clone());
         self.entries.insert(
             key,
             Entry {
                 queued,
-                queue: if moved_meanwhile {
-                    QueueName::Backoff
-                } else {
-                    QueueName::Unschedulable
-                },
+                queue,
                 backoff_until,
                 parked_at: now,
             },
@@ -303,6 +362,8 @@ impl SchedulingQueue {
             return; // deleted while in flight
         }
         let backoff_until = now + self.backoff_for(queued.attempts);
+        self.count_incoming(QueueName::Backoff, EVENT_SCHEDULE_ATTEMPT_FAILURE);
+        self.waiting.insert(key.clone());
         self.entries.insert(
             key,
             Entry {
@@ -319,8 +380,9 @@ impl SchedulingQueue {
     pub fn on_event(&mut self, event: ClusterEvent, now: Duration) {
         self.move_requests += 1;
         let movable: Vec<Arc<str>> = self
-            .entries
+            .waiting
             .iter()
+            .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
             .filter(|(_, e)| {
                 e.queue == QueueName::Unschedulable
                     && e.queued.gated.is_none()
@@ -336,8 +398,10 @@ impl SchedulingQueue {
             let e = self.entries.get_mut(&key).expect("listed above");
             if e.backoff_until > now {
                 e.queue = QueueName::Backoff;
+                self.count_incoming(QueueName::Backoff, event.label());
             } else {
                 self.push_active(key, now);
+                self.count_incoming(QueueName::Active, event.label());
             }
         }
     }
@@ -347,7 +411,7 @@ impl SchedulingQueue {
         if queue == QueueName::Active {
             return self.active.len();
         }
-        self.entries.values().filter(|e| e.queue == queue).count()
+        self.waiting_entries().filter(|e| e.queue == queue).count()
     }
 
     /// Pods queued in total (not counting those in flight).
@@ -362,8 +426,7 @@ impl SchedulingQueue {
 
     /// When the earliest backoff or parking period ends, if any pod waits on time.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        self.entries
-            .values()
+        self.waiting_entries()
             .filter_map(|e| match e.queue {
                 QueueName::Backoff => Some(e.backoff_until),
                 QueueName::Unschedulable if e.queued.gated.is_none() => {
@@ -376,8 +439,7 @@ impl SchedulingQueue {
 
     /// When the earliest backoff ends, if any pod is backing off.
     pub fn next_backoff_expiry(&self) -> Option<Duration> {
-        self.entries
-            .values()
+        self.waiting_entries()
             .filter(|e| e.queue == QueueName::Backoff)
             .map(|e| e.backoff_until)
             .min()
@@ -385,10 +447,11 @@ impl SchedulingQueue {
 
     /// Every queued pod that is not active, with its sub-queue (for reports).
     pub fn waiting(&self) -> impl Iterator<Item = (&QueuedPod, QueueName)> {
-        self.entries
-            .values()
-            .filter(|e| e.queue != QueueName::Active)
-            .map(|e| (&e.queued, e.queue))
+        self.waiting_entries().map(|e| (&e.queued, e.queue))
+    }
+
+    fn waiting_entries(&self) -> impl Iterator<Item = &Entry> {
+        self.waiting.iter().filter_map(|k| self.entries.get(k))
     }
 }
 

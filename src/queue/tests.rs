@@ -138,3 +138,88 @@ fn deleted_pods_disappear_even_in_flight() {
     q.requeue_backoff(p, T0);
     assert_eq!(q.total(), 0, "a pod deleted in flight is not requeued");
 }
+
+#[test]
+fn incoming_pods_are_counted_by_queue_and_event() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    q.add(pod("g").build(), Some(Status::unresolvable("gated")), T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
+    q.on_event(ClusterEvent::NodeAdd, secs(5));
+    let p = q.pop(secs(5)).unwrap();
+    q.requeue_backoff(p, secs(5));
+    assert!(q.pop(secs(6)).is_none());
+    assert!(q.pop(secs(7)).is_some());
+    let mut counts = q.take_incoming();
+    counts.sort();
+    let mut expected = vec![
+        (QueueName::Active, EVENT_POD_ADD, 1),
+        (QueueName::Unschedulable, EVENT_POD_ADD, 1),
+        (QueueName::Unschedulable, EVENT_SCHEDULE_ATTEMPT_FAILURE, 1),
+        (QueueName::Active, "NodeAdd", 1),
+        (QueueName::Backoff, EVENT_SCHEDULE_ATTEMPT_FAILURE, 1),
+        (QueueName::Active, EVENT_BACKOFF_COMPLETE, 1),
+    ];
+    expected.sort();
+    assert_eq!(counts, expected);
+    assert!(q.take_incoming().is_empty(), "taking resets the counts");
+}
+
+#[test]
+fn parked_pods_flushed_count_as_unschedulable_timeout() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeAffinity"].into_iter().collect(), T0);
+    q.take_incoming();
+    assert!(q.pop(secs(300)).is_some());
+    assert_eq!(
+        q.take_incoming(),
+        [(QueueName::Active, EVENT_UNSCHEDULABLE_TIMEOUT, 1)]
+    );
+}
+
+#[test]
+fn sub_queue_counts_add_up_through_every_transition() {
+    let mut q = queue();
+    let check = |q: &SchedulingQueue| {
+        let parts =
+            q.len(QueueName::Active) + q.len(QueueName::Backoff) + q.len(QueueName::Unschedulable);
+        assert_eq!(parts, q.total());
+    };
+    for i in 0..6 {
+        q.add(pod(&format!("p{i}")).build(), None, T0);
+    }
+    q.add(
+        pod("gated").build(),
+        Some(Status::unresolvable("gated")),
+        T0,
+    );
+    check(&q);
+    let a = q.pop(T0).unwrap();
+    let b = q.pop(T0).unwrap();
+    let c = q.pop(T0).unwrap();
+    q.requeue_unschedulable(a, ["NodeResourcesFit"].into_iter().collect(), T0);
+    q.requeue_backoff(b, T0);
+    q.requeue_unschedulable(c, ["TaintToleration"].into_iter().collect(), T0);
+    check(&q);
+    assert_eq!(q.len(QueueName::Unschedulable), 3);
+    q.on_event(ClusterEvent::PodDelete, secs(5));
+    check(&q);
+    assert_eq!(
+        q.len(QueueName::Unschedulable),
+        2,
+        "only the cpu-starved pod moved"
+    );
+    q.update(
+        pod("p5").build(),
+        Some(Status::unresolvable("gated")),
+        secs(5),
+    );
+    q.delete("default", "p4");
+    check(&q);
+    q.flush(secs(400));
+    check(&q);
+    assert_eq!(q.len(QueueName::Unschedulable), 2, "gated pods stay");
+}

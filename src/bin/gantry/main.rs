@@ -2,6 +2,7 @@
 
 mod bench;
 mod openb;
+mod run;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Schedule a cluster snapshot offline through the scheduling core and report the result.
     Simulate(simulate::Args),
+    /// Schedule the pods of a real cluster: watch its API server, bind, record events.
+    Run(run::Args),
     /// Measure scheduling decisions per second on synthetic clusters (no API server).
     Bench(bench::Args),
 }
@@ -27,6 +30,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -34,5 +38,15 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

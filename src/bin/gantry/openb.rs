@@ -14,6 +14,7 @@ use crate::simulate::Output;
 
 /// The openb flags of `gantry simulate`.
 #[derive(Debug, Clone, clap::Args)]
+#[group(id = "openb")]
 pub struct Args {
     /// openb node list (CSV: sn,cpu_milli,memory_mib,gpu,model); runs the FGD paper's
     /// experiment instead of a YAML simulation.

@@ -1,0 +1,566 @@
+//! The scheduling thread: it owns the [`Scheduler`], applies the cluster changes the
+//! watchers send, schedules whenever a pod is due, and hands decisions to the binder and
+//! records to the event writer. It never touches the network: everything it sends goes
+//! through channels that do not block, and everything it hears arrives on one channel.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::binder::{BindOutcome, BindRequest};
+use super::events::{CONDITION_SCHEDULER_ERROR, CONDITION_UNSCHEDULABLE, PodRef, Record, Recorder};
+use super::instrument::Instrumentation;
+use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
+use crate::model::selector::LabelSelector;
+use crate::model::{Labels, NodeModel, PodInfo};
+use crate::queue::QueueName;
+use crate::scheduler::{Attempt, Scheduler};
+
+/// Longest the thread sleeps with nothing to do.
+const IDLE_TICK: Duration = Duration::from_secs(1);
+/// How often the queue gauges are refreshed while busy (and whenever the thread goes idle).
+const GAUGE_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a shutdown waits for bindings in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Everything the scheduling thread hears about.
+#[derive(Debug)]
+pub enum Input {
+    /// A node was added or changed.
+    NodeApplied(NodeModel),
+    /// A node was deleted (or can no longer be read).
+    NodeDeleted(String),
+    /// A pod was added or changed.
+    PodApplied(Arc<PodInfo>),
+    /// A pod was deleted or finished.
+    PodDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A pod this scheduler would schedule cannot be read.
+    PodInvalid {
+        /// The pod.
+        pod: PodRef,
+        /// Its scheduler name.
+        scheduler_name: String,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// A namespace's labels.
+    NamespaceApplied(String, Labels),
+    /// A namespace was deleted.
+    NamespaceDeleted(String),
+    /// A Service's selector.
+    ServiceApplied {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Its selector.
+        selector: Labels,
+    },
+    /// A Service was deleted.
+    ServiceDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A ReplicaSet's, StatefulSet's or ReplicationController's selector.
+    ControllerApplied {
+        /// The kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Its selector.
+        selector: LabelSelector,
+    },
+    /// A controller was deleted.
+    ControllerDeleted {
+        /// The kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A watcher finished its first list.
+    Synced(&'static str),
+    /// A binding finished.
+    Bound(Box<BindRequest>, BindOutcome),
+    /// This replica leads: start scheduling.
+    Lead,
+    /// Stop scheduling, wait for bindings in flight, and return.
+    Shutdown,
+}
+
+/// What the scheduling thread needs.
+pub struct Driver {
+    /// The scheduler.
+    pub scheduler: Scheduler,
+    /// Its input.
+    pub inputs: Receiver<Input>,
+    /// Where decisions go.
+    pub binder: UnboundedSender<BindRequest>,
+    /// Where events and conditions go.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Plugin timing.
+    pub instrumentation: Arc<Instrumentation>,
+    /// The watchers that must finish their first list before scheduling starts.
+    pub watchers: BTreeSet<&'static str>,
+    /// Set once every watcher has listed (for `/readyz`).
+    pub ready: Arc<AtomicBool>,
+}
+
+struct Run {
+    start: Instant,
+    leading: bool,
+    stopping: Option<Instant>,
+    in_flight: usize,
+    last_gauges: Instant,
+    /// Something changed since the gauges were last refreshed.
+    changed: bool,
+}
+
+impl Driver {
+    /// Runs until [`Input::Shutdown`] (then waits for bindings in flight, at most
+    /// [`SHUTDOWN_GRACE`]) or until every sender is gone.
+    pub fn run(mut self) {
+        let now = Instant::now();
+        let mut run = Run {
+            start: now,
+            leading: false,
+            stopping: None,
+            in_flight: 0,
+            last_gauges: now,
+            changed: false,
+        };
+        loop {
+            loop {
+                match self.inputs.try_recv() {
+                    Ok(input) => self.apply(input, &mut run),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            }
+            if let Some(since) = run.stopping
+                && (run.in_flight == 0 || since.elapsed() >= SHUTDOWN_GRACE)
+            {
+                self.refresh_gauges(&mut run);
+                return;
+            }
+            if run.last_gauges.elapsed() >= GAUGE_INTERVAL {
+                self.refresh_gauges(&mut run);
+            }
+            let can_schedule = run.leading && run.stopping.is_none() && self.watchers.is_empty();
+            if can_schedule && self.schedule_one(&mut run) {
+                run.changed = true;
+                continue;
+            }
+            if run.changed {
+                self.refresh_gauges(&mut run);
+            }
+            let now = run.start.elapsed();
+            let wait = match (can_schedule, self.scheduler.next_wakeup()) {
+                (true, Some(t)) => t.saturating_sub(now).min(IDLE_TICK),
+                _ => IDLE_TICK,
+            };
+            match self.inputs.recv_timeout(wait) {
+                Ok(input) => self.apply(input, &mut run),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// One attempt; false when no pod is due.
+    fn schedule_one(&mut self, run: &mut Run) -> bool {
+        self.instrumentation.begin_cycle();
+        let attempt_start = Instant::now();
+        let Some(attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
+            return false;
+        };
+        match attempt {
+            Attempt::Scheduled(task, _) => {
+                self.recorder.record(Record::Binding {
+                    namespace: task.assumed.namespace.clone(),
+                    name: task.assumed.name.clone(),
+                });
+                run.in_flight += 1;
+                self.metrics.set_bindings_in_flight(run.in_flight);
+                if let Err(e) = self.binder.send(BindRequest {
+                    task,
+                    attempt_start,
+                }) {
+                    // The binder is gone (shutting down): give the decision back.
+                    run.in_flight -= 1;
+                    self.scheduler
+                        .binding_failed(*e.0.task, run.start.elapsed());
+                }
+            }
+            Attempt::Unschedulable { pod, message, .. } => {
+                self.metrics.attempt(
+                    RESULT_UNSCHEDULABLE,
+                    &pod.scheduler_name,
+                    attempt_start.elapsed(),
+                );
+                tracing::debug!(pod = %pod.key(), %message, "unschedulable");
+                self.recorder.record(Record::Failed {
+                    pod: pod_ref(&pod),
+                    profile: pod.scheduler_name.clone(),
+                    condition_reason: CONDITION_UNSCHEDULABLE,
+                    message,
+                });
+            }
+            Attempt::Failed { pod, status } => {
+                self.metrics
+                    .attempt(RESULT_ERROR, &pod.scheduler_name, attempt_start.elapsed());
+                tracing::warn!(pod = %pod.key(), %status, "scheduling attempt failed");
+                self.recorder.record(Record::Failed {
+                    pod: pod_ref(&pod),
+                    profile: pod.scheduler_name.clone(),
+                    condition_reason: CONDITION_SCHEDULER_ERROR,
+                    message: format!("error: {status}"),
+                });
+            }
+        }
+        true
+    }
+
+    fn apply(&mut self, input: Input, run: &mut Run) {
+        run.changed = true;
+        let now = run.start.elapsed();
+        let s = &mut self.scheduler;
+        match input {
+            Input::NodeApplied(node) => s.upsert_node(node, now),
+            Input::NodeDeleted(name) => s.remove_node(&name),
+            Input::PodApplied(pod) => {
+                if pod.node_name.is_none() && pod.terminating {
+                    // kube-scheduler does not schedule pods that are being deleted.
+                    s.remove_pod(&pod.namespace, &pod.name, now);
+                } else if let Err(e) = s.upsert_pod(pod, now) {
+                    tracing::warn!(error = %e, "pod not recorded");
+                }
+            }
+            Input::PodDeleted { namespace, name } => {
+                s.remove_pod(&namespace, &name, now);
+                self.recorder.record(Record::Forget { namespace, name });
+            }
+            Input::PodInvalid {
+                pod,
+                scheduler_name,
+                message,
+            } => {
+                s.remove_pod(&pod.namespace, &pod.name, now);
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %message, "pod cannot be scheduled");
+                self.recorder.record(Record::Failed {
+                    pod,
+                    profile: scheduler_name,
+                    condition_reason: CONDITION_SCHEDULER_ERROR,
+                    message,
+                });
+            }
+            Input::NamespaceApplied(name, labels) => {
+                s.cache_mut().set_namespace(&name, labels);
+                s.notify(now);
+            }
+            Input::NamespaceDeleted(name) => s.cache_mut().remove_namespace(&name),
+            Input::ServiceApplied {
+                namespace,
+                name,
+                selector,
+            } => {
+                s.cache_mut().set_service(&namespace, &name, selector);
+                s.notify(now);
+            }
+            Input::ServiceDeleted { namespace, name } => {
+                s.cache_mut().remove_service(&namespace, &name);
+                s.notify(now);
+            }
+            Input::ControllerApplied {
+                kind,
+                namespace,
+                name,
+                selector,
+            } => {
+                s.cache_mut()
+                    .set_controller(kind, &namespace, &name, selector);
+                s.notify(now);
+            }
+            Input::ControllerDeleted {
+                kind,
+                namespace,
+                name,
+            } => {
+                s.cache_mut().remove_controller(kind, &namespace, &name);
+                s.notify(now);
+            }
+            Input::Synced(watcher) => {
+                self.watchers.remove(watcher);
+                if self.watchers.is_empty() && !self.ready.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        nodes = s.cache().node_count(),
+                        pending = s.queue().total(),
+                        "caches are warm"
+                    );
+                }
+            }
+            Input::Bound(request, outcome) => {
+                run.in_flight = run.in_flight.saturating_sub(1);
+                self.metrics.set_bindings_in_flight(run.in_flight);
+                self.bound(*request, outcome, now);
+            }
+            Input::Lead => run.leading = true,
+            Input::Shutdown => {
+                if run.stopping.is_none() {
+                    tracing::info!(in_flight = run.in_flight, "stopping: no new attempts");
+                    run.stopping = Some(Instant::now());
+                }
+            }
+        }
+    }
+
+    fn bound(&mut self, request: BindRequest, outcome: BindOutcome, now: Duration) {
+        let BindRequest {
+            task,
+            attempt_start,
+        } = request;
+        let pod = pod_ref(&task.assumed);
+        let profile = task.profile.clone();
+        match outcome {
+            BindOutcome::Bound => {
+                let node = task.plan.node.to_string();
+                self.metrics.scheduled(
+                    &profile,
+                    attempt_start.elapsed(),
+                    now.saturating_sub(task.queued.first_queued),
+                    task.queued.attempts,
+                );
+                if let Err(e) = self.scheduler.binding_succeeded(&task, now) {
+                    tracing::warn!(error = %e, "bound pod not recorded");
+                }
+                tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %node, "bound");
+                self.recorder
+                    .record(Record::Scheduled { pod, profile, node });
+            }
+            BindOutcome::Refused(reason) => {
+                self.metrics
+                    .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %reason, "binding refused: pod gone or bound elsewhere; dropped");
+                self.scheduler.binding_dropped(*task, now);
+            }
+            BindOutcome::Failed(error) => {
+                self.metrics
+                    .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "binding failed; retrying after backoff");
+                self.scheduler.binding_failed(*task, now);
+                self.recorder.record(Record::Failed {
+                    pod,
+                    profile,
+                    condition_reason: CONDITION_SCHEDULER_ERROR,
+                    message: format!("error: binding rejected: {error}"),
+                });
+            }
+        }
+    }
+
+    fn refresh_gauges(&mut self, run: &mut Run) {
+        run.last_gauges = Instant::now();
+        run.changed = false;
+        let q = self.scheduler.queue();
+        let gated = self
+            .scheduler
+            .waiting()
+            .filter(|(p, name)| *name == QueueName::Unschedulable && p.gated.is_some())
+            .count();
+        self.metrics.set_pending(
+            q.len(QueueName::Active),
+            q.len(QueueName::Backoff),
+            q.len(QueueName::Unschedulable).saturating_sub(gated),
+            gated,
+        );
+        for (queue, event, n) in self.scheduler.take_queue_incoming() {
+            self.metrics.incoming(queue, event, n);
+        }
+    }
+}
+
+/// The reference events and conditions name a pod by.
+pub fn pod_ref(pod: &PodInfo) -> PodRef {
+    PodRef {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::plugins;
+    use crate::testing::{node, pod};
+    use std::sync::mpsc::{Sender, channel};
+    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+    struct Harness {
+        inputs: Sender<Input>,
+        binds: UnboundedReceiver<BindRequest>,
+        records: UnboundedReceiver<Record>,
+        ready: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<()>,
+    }
+
+    fn start() -> Harness {
+        let metrics = Arc::new(Metrics::new());
+        let config = Config::default_with(&plugins::registry()).expect("defaults");
+        let (inputs, rx) = channel();
+        let (bind_tx, binds) = unbounded_channel();
+        let (recorder, records) = Recorder::channel();
+        let ready = Arc::new(AtomicBool::new(false));
+        let driver = Driver {
+            scheduler: Scheduler::new(config, None),
+            inputs: rx,
+            binder: bind_tx,
+            recorder,
+            instrumentation: Instrumentation::new(metrics.clone()),
+            metrics,
+            watchers: ["nodes", "pods"].into_iter().collect(),
+            ready: ready.clone(),
+        };
+        let thread = std::thread::spawn(move || driver.run());
+        Harness {
+            inputs,
+            binds,
+            records,
+            ready,
+            thread,
+        }
+    }
+
+    fn next<T>(rx: &mut UnboundedReceiver<T>) -> Option<T> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(v) = rx.try_recv() {
+                return Some(v);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    fn quiet<T>(rx: &mut UnboundedReceiver<T>) -> bool {
+        std::thread::sleep(Duration::from_millis(100));
+        rx.try_recv().is_err()
+    }
+
+    #[test]
+    fn nothing_is_scheduled_before_warm_caches_and_leadership() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
+            .unwrap();
+        h.inputs.send(Input::Synced("nodes")).unwrap();
+        h.inputs.send(Input::Lead).unwrap();
+        assert!(quiet(&mut h.binds), "the pod watcher has not listed yet");
+        assert!(!h.ready.load(Ordering::Relaxed));
+        h.inputs.send(Input::Synced("pods")).unwrap();
+        let bind = next(&mut h.binds).expect("a binding once warm");
+        assert!(h.ready.load(Ordering::Relaxed));
+        assert_eq!(&*bind.task.plan.node, "n1");
+        // The stale condition of the pod is cancelled as its binding starts.
+        assert!(matches!(next(&mut h.records), Some(Record::Binding { name, .. }) if name == "a"));
+        h.inputs
+            .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
+            .unwrap();
+        match next(&mut h.records) {
+            Some(Record::Scheduled { pod, node, .. }) => {
+                assert_eq!((pod.name.as_str(), node.as_str()), ("a", "n1"));
+            }
+            other => panic!("expected a Scheduled record, got {other:?}"),
+        }
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_follower_keeps_its_cache_but_does_not_schedule() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs.send(Input::PodApplied(pod("a").build())).unwrap();
+        h.inputs.send(Input::Synced("nodes")).unwrap();
+        h.inputs.send(Input::Synced("pods")).unwrap();
+        assert!(quiet(&mut h.binds));
+        assert!(h.ready.load(Ordering::Relaxed), "ready while following");
+        h.inputs.send(Input::Lead).unwrap();
+        assert!(next(&mut h.binds).is_some(), "schedules once leading");
+        h.inputs.send(Input::Shutdown).unwrap();
+        // Shutdown waits for the binding in flight, which never finishes here; closing the
+        // channel ends the thread at once.
+        drop(h.inputs);
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn unschedulable_and_refused_pods_are_reported_once() {
+        let mut h = start();
+        for input in [
+            Input::NodeApplied(node("n1").capacity("1", "4Gi").build()),
+            Input::PodApplied(pod("big").req("cpu", "2").build()),
+            Input::PodApplied(pod("small").req("cpu", "1").build()),
+            Input::Synced("nodes"),
+            Input::Synced("pods"),
+            Input::Lead,
+        ] {
+            h.inputs.send(input).unwrap();
+        }
+        let bind = next(&mut h.binds).expect("small is bound");
+        assert_eq!(bind.task.assumed.name, "small");
+        let mut failed = Vec::new();
+        while let Some(r) = next(&mut h.records) {
+            if let Record::Failed {
+                pod,
+                message,
+                condition_reason,
+                ..
+            } = r
+            {
+                failed.push((pod.name, condition_reason, message));
+                break;
+            }
+        }
+        assert_eq!(
+            failed,
+            [(
+                "big".to_string(),
+                CONDITION_UNSCHEDULABLE,
+                "0/1 nodes are available: 1 Insufficient cpu.".to_string()
+            )]
+        );
+        // Someone else bound "small" first: dropped, no retry, no record.
+        h.inputs
+            .send(Input::Bound(
+                Box::new(bind),
+                BindOutcome::Refused("already assigned".to_string()),
+            ))
+            .unwrap();
+        assert!(quiet(&mut h.binds), "a refused binding is not retried");
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+}

@@ -1,0 +1,538 @@
+//! Timing of plugins and extension points, for kube-scheduler's
+//! `scheduler_framework_extension_point_duration_seconds` and
+//! `scheduler_plugin_execution_duration_seconds`.
+//!
+//! The core reads no clock, so the adapter wraps each plugin of a profile in a [`Timed`]
+//! plugin that measures its calls and delegates everything else. Like kube-scheduler, it
+//! times every extension point of every cycle, but individual plugin calls only in one cycle
+//! out of ten (Filter and Score run once per node, and timing them all would cost more than
+//! the plugins themselves).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::metrics::Metrics;
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostFilterPlugin,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, Profile, ReservePlugin, ScorePlugin, Status,
+};
+use crate::model::PodInfo;
+
+/// One cycle in this many has its plugin calls timed (kube-scheduler's 10%).
+const PLUGIN_SAMPLE_EVERY: u64 = 10;
+
+/// The extension points gantry times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Point {
+    PreFilter,
+    Filter,
+    PostFilter,
+    PreScore,
+    Score,
+    Reserve,
+    Permit,
+}
+
+impl Point {
+    fn label(self) -> &'static str {
+        match self {
+            Point::PreFilter => "PreFilter",
+            Point::Filter => "Filter",
+            Point::PostFilter => "PostFilter",
+            Point::PreScore => "PreScore",
+            Point::Score => "Score",
+            Point::Reserve => "Reserve",
+            Point::Permit => "Permit",
+        }
+    }
+}
+
+/// State shared by all the wrappers of all profiles. Cycles run one at a time, on the
+/// scheduling thread; only Filter and Score calls fan out to the thread pool.
+pub struct Instrumentation {
+    metrics: Arc<Metrics>,
+    /// Whether this cycle's plugin calls are timed.
+    sampled: AtomicBool,
+    cycles: AtomicU64,
+    /// The start of this cycle's Score phase, in nanoseconds since `epoch` (0 before it).
+    score_start: AtomicU64,
+    epoch: Instant,
+    /// Score plugins whose PreScore skipped them this cycle.
+    skipped_scores: Mutex<Vec<&'static str>>,
+}
+
+impl Instrumentation {
+    /// Instrumentation recording into `metrics`.
+    pub fn new(metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Instrumentation {
+            metrics,
+            sampled: AtomicBool::new(false),
+            cycles: AtomicU64::new(0),
+            score_start: AtomicU64::new(0),
+            epoch: Instant::now(),
+            skipped_scores: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Called before each scheduling cycle: resets per-cycle state and decides whether the
+    /// cycle's plugin calls are timed.
+    pub fn begin_cycle(&self) {
+        let n = self.cycles.fetch_add(1, Ordering::Relaxed);
+        self.sampled
+            .store(n.is_multiple_of(PLUGIN_SAMPLE_EVERY), Ordering::Relaxed);
+        self.score_start.store(0, Ordering::Relaxed);
+        lock(&self.skipped_scores).clear();
+    }
+
+    fn sampled(&self) -> bool {
+        self.sampled.load(Ordering::Relaxed)
+    }
+
+    /// `profile` with every plugin at a timed extension point wrapped.
+    pub fn instrument(self: &Arc<Self>, profile: &Profile) -> Profile {
+        let name: Arc<str> = Arc::from(profile.scheduler_name.as_str());
+        let wrap = |plugins: &[Arc<dyn Plugin>], point: Point, has: fn(&dyn Plugin) -> bool| {
+            let positions: Vec<usize> = (0..plugins.len()).filter(|&i| has(&*plugins[i])).collect();
+            let sequence = Arc::new(Sequence::default());
+            plugins
+                .iter()
+                .enumerate()
+                .map(|(i, p)| -> Arc<dyn Plugin> {
+                    Arc::new(Timed {
+                        inner: p.clone(),
+                        point,
+                        profile: name.clone(),
+                        instr: self.clone(),
+                        first: positions.first() == Some(&i),
+                        last: positions.last() == Some(&i),
+                        sequence: sequence.clone(),
+                        later_scores: Vec::new(),
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let score_names: Vec<&'static str> = profile
+            .score
+            .iter()
+            .filter(|(p, _)| p.as_score().is_some())
+            .map(|(p, _)| p.name())
+            .collect();
+        let sequence = Arc::new(Sequence::default());
+        let score = profile
+            .score
+            .iter()
+            .map(|(p, w)| -> (Arc<dyn Plugin>, i64) {
+                let later = score_names
+                    .iter()
+                    .skip_while(|n| **n != p.name())
+                    .skip(1)
+                    .copied()
+                    .collect();
+                let timed = Timed {
+                    inner: p.clone(),
+                    point: Point::Score,
+                    profile: name.clone(),
+                    instr: self.clone(),
+                    first: false,
+                    last: false,
+                    sequence: sequence.clone(),
+                    later_scores: later,
+                };
+                (Arc::new(timed), *w)
+            })
+            .collect();
+        Profile {
+            pre_filter: wrap(&profile.pre_filter, Point::PreFilter, |p| {
+                p.as_pre_filter().is_some()
+            }),
+            filter: wrap(&profile.filter, Point::Filter, |p| p.as_filter().is_some()),
+            post_filter: wrap(&profile.post_filter, Point::PostFilter, |p| {
+                p.as_post_filter().is_some()
+            }),
+            pre_score: wrap(&profile.pre_score, Point::PreScore, |p| {
+                p.as_pre_score().is_some()
+            }),
+            score,
+            reserve: wrap(&profile.reserve, Point::Reserve, |p| {
+                p.as_reserve().is_some()
+            }),
+            permit: wrap(&profile.permit, Point::Permit, |p| p.as_permit().is_some()),
+            ..profile.clone()
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// When the plugins of one sequential extension point started running this cycle.
+#[derive(Default)]
+struct Sequence {
+    start: Mutex<Option<Instant>>,
+}
+
+/// A plugin with its calls at one extension point timed.
+struct Timed {
+    inner: Arc<dyn Plugin>,
+    point: Point,
+    profile: Arc<str>,
+    instr: Arc<Instrumentation>,
+    /// First plugin of its extension point: starts the point's clock.
+    first: bool,
+    /// Last plugin of its extension point: stops the clock.
+    last: bool,
+    sequence: Arc<Sequence>,
+    /// For Score: the score plugins after this one.
+    later_scores: Vec<&'static str>,
+}
+
+impl Timed {
+    /// Runs one call of a plugin at a sequential extension point (all but Filter and Score),
+    /// which ends the point when `ends` says so or when this is its last plugin.
+    fn sequential<T>(
+        &self,
+        call: impl FnOnce() -> T,
+        code: impl Fn(&T) -> Code,
+        ends: fn(Code) -> bool,
+    ) -> T {
+        let start = Instant::now();
+        if self.first {
+            *lock(&self.sequence.start) = Some(start);
+        }
+        let out = call();
+        let end = Instant::now();
+        let c = code(&out);
+        if self.instr.sampled() {
+            self.instr
+                .metrics
+                .plugin(self.inner.name(), self.point.label(), c, end - start);
+        }
+        if (ends(c) || self.last)
+            && let Some(began) = lock(&self.sequence.start).take()
+        {
+            let point_code = if c == Code::Skip { Code::Success } else { c };
+            self.instr.metrics.extension_point(
+                self.point.label(),
+                point_code,
+                &self.profile,
+                end - began,
+            );
+        }
+        out
+    }
+
+    fn timed_if_sampled<T>(
+        &self,
+        point: &'static str,
+        call: impl FnOnce() -> T,
+        code: impl Fn(&T) -> Code,
+    ) -> T {
+        if !self.instr.sampled() {
+            return call();
+        }
+        let start = Instant::now();
+        let out = call();
+        let elapsed = start.elapsed();
+        self.instr
+            .metrics
+            .plugin(self.inner.name(), point, code(&out), elapsed);
+        out
+    }
+}
+
+fn missing(point: &str) -> Status {
+    Status::error(format!("instrumented plugin has no {point} implementation"))
+}
+
+impl Plugin for Timed {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn as_queue_sort(&self) -> Option<&dyn crate::framework::QueueSortPlugin> {
+        self.inner.as_queue_sort()
+    }
+    fn as_pre_enqueue(&self) -> Option<&dyn crate::framework::PreEnqueuePlugin> {
+        self.inner.as_pre_enqueue()
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        match self.point {
+            Point::PreFilter => self.inner.as_pre_filter().map(|_| self as _),
+            _ => self.inner.as_pre_filter(),
+        }
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        match self.point {
+            Point::Filter => self.inner.as_filter().map(|_| self as _),
+            _ => self.inner.as_filter(),
+        }
+    }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        match self.point {
+            Point::PostFilter => self.inner.as_post_filter().map(|_| self as _),
+            _ => self.inner.as_post_filter(),
+        }
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        match self.point {
+            Point::PreScore => self.inner.as_pre_score().map(|_| self as _),
+            _ => self.inner.as_pre_score(),
+        }
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        match self.point {
+            Point::Score => self.inner.as_score().map(|_| self as _),
+            _ => self.inner.as_score(),
+        }
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        match self.point {
+            Point::Reserve => self.inner.as_reserve().map(|_| self as _),
+            _ => self.inner.as_reserve(),
+        }
+    }
+    fn as_permit(&self) -> Option<&dyn PermitPlugin> {
+        match self.point {
+            Point::Permit => self.inner.as_permit().map(|_| self as _),
+            _ => self.inner.as_permit(),
+        }
+    }
+    fn as_bind(&self) -> Option<&dyn crate::framework::BindPlugin> {
+        self.inner.as_bind()
+    }
+}
+
+impl PreFilterPlugin for Timed {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let Some(inner) = self.inner.as_pre_filter() else {
+            return (PreFilterResult::default(), missing("PreFilter"));
+        };
+        self.sequential(
+            || inner.pre_filter(state, pod, snapshot),
+            |(_, s)| s.code(),
+            |c| !matches!(c, Code::Success | Code::Skip),
+        )
+    }
+}
+
+impl FilterPlugin for Timed {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(inner) = self.inner.as_filter() else {
+            return missing("Filter");
+        };
+        self.timed_if_sampled("Filter", || inner.filter(state, pod, node), |s| s.code())
+    }
+}
+
+impl PostFilterPlugin for Timed {
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rejections: &[(Arc<str>, Status)],
+    ) -> (Option<Arc<str>>, Status) {
+        let Some(inner) = self.inner.as_post_filter() else {
+            return (None, missing("PostFilter"));
+        };
+        self.sequential(
+            || inner.post_filter(state, pod, snapshot, rejections),
+            |(_, s)| s.code(),
+            |c| c == Code::Success,
+        )
+    }
+}
+
+impl PreScorePlugin for Timed {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        feasible: &[&NodeInfo],
+    ) -> Status {
+        let Some(inner) = self.inner.as_pre_score() else {
+            return missing("PreScore");
+        };
+        let status = self.sequential(
+            || inner.pre_score(state, pod, snapshot, feasible),
+            Status::code,
+            |c| !matches!(c, Code::Success | Code::Skip),
+        );
+        if status.code() == Code::Skip {
+            lock(&self.instr.skipped_scores).push(self.inner.name());
+        }
+        status
+    }
+}
+
+impl ScorePlugin for Timed {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(inner) = self.inner.as_score() else {
+            return Err(missing("Score"));
+        };
+        if self.instr.score_start.load(Ordering::Relaxed) == 0 {
+            let now = nanos_since(self.instr.epoch);
+            let _ = self.instr.score_start.compare_exchange(
+                0,
+                now,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+        self.timed_if_sampled(
+            "Score",
+            || inner.score(state, pod, node),
+            |r| r.as_ref().map_or_else(Status::code, |_| Code::Success),
+        )
+    }
+
+    fn normalize(&self, state: &CycleState, pod: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        let Some(inner) = self.inner.as_score() else {
+            return missing("Score");
+        };
+        let status = self.timed_if_sampled(
+            "ScoreExtensionNormalize",
+            || inner.normalize(state, pod, scores),
+            Status::code,
+        );
+        let last = {
+            let skipped = lock(&self.instr.skipped_scores);
+            self.later_scores.iter().all(|n| skipped.contains(n))
+        };
+        if last || !status.is_success() {
+            let began = self.instr.score_start.swap(0, Ordering::Relaxed);
+            if began != 0 {
+                let elapsed = nanos_since(self.instr.epoch).saturating_sub(began);
+                self.instr.metrics.extension_point(
+                    Point::Score.label(),
+                    status.code(),
+                    &self.profile,
+                    Duration::from_nanos(elapsed),
+                );
+            }
+        }
+        status
+    }
+}
+
+impl ReservePlugin for Timed {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(inner) = self.inner.as_reserve() else {
+            return missing("Reserve");
+        };
+        self.sequential(
+            || inner.reserve(state, pod, node),
+            Status::code,
+            |c| c != Code::Success,
+        )
+    }
+
+    fn unreserve(&self, state: &mut CycleState, pod: &PodInfo, node: &str) {
+        if let Some(inner) = self.inner.as_reserve() {
+            self.timed_if_sampled(
+                "Unreserve",
+                || inner.unreserve(state, pod, node),
+                |_| Code::Success,
+            );
+        }
+    }
+}
+
+impl PermitPlugin for Timed {
+    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration) {
+        let Some(inner) = self.inner.as_permit() else {
+            return (missing("Permit"), Duration::ZERO);
+        };
+        self.sequential(
+            || inner.permit(state, pod, node),
+            |(s, _)| s.code(),
+            |c| c != Code::Success,
+        )
+    }
+}
+
+/// Nanoseconds from `epoch` to now, at least 1 (0 means "not started").
+fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::plugins;
+    use crate::scheduler::{Attempt, Scheduler};
+    use crate::testing::{node, pod};
+
+    #[test]
+    fn instrumented_profiles_schedule_alike_and_record_durations() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut config = Config::default_with(&plugins::registry()).expect("defaults");
+        let plain = config.clone();
+        config.profiles = config
+            .profiles
+            .iter()
+            .map(|p| instr.instrument(p))
+            .collect();
+        let mut timed = Scheduler::new(config, None);
+        let mut reference = Scheduler::new(plain, None);
+        for s in [&mut timed, &mut reference] {
+            for (i, cpu) in ["1", "2", "4"].iter().enumerate() {
+                s.upsert_node(
+                    node(&format!("n{i}")).capacity(cpu, "4Gi").build(),
+                    Duration::ZERO,
+                );
+            }
+            for i in 0..16 {
+                s.upsert_pod(
+                    pod(&format!("p{i}")).req("cpu", "500m").build(),
+                    Duration::ZERO,
+                )
+                .unwrap();
+            }
+        }
+        let mut placements = Vec::new();
+        for s in [&mut timed, &mut reference] {
+            let mut placed = Vec::new();
+            loop {
+                instr.begin_cycle();
+                match s.schedule_next(Duration::ZERO) {
+                    Some(Attempt::Scheduled(task, _)) => {
+                        placed.push(task.plan.node.to_string());
+                        s.binding_succeeded(&task, Duration::ZERO).unwrap();
+                    }
+                    Some(_) => placed.push("-".to_string()),
+                    None => break,
+                }
+            }
+            placements.push(placed);
+        }
+        assert_eq!(placements[0], placements[1]);
+        assert!(
+            placements[0].contains(&"-".to_string()),
+            "some pods do not fit"
+        );
+        let text = metrics.render();
+        for expected in [
+            "extension_point=\"PreFilter\",status=\"Success\",profile=\"default-scheduler\"",
+            "extension_point=\"PreScore\",status=\"Success\",profile=\"default-scheduler\"",
+            "extension_point=\"Score\",status=\"Success\",profile=\"default-scheduler\"",
+            "plugin=\"NodeResourcesFit\",extension_point=\"Filter\"",
+            "plugin=\"NodeResourcesFit\",extension_point=\"Score\"",
+            "plugin=\"TaintToleration\",extension_point=\"ScoreExtensionNormalize\"",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Prometheus metrics with kube-scheduler's names, labels and buckets, so that dashboards and
+//! alerts written for kube-scheduler work for gantry unchanged.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::framework::Code;
+use crate::queue::QueueName;
+
+/// `result` label value of a pod that was bound.
+pub const RESULT_SCHEDULED: &str = "scheduled";
+/// `result` label value of a pod that fits no node.
+pub const RESULT_UNSCHEDULABLE: &str = "unschedulable";
+/// `result` label value of an attempt that failed (plugin error, failed binding).
+pub const RESULT_ERROR: &str = "error";
+
+/// Labels `result` and `profile`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `scheduled`, `unschedulable` or `error`.
+    pub result: &'static str,
+    /// The profile's scheduler name.
+    pub profile: String,
+}
+
+/// Label `attempts`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttemptsLabels {
+    /// Attempts it took to schedule the pod.
+    pub attempts: String,
+}
+
+/// Label `queue`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabels {
+    /// `active`, `backoff`, `unschedulable` or `gated`.
+    pub queue: &'static str,
+}
+
+/// Labels `queue` and `event`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueEventLabels {
+    /// The sub-queue the pods entered.
+    pub queue: &'static str,
+    /// What moved them there.
+    pub event: &'static str,
+}
+
+/// Labels `extension_point`, `status` and `profile`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtensionPointLabels {
+    /// `PreFilter`, `Score`, `Bind`, ...
+    pub extension_point: &'static str,
+    /// The status code (`Success`, `Unschedulable`, `Error`, ...).
+    pub status: &'static str,
+    /// The profile's scheduler name.
+    pub profile: String,
+}
+
+/// Labels `plugin`, `extension_point` and `status`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// The extension point.
+    pub extension_point: &'static str,
+    /// The status code.
+    pub status: &'static str,
+}
+
+/// Label `operation`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// What the work is (`binding`).
+    pub operation: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn attempt_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn sli_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 20))
+}
+
+fn extension_point_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+}
+
+fn plugin_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.00001, 1.5, 20))
+}
+
+/// kube-scheduler's name for a status code, as its metrics label it.
+pub fn code_label(code: Code) -> &'static str {
+    match code {
+        Code::Success => "Success",
+        Code::Error => "Error",
+        Code::Unschedulable => "Unschedulable",
+        Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+        Code::Wait => "Wait",
+        Code::Skip => "Skip",
+        Code::Pending => "Pending",
+    }
+}
+
+/// Every metric gantry serves.
+pub struct Metrics {
+    registry: Registry,
+    schedule_attempts: Family<ResultLabels, Counter>,
+    attempt_duration: HistogramFamily<ResultLabels>,
+    sli_duration: HistogramFamily<AttemptsLabels>,
+    pod_attempts: Histogram,
+    pending_pods: Family<QueueLabels, Gauge>,
+    incoming_pods: Family<QueueEventLabels, Counter>,
+    extension_point_duration: HistogramFamily<ExtensionPointLabels>,
+    plugin_duration: HistogramFamily<PluginLabels>,
+    goroutines: Family<OperationLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// The metrics, registered and at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let schedule_attempts = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem",
+            schedule_attempts.clone(),
+        );
+        let attempt_duration: HistogramFamily<ResultLabels> =
+            Family::new_with_constructor(attempt_buckets);
+        registry.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            attempt_duration.clone(),
+        );
+        let sli_duration: HistogramFamily<AttemptsLabels> =
+            Family::new_with_constructor(sli_buckets);
+        registry.register(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts",
+            sli_duration.clone(),
+        );
+        let pod_attempts = Histogram::new(exponential_buckets(1.0, 2.0, 5));
+        registry.register(
+            "scheduler_pod_scheduling_attempts",
+            "Number of attempts to successfully schedule a pod",
+            pod_attempts.clone(),
+        );
+        let pending_pods = Family::<QueueLabels, Gauge>::default();
+        registry.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated",
+            pending_pods.clone(),
+        );
+        let incoming_pods = Family::<QueueEventLabels, Counter>::default();
+        registry.register(
+            "scheduler_queue_incoming_pods",
+            "Number of pods added to scheduling queues by event and queue type",
+            incoming_pods.clone(),
+        );
+        let extension_point_duration: HistogramFamily<ExtensionPointLabels> =
+            Family::new_with_constructor(extension_point_buckets);
+        registry.register(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point",
+            extension_point_duration.clone(),
+        );
+        let plugin_duration: HistogramFamily<PluginLabels> =
+            Family::new_with_constructor(plugin_buckets);
+        registry.register(
+            "scheduler_plugin_execution_duration_seconds",
+            "Duration for running a plugin at a specific extension point",
+            plugin_duration.clone(),
+        );
+        let goroutines = Family::<OperationLabels, Gauge>::default();
+        registry.register(
+            "scheduler_goroutines",
+            "Number of running goroutines split by the work they do such as binding",
+            goroutines.clone(),
+        );
+        let metrics = Metrics {
+            registry,
+            schedule_attempts,
+            attempt_duration,
+            sli_duration,
+            pod_attempts,
+            pending_pods,
+            incoming_pods,
+            extension_point_duration,
+            plugin_duration,
+            goroutines,
+        };
+        // Series that exist from the start, so that a scrape sees them before any pod.
+        metrics.set_pending(0, 0, 0, 0);
+        metrics.set_bindings_in_flight(0);
+        metrics
+    }
+
+    /// An attempt that ended with `result` after `duration`.
+    pub fn attempt(&self, result: &'static str, profile: &str, duration: Duration) {
+        let labels = ResultLabels {
+            result,
+            profile: profile.to_string(),
+        };
+        self.schedule_attempts.get_or_create(&labels).inc();
+        self.attempt_duration
+            .get_or_create(&labels)
+            .observe(duration.as_secs_f64());
+    }
+
+    /// A pod bound: the attempt (scheduling and binding), and the pod's whole time in the
+    /// queue over `attempts` attempts.
+    pub fn scheduled(
+        &self,
+        profile: &str,
+        attempt: Duration,
+        since_queued: Duration,
+        attempts: u32,
+    ) {
+        self.attempt(RESULT_SCHEDULED, profile, attempt);
+        self.sli_duration
+            .get_or_create(&AttemptsLabels {
+                attempts: attempts.to_string(),
+            })
+            .observe(since_queued.as_secs_f64());
+        self.pod_attempts.observe(f64::from(attempts));
+    }
+
+    /// The sizes of the sub-queues.
+    pub fn set_pending(&self, active: usize, backoff: usize, unschedulable: usize, gated: usize) {
+        for (queue, n) in [
+            ("active", active),
+            ("backoff", backoff),
+            ("unschedulable", unschedulable),
+            ("gated", gated),
+        ] {
+            self.pending_pods
+                .get_or_create(&QueueLabels { queue })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// `n` pods entered `queue` because of `event`.
+    pub fn incoming(&self, queue: QueueName, event: &'static str, n: u64) {
+        self.incoming_pods
+            .get_or_create(&QueueEventLabels {
+                queue: queue.metric_label(),
+                event,
+            })
+            .inc_by(n);
+    }
+
+    /// All plugins of `point` ran for `duration` and ended with `code`.
+    pub fn extension_point(&self, point: &'static str, code: Code, profile: &str, d: Duration) {
+        self.extension_point_duration
+            .get_or_create(&ExtensionPointLabels {
+                extension_point: point,
+                status: code_label(code),
+                profile: profile.to_string(),
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    /// One plugin ran at `point` for `duration` and returned `code`.
+    pub fn plugin(&self, plugin: &'static str, point: &'static str, code: Code, d: Duration) {
+        self.plugin_duration
+            .get_or_create(&PluginLabels {
+                plugin,
+                extension_point: point,
+                status: code_label(code),
+            })
+            .observe(d.as_secs_f64());
+    }
+
+    /// Bindings currently in flight (kube-scheduler's binding goroutines).
+    pub fn set_bindings_in_flight(&self, n: usize) {
+        self.goroutines
+            .get_or_create(&OperationLabels {
+                operation: "binding",
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The metrics in the Prometheus (OpenMetrics) text format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_scheduler_names_and_labels() {
+        let m = Metrics::new();
+        m.attempt(RESULT_UNSCHEDULABLE, "gantry", Duration::from_millis(3));
+        m.scheduled(
+            "gantry",
+            Duration::from_millis(5),
+            Duration::from_secs(2),
+            2,
+        );
+        m.incoming(QueueName::Active, "PodAdd", 3);
+        m.extension_point(
+            "PreFilter",
+            Code::Success,
+            "gantry",
+            Duration::from_micros(50),
+        );
+        m.plugin(
+            "NodeResourcesFit",
+            "Filter",
+            Code::Unschedulable,
+            Duration::from_micros(2),
+        );
+        m.set_pending(1, 2, 3, 4);
+        let text = m.render();
+        for line in [
+            "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"gantry\"} 1",
+            "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"gantry\"} 1",
+            "scheduler_scheduling_attempt_duration_seconds_bucket{le=\"0.004\",result=\"unschedulable\",profile=\"gantry\"} 1",
+            "scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"2\"} 1",
+            "scheduler_pending_pods{queue=\"gated\"} 4",
+            "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"PodAdd\"} 3",
+            "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
+            "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 1",
+            "scheduler_goroutines{operation=\"binding\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The Kubernetes adapter: `gantry run` against a real API server.
+//!
+//! ```text
+//!  watchers (async) --Input--> scheduling thread (owns the Scheduler) --BindRequest--> binder
+//!        ^                            |        ^                                         |
+//!        |                            |        +-------------- Input::Bound -------------+
+//!   kube-apiserver <---- events ---- Record ---+
+//! ```
+//!
+//! - [`watch`]: one watcher per kind; objects become the compact model at the edge.
+//! - [`driver`]: the scheduling thread; never blocks on the network.
+//! - [`binder`]: many bindings in flight over one client.
+//! - [`events`]: events and `PodScheduled` conditions, coalesced, off the critical path.
+//! - [`leader`]: Lease-based leader election.
+//! - [`metrics`], [`instrument`], [`health`]: kube-scheduler's metrics and the health
+//!   endpoints.
+//! - [`throttle`]: `clientConnection.qps` and `burst`.
+
+pub mod binder;
+pub mod driver;
+pub mod events;
+pub mod health;
+pub mod instrument;
+pub mod leader;
+pub mod metrics;
+pub mod throttle;
+pub mod watch;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use kube::Client;
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::config::{ClientConnection, Config};
+use crate::scheduler::Scheduler;
+use driver::{Driver, Input};
+use health::Health;
+use instrument::Instrumentation;
+use leader::Elector;
+use metrics::Metrics;
+use throttle::ThrottleLayer;
+
+/// How long a shutdown waits for the event writer to finish.
+const EVENTS_GRACE: Duration = Duration::from_secs(5);
+
+/// Why `gantry run` stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterError {
+    /// The kubeconfig cannot be read or used.
+    #[error("kubeconfig {path}: {source}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// Why.
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig was given and none could be found (nor an in-cluster configuration).
+    #[error("no API server configuration: {0}")]
+    Infer(#[from] kube::config::InferConfigError),
+    /// The HTTP client cannot be built.
+    #[error("cannot build the API client: {0}")]
+    Client(#[from] kube::Error),
+    /// The metrics and health endpoints cannot be served.
+    #[error("cannot serve HTTP on {address}: {source}")]
+    Serve {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The scheduling thread or the signal handlers cannot be started.
+    #[error("cannot start: {0}")]
+    Start(#[from] std::io::Error),
+    /// The lease could not be renewed: another replica may lead now.
+    #[error("leader election lost")]
+    LeadershipLost,
+}
+
+/// What `gantry run` needs.
+pub struct Options {
+    /// The configuration.
+    pub config: Config,
+    /// A kubeconfig; `clientConnection.kubeconfig`, then the usual places (`KUBECONFIG`,
+    /// `~/.kube/config`, in-cluster) when absent.
+    pub kubeconfig: Option<PathBuf>,
+    /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/livez`.
+    pub address: SocketAddr,
+    /// The filtering and scoring thread pool.
+    pub pool: Option<Arc<rayon::ThreadPool>>,
+}
+
+/// A client for the API server, throttled as `clientConnection` says.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    settings: &ClientConnection,
+) -> Result<Client, AdapterError> {
+    let path = kubeconfig
+        .map(Path::to_path_buf)
+        .or_else(|| settings.kubeconfig.as_ref().map(PathBuf::from));
+    let config = match path {
+        Some(path) => {
+            let error = |source| AdapterError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let file = Kubeconfig::read_from(&path).map_err(error)?;
+            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                .await
+                .map_err(error)?
+        }
+        None => kube::Config::infer().await?,
+    };
+    let builder = ClientBuilder::try_from(config)?;
+    Ok(match ThrottleLayer::new(settings.qps, settings.burst) {
+        Some(layer) => builder.with_layer(&layer).build(),
+        None => builder.build(),
+    })
+}
+
+/// Runs the scheduler against the API server until SIGTERM or SIGINT (then stops cleanly,
+/// releasing the lease) or until leadership is lost (an error: the process must exit).
+pub async fn run(options: Options) -> Result<(), AdapterError> {
+    let Options {
+        mut config,
+        kubeconfig,
+        address,
+        pool,
+    } = options;
+    let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;
+    let metrics = Arc::new(Metrics::new());
+    let instrumentation = Instrumentation::new(metrics.clone());
+    config.profiles = config
+        .profiles
+        .iter()
+        .map(|p| instrumentation.instrument(p))
+        .collect();
+    let profiles: BTreeSet<String> = config
+        .profiles
+        .iter()
+        .map(|p| p.scheduler_name.clone())
+        .collect();
+    let identity = leader::identity();
+    let ready = Arc::new(AtomicBool::new(false));
+    let health = Health {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let (served, _server) = health::serve(address, health)
+        .await
+        .map_err(|source| AdapterError::Serve { address, source })?;
+    tracing::info!(%served, %identity, ?profiles, "gantry starting");
+
+    let mut signals = Signals::new()?;
+    let (inputs, inputs_rx) = std::sync::mpsc::channel();
+    let (bind_tx, bind_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (recorder, events_task) = events::spawn(client.clone(), identity.clone());
+    let binder_task = tokio::spawn(binder::run(
+        client.clone(),
+        bind_rx,
+        inputs.clone(),
+        metrics.clone(),
+    ));
+    let watchers = watch::spawn_all(&client, profiles, &inputs);
+    let election = config.leader_election.clone();
+    let driver = Driver {
+        scheduler: Scheduler::new(config, pool),
+        inputs: inputs_rx,
+        binder: bind_tx,
+        recorder,
+        metrics,
+        instrumentation,
+        watchers: watch::WATCHERS.into_iter().collect(),
+        ready,
+    };
+    let thread = std::thread::Builder::new()
+        .name("scheduler".to_string())
+        .spawn(move || driver.run())?;
+
+    let mut elector = election
+        .enabled
+        .then(|| Elector::new(client.clone(), election, identity));
+    let mut leading = false;
+    if let Some(e) = &mut elector {
+        tokio::select! {
+            () = e.acquire() => leading = true,
+            () = signals.wait() => {}
+        }
+    } else {
+        leading = true;
+    }
+    if leading {
+        let _ = inputs.send(Input::Lead);
+        let lost = async {
+            match &mut elector {
+                Some(e) => e.keep_renewing().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = lost => return Err(AdapterError::LeadershipLost),
+            () = signals.wait() => {}
+        }
+    }
+
+    tracing::info!("shutting down");
+    let _ = inputs.send(Input::Shutdown);
+    drop(inputs);
+    // The thread returns once bindings in flight are done (or after its grace period).
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+    for w in watchers {
+        w.abort();
+    }
+    let _ = binder_task.await;
+    // Nothing is scheduled or bound any more: a standby may take over while events drain.
+    if let Some(e) = &mut elector
+        && leading
+        && let Err(err) = e.release().await
+    {
+        tracing::warn!(error = %err, "cannot release the lease");
+    }
+    if tokio::time::timeout(EVENTS_GRACE, events_task)
+        .await
+        .is_err()
+    {
+        tracing::warn!("events still unwritten at shutdown");
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM and SIGINT.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM received"),
+            _ = self.int.recv() => tracing::info!("SIGINT received"),
+        }
+    }
+}

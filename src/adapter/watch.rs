@@ -1,0 +1,516 @@
+//! Watchers: one kube-runtime watcher per kind the scheduler reads, each converting objects
+//! into the compact model as they arrive and sending them to the scheduling thread. No full
+//! object is kept; a watcher remembers only the keys of the objects it has reported, so that
+//! after a relist (a watch error, an expired resource version, an API server restart) it can
+//! report the objects that vanished meanwhile as deleted.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::driver::Input;
+use super::events::PodRef;
+use crate::model::selector::LabelSelector;
+use crate::model::{Labels, NodeModel, PodInfo};
+
+/// Pods that finished hold no resources: the pod watcher leaves them out.
+pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
+
+/// First wait after a watch error; doubled up to [`MAX_RETRY`] while errors continue.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Longest wait between retries.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Names of the watchers, which must all finish their first list before scheduling starts.
+pub const WATCHERS: [&str; 7] = [
+    "nodes",
+    "pods",
+    "namespaces",
+    "services",
+    "replicasets",
+    "statefulsets",
+    "replicationcontrollers",
+];
+
+/// Turns one kind of object into inputs for the scheduling thread.
+trait Convert<K>: Send + 'static {
+    /// The input for an added or changed object, if the scheduler cares.
+    fn applied(&self, obj: &K) -> Option<Input>;
+    /// The input for a deleted object, from its key.
+    fn deleted(&self, key: &str) -> Option<Input>;
+}
+
+/// `namespace/name`, or `name` for cluster-scoped objects.
+fn key_of<K: Resource>(obj: &K) -> String {
+    let meta = obj.meta();
+    match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    }
+}
+
+fn split_key(key: &str) -> (String, String) {
+    match key.split_once('/') {
+        Some((ns, name)) => (ns.to_string(), name.to_string()),
+        None => (String::new(), key.to_string()),
+    }
+}
+
+/// Starts every watcher; each sends its inputs (and [`Input::Synced`] after its first list)
+/// to `inputs`. `profiles` are the scheduler names served: other schedulers' pending pods
+/// are not reported.
+pub fn spawn_all(
+    client: &Client,
+    profiles: BTreeSet<String>,
+    inputs: &Sender<Input>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let all = watcher::Config::default();
+    vec![
+        spawn(
+            Api::<Node>::all(client.clone()),
+            all.clone(),
+            "nodes",
+            Nodes,
+            inputs,
+        ),
+        spawn(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().fields(POD_FIELD_SELECTOR),
+            "pods",
+            Pods { profiles },
+            inputs,
+        ),
+        spawn(
+            Api::<Namespace>::all(client.clone()),
+            all.clone(),
+            "namespaces",
+            Namespaces,
+            inputs,
+        ),
+        spawn(
+            Api::<Service>::all(client.clone()),
+            all.clone(),
+            "services",
+            Services,
+            inputs,
+        ),
+        spawn(
+            Api::<ReplicaSet>::all(client.clone()),
+            all.clone(),
+            "replicasets",
+            Controllers("ReplicaSet"),
+            inputs,
+        ),
+        spawn(
+            Api::<StatefulSet>::all(client.clone()),
+            all.clone(),
+            "statefulsets",
+            Controllers("StatefulSet"),
+            inputs,
+        ),
+        spawn(
+            Api::<ReplicationController>::all(client.clone()),
+            all,
+            "replicationcontrollers",
+            Controllers("ReplicationController"),
+            inputs,
+        ),
+    ]
+}
+
+fn spawn<K, C>(
+    api: Api<K>,
+    config: watcher::Config,
+    name: &'static str,
+    convert: C,
+    inputs: &Sender<Input>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    C: Convert<K>,
+{
+    let inputs = inputs.clone();
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, config).boxed();
+        let mut state = Relist::default();
+        let mut retry = FIRST_RETRY;
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(e) => {
+                    retry = FIRST_RETRY;
+                    e
+                }
+                Err(e) => {
+                    tracing::warn!(watcher = name, error = %e, "watch failed; retrying in {retry:?}");
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(MAX_RETRY);
+                    continue;
+                }
+            };
+            let out = state.step(event, &convert, name);
+            for input in out {
+                if inputs.send(input).is_err() {
+                    return; // the scheduling thread is gone
+                }
+            }
+        }
+    })
+}
+
+/// The keys a watcher reported, to turn a relist into deletions.
+#[derive(Debug, Default)]
+struct Relist {
+    known: HashSet<String>,
+    relisting: Option<HashSet<String>>,
+    synced: bool,
+}
+
+impl Relist {
+    fn step<K: Resource, C: Convert<K>>(
+        &mut self,
+        event: Event<K>,
+        convert: &C,
+        name: &'static str,
+    ) -> Vec<Input> {
+        let mut out = Vec::new();
+        match event {
+            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::InitApply(obj) => {
+                let key = key_of(&obj);
+                if let Some(fresh) = &mut self.relisting {
+                    fresh.insert(key.clone());
+                }
+                self.known.insert(key);
+                out.extend(convert.applied(&obj));
+            }
+            Event::InitDone => {
+                if let Some(fresh) = self.relisting.take() {
+                    let gone: Vec<&String> = self.known.difference(&fresh).collect();
+                    if !gone.is_empty() {
+                        tracing::info!(watcher = name, vanished = gone.len(), "relisted");
+                    }
+                    out.extend(gone.into_iter().filter_map(|k| convert.deleted(k)));
+                    self.known = fresh;
+                }
+                if !self.synced {
+                    self.synced = true;
+                    tracing::info!(watcher = name, objects = self.known.len(), "listed");
+                    out.push(Input::Synced(name));
+                }
+            }
+            Event::Apply(obj) => {
+                self.known.insert(key_of(&obj));
+                out.extend(convert.applied(&obj));
+            }
+            Event::Delete(obj) => {
+                let key = key_of(&obj);
+                self.known.remove(&key);
+                out.extend(convert.deleted(&key));
+            }
+        }
+        out
+    }
+}
+
+struct Nodes;
+
+impl Convert<Node> for Nodes {
+    fn applied(&self, node: &Node) -> Option<Input> {
+        match NodeModel::from_api(node) {
+            Ok(n) => Some(Input::NodeApplied(n)),
+            Err(e) => {
+                tracing::warn!(error = %e, "node skipped: it cannot be read");
+                node.metadata.name.clone().map(Input::NodeDeleted)
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::NodeDeleted(key.to_string()))
+    }
+}
+
+struct Pods {
+    profiles: BTreeSet<String>,
+}
+
+impl Convert<Pod> for Pods {
+    fn applied(&self, pod: &Pod) -> Option<Input> {
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some();
+        let scheduler_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone())
+            .unwrap_or_else(|| crate::config::DEFAULT_SCHEDULER_NAME.to_string());
+        if !bound && !self.profiles.contains(&scheduler_name) {
+            return None; // another scheduler's pending pod
+        }
+        match PodInfo::from_api(pod) {
+            Ok(info) => Some(Input::PodApplied(Arc::new(info))),
+            Err(e) if bound => {
+                tracing::warn!(error = %e, "bound pod cannot be read; its node's usage leaves it out");
+                let (namespace, name) = split_key(&key_of(pod));
+                Some(Input::PodDeleted { namespace, name })
+            }
+            Err(e) => {
+                let (namespace, name) = split_key(&key_of(pod));
+                Some(Input::PodInvalid {
+                    pod: PodRef {
+                        namespace,
+                        name,
+                        uid: pod.uid().unwrap_or_default(),
+                    },
+                    scheduler_name,
+                    message: e.to_string(),
+                })
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::PodDeleted { namespace, name })
+    }
+}
+
+struct Namespaces;
+
+impl Convert<Namespace> for Namespaces {
+    fn applied(&self, ns: &Namespace) -> Option<Input> {
+        let labels = ns
+            .metadata
+            .labels
+            .as_ref()
+            .map(Labels::from)
+            .unwrap_or_default();
+        Some(Input::NamespaceApplied(ns.name_any(), labels))
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::NamespaceDeleted(key.to_string()))
+    }
+}
+
+struct Services;
+
+impl Convert<Service> for Services {
+    fn applied(&self, svc: &Service) -> Option<Input> {
+        let (namespace, name) = split_key(&key_of(svc));
+        let selector = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .map(Labels::from)
+            .unwrap_or_default();
+        Some(Input::ServiceApplied {
+            namespace,
+            name,
+            selector,
+        })
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::ServiceDeleted { namespace, name })
+    }
+}
+
+/// ReplicaSets, StatefulSets and ReplicationControllers, whose selectors the default
+/// topology spreading reads.
+struct Controllers(&'static str);
+
+/// The selector of a workload controller, compiled.
+trait ControllerSelector {
+    fn selector(&self) -> Option<LabelSelector>;
+}
+
+impl ControllerSelector for ReplicaSet {
+    fn selector(&self) -> Option<LabelSelector> {
+        let sel = &self.spec.selector;
+        LabelSelector::compile(Some(sel), "spec.selector").ok()
+    }
+}
+
+impl ControllerSelector for StatefulSet {
+    fn selector(&self) -> Option<LabelSelector> {
+        let sel = &self.spec.selector;
+        LabelSelector::compile(Some(sel), "spec.selector").ok()
+    }
+}
+
+impl ControllerSelector for ReplicationController {
+    fn selector(&self) -> Option<LabelSelector> {
+        let sel = self.spec.as_ref()?.selector.as_ref()?;
+        Some(LabelSelector::from_map(sel))
+    }
+}
+
+impl<K: Resource + ControllerSelector> Convert<K> for Controllers {
+    fn applied(&self, obj: &K) -> Option<Input> {
+        let (namespace, name) = split_key(&key_of(obj));
+        match obj.selector() {
+            Some(selector) => Some(Input::ControllerApplied {
+                kind: self.0,
+                namespace,
+                name,
+                selector,
+            }),
+            None => Some(Input::ControllerDeleted {
+                kind: self.0,
+                namespace,
+                name,
+            }),
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::ControllerDeleted {
+            kind: self.0,
+            namespace,
+            name,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    fn names(inputs: &[Input]) -> Vec<String> {
+        inputs
+            .iter()
+            .map(|i| match i {
+                Input::NodeApplied(n) => format!("+{}", n.name),
+                Input::NodeDeleted(n) => format!("-{n}"),
+                Input::Synced(w) => format!("synced {w}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    fn node(name: &str) -> Node {
+        testing::node(name).capacity("1", "1Gi").api()
+    }
+
+    #[test]
+    fn a_relist_reports_what_vanished() {
+        let mut r = Relist::default();
+        let mut out = Vec::new();
+        for e in [
+            Event::Init,
+            Event::InitApply(node("a")),
+            Event::InitApply(node("b")),
+            Event::InitDone,
+            Event::Apply(node("c")),
+            Event::Delete(node("a")),
+        ] {
+            out.extend(r.step(e, &Nodes, "nodes"));
+        }
+        assert_eq!(names(&out), ["+a", "+b", "synced nodes", "+c", "-a"]);
+        // The watch breaks; meanwhile b is deleted and d added.
+        let mut out = Vec::new();
+        for e in [
+            Event::Init,
+            Event::InitApply(node("c")),
+            Event::InitApply(node("d")),
+            Event::InitDone,
+        ] {
+            out.extend(r.step(e, &Nodes, "nodes"));
+        }
+        assert_eq!(names(&out), ["+c", "+d", "-b"], "synced only once");
+    }
+
+    #[test]
+    fn a_malformed_node_is_skipped_and_forgotten() {
+        let mut bad = node("bad");
+        bad.status
+            .as_mut()
+            .unwrap()
+            .allocatable
+            .as_mut()
+            .unwrap()
+            .insert(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".to_string()),
+            );
+        let input = Nodes.applied(&bad);
+        assert!(matches!(input, Some(Input::NodeDeleted(n)) if n == "bad"));
+    }
+
+    fn pod_api(name: &str, scheduler: &str) -> Pod {
+        let mut p = testing::pod(name).req("cpu", "100m").api();
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.spec.as_mut().unwrap().scheduler_name = Some(scheduler.to_string());
+        p
+    }
+
+    #[test]
+    fn pods_of_other_schedulers_are_ignored_until_bound() {
+        let pods = Pods {
+            profiles: ["gantry".to_string()].into_iter().collect(),
+        };
+        assert!(matches!(
+            pods.applied(&pod_api("a", "gantry")),
+            Some(Input::PodApplied(_))
+        ));
+        assert!(pods.applied(&pod_api("b", "default-scheduler")).is_none());
+        let mut bound = pod_api("c", "default-scheduler");
+        bound.spec.as_mut().unwrap().node_name = Some("n1".to_string());
+        assert!(
+            matches!(pods.applied(&bound), Some(Input::PodApplied(p)) if p.node_name.as_deref() == Some("n1"))
+        );
+    }
+
+    #[test]
+    fn a_malformed_pod_is_reported_with_its_field() {
+        let pods = Pods {
+            profiles: ["gantry".to_string()].into_iter().collect(),
+        };
+        let mut bad = pod_api("bad", "gantry");
+        bad.spec.as_mut().unwrap().containers[0]
+            .resources
+            .as_mut()
+            .unwrap()
+            .requests
+            .as_mut()
+            .unwrap()
+            .insert(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1x".to_string()),
+            );
+        match pods.applied(&bad) {
+            Some(Input::PodInvalid {
+                pod,
+                scheduler_name,
+                message,
+            }) => {
+                assert_eq!(
+                    (pod.namespace.as_str(), pod.name.as_str(), pod.uid.as_str()),
+                    ("default", "bad", "uid-bad")
+                );
+                assert_eq!(scheduler_name, "gantry");
+                assert!(
+                    message.contains("spec.containers[0].resources.requests[cpu]"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected PodInvalid, got {other:?}"),
+        }
+    }
+}

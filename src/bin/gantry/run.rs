@@ -1,0 +1,63 @@
+//! `gantry run`: schedule pods of a real cluster.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use gantry::adapter::{self, Options};
+use gantry::config::Config;
+use gantry::plugins;
+
+/// Arguments of `gantry run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A KubeSchedulerConfiguration (v1) file; kube-scheduler's defaults without it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A kubeconfig file; otherwise `clientConnection.kubeconfig`, then `KUBECONFIG`,
+    /// `~/.kube/config` or the in-cluster service account.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Where to serve /metrics, /healthz, /readyz and /livez (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:10251")]
+    address: SocketAddr,
+    /// Log filter (tracing-subscriber's `EnvFilter` syntax, e.g. `info` or `gantry=debug`).
+    #[arg(long, env = "GANTRY_LOG", default_value = "info")]
+    log: String,
+}
+
+/// Runs the scheduler until SIGTERM or SIGINT.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .with_context(|| format!("invalid log filter {:?}", args.log))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    let registry = plugins::registry();
+    let config = match &args.config {
+        Some(path) => Config::load(path, &registry)?,
+        None => Config::default_with(&registry)?,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(config.parallelism)
+        .thread_name(|i| format!("filter-{i}"))
+        .build()
+        .context("cannot start the scheduling threads")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("gantry-io")
+        .build()
+        .context("cannot start the async runtime")?;
+    let options = Options {
+        config,
+        kubeconfig: args.kubeconfig,
+        address: args.address,
+        pool: Some(Arc::new(pool)),
+    };
+    runtime.block_on(adapter::run(options))?;
+    Ok(())
+}

@@ -1,0 +1,767 @@
+//! Shared support for the integration tests of `gantry run`, against a real kube-apiserver
+//! and etcd (no mocks): a control plane started by `scripts/control-plane.sh` in a temporary
+//! directory and stopped by a drop guard (also when a test panics, and by a watchdog process
+//! if the test process is killed), gantry processes, a pausable TCP proxy to hold gantry's
+//! requests in flight, object builders and polling helpers.
+//!
+//! Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script() -> PathBuf {
+    repo().join("scripts/control-plane.sh")
+}
+
+/// etcd + kube-apiserver on free loopback ports, with an empty etcd.
+pub struct ControlPlane {
+    dir: tempfile::TempDir,
+    env: Mutex<HashMap<String, String>>,
+}
+
+static SHARED: Mutex<Weak<ControlPlane>> = Mutex::new(Weak::new());
+
+impl ControlPlane {
+    /// Starts a control plane; panics (failing the test) if it cannot, e.g. when the
+    /// binaries are missing (`scripts/install-kube.sh` provides them).
+    pub fn start() -> ControlPlane {
+        let dir = tempfile::Builder::new()
+            .prefix("gantry-it-")
+            .tempdir()
+            .expect("temp dir");
+        let out = Command::new(script())
+            .arg("start")
+            .arg(dir.path())
+            .output()
+            .expect("run scripts/control-plane.sh");
+        assert!(
+            out.status.success(),
+            "control-plane.sh start failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plane = ControlPlane {
+            env: Mutex::new(read_env(&dir.path().join("env"))),
+            dir,
+        };
+        plane.spawn_watchdog();
+        plane
+    }
+
+    /// A control plane shared by the tests of one binary that run at the same time; it
+    /// stops when the last of them drops it.
+    pub fn shared() -> Arc<ControlPlane> {
+        let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(plane) = slot.upgrade() {
+            return plane;
+        }
+        let plane = Arc::new(ControlPlane::start());
+        *slot = Arc::downgrade(&plane);
+        plane
+    }
+
+    /// Stops the control plane when this test process dies, however it dies.
+    fn spawn_watchdog(&self) {
+        let watch = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; exec '{}' stop '{}'",
+            std::process::id(),
+            script().display(),
+            self.dir.path().display()
+        );
+        let _ = Command::new("setsid")
+            .args(["sh", "-c", &watch])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
+
+    /// The state directory (logs, kubeconfigs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A variable of the control plane's env file.
+    pub fn var(&self, key: &str) -> String {
+        self.env
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} not in the control plane's env"))
+    }
+
+    /// The admin kubeconfig (system:masters).
+    pub fn kubeconfig(&self) -> PathBuf {
+        PathBuf::from(self.var("KUBECONFIG"))
+    }
+
+    /// The kubeconfig of the user `gantry`, who has no rights until bound to a role.
+    pub fn gantry_kubeconfig(&self) -> PathBuf {
+        PathBuf::from(self.var("GANTRY_KUBECONFIG"))
+    }
+
+    /// The API server's address.
+    pub fn api_addr(&self) -> SocketAddr {
+        format!("127.0.0.1:{}", self.var("APISERVER_PORT"))
+            .parse()
+            .expect("address")
+    }
+
+    /// An admin client.
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig()).await
+    }
+
+    /// Runs kubectl as admin; panics with its output if it fails.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        let out = Command::new(self.var("KUBECTL"))
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Kills kube-apiserver (SIGKILL) and starts it again with the same flags (same port,
+    /// certificates and etcd). Returns once it is ready.
+    pub fn restart_apiserver(&self, down_for: Duration) {
+        let pid = self.var("APISERVER_PID");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("apiserver cmdline");
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let status = Command::new("kill")
+            .args(["-KILL", &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -KILL {pid}");
+        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(&pid) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(down_for);
+        // Started from a shell that exits at once, so that the server is nobody's child here,
+        // just like the first one; stop finds it by the pid written to the env file.
+        let log = self.dir().join("kube-apiserver.log");
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("log=$1; shift; setsid \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!")
+            .arg("sh")
+            .arg(&log)
+            .args(&args)
+            .output()
+            .expect("restart kube-apiserver");
+        let new_pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            !new_pid.is_empty(),
+            "no pid for the restarted kube-apiserver"
+        );
+        let env_file = self.dir().join("env");
+        let text = std::fs::read_to_string(&env_file).expect("env");
+        let text: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("APISERVER_PID=") {
+                    format!("APISERVER_PID={new_pid}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&env_file, text).expect("write env");
+        self.env
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert("APISERVER_PID".to_string(), new_pid);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while Instant::now() < deadline {
+            let out = Command::new("curl")
+                .args(["-sk", "--max-time", "2", "-H"])
+                .arg(format!("Authorization: Bearer {}", self.var("ADMIN_TOKEN")))
+                .arg(format!("{}/readyz", self.var("APISERVER_URL")))
+                .output()
+                .expect("curl");
+            if out.stdout == b"ok" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("kube-apiserver not ready 90 s after restart");
+    }
+}
+
+fn is_zombie(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn read_env(path: &Path) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).expect("control plane env file");
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+        .collect()
+}
+
+/// A client from a kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> Client {
+    let file = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .expect("client config");
+    Client::try_from(config).expect("client")
+}
+
+/// A free loopback port (free when asked; gantry binds it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A `gantry run` process.
+pub struct Gantry {
+    child: Option<Child>,
+    /// Its log (stderr).
+    pub log: PathBuf,
+    /// Where it serves /metrics and the health endpoints.
+    pub addr: SocketAddr,
+    name: String,
+}
+
+static GANTRIES: AtomicUsize = AtomicUsize::new(0);
+
+impl Gantry {
+    /// Starts `gantry run` with `config` (YAML), talking to the API server through
+    /// `kubeconfig`; its files go into `dir`.
+    pub fn start(dir: &Path, name: &str, config: &str, kubeconfig: &Path) -> Gantry {
+        let n = GANTRIES.fetch_add(1, Ordering::Relaxed);
+        let config_file = dir.join(format!("gantry-{name}-{n}.yaml"));
+        std::fs::write(&config_file, config).expect("write config");
+        let log = dir.join(format!("gantry-{name}-{n}.log"));
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_file)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--address")
+            .arg(addr.to_string())
+            .arg("--log")
+            .arg("info,gantry=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start gantry");
+        Gantry {
+            child: Some(child),
+            log,
+            addr,
+            name: name.to_string(),
+        }
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The leader-election identity it logged at startup.
+    pub fn identity(&self) -> Option<String> {
+        let log = self.log_text();
+        let rest = log.split(" identity=").nth(1)?;
+        Some(rest.split_whitespace().next()?.to_string())
+    }
+
+    /// GET `path` from its HTTP endpoint: (status, body), or None if it does not answer.
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.addr, path)
+    }
+
+    /// Its metrics.
+    pub fn metrics(&self) -> String {
+        self.get("/metrics").map(|(_, b)| b).unwrap_or_default()
+    }
+
+    /// The value of the series `series` (name with labels, exactly as served), 0 if absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        metric_value(&self.metrics(), series)
+    }
+
+    /// Waits until `/readyz` says the caches are warm.
+    pub async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((200, _)) = self.get("/readyz") {
+                return;
+            }
+            assert!(
+                self.is_running(),
+                "gantry {} exited during startup:\n{}",
+                self.name,
+                self.log_text()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "gantry {} not ready after 60 s:\n{}",
+                self.name,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit (at most 30 s).
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("gantry running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "gantry {} ignored SIGTERM for 30 s:\n{}",
+                    self.name,
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Sends SIGKILL and reaps the process.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits for the process to exit by itself (at most `timeout`).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(child) = &mut self.child
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Gantry {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- log of gantry {} ----\n{}", self.name, self.log_text());
+        }
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// The value of `series` in a Prometheus text exposition, 0 if absent.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A TCP proxy in front of the API server that can hold what the client sends (while the
+/// server's answers, such as watch events, keep flowing): requests stay in flight until
+/// resumed.
+pub struct Proxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    paused: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    /// A proxy to `target`.
+    pub fn start(target: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
+        let addr = listener.local_addr().expect("proxy addr");
+        let paused = Arc::new(AtomicBool::new(false));
+        let p = paused.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let Ok(server) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let (c2, s2) = match (client.try_clone(), server.try_clone()) {
+                    (Ok(c), Ok(s)) => (c, s),
+                    _ => continue,
+                };
+                let held = p.clone();
+                std::thread::spawn(move || pipe(client, server, Some(held)));
+                std::thread::spawn(move || pipe(s2, c2, None));
+            }
+        });
+        Proxy { addr, paused }
+    }
+
+    /// Holds client data from now on.
+    pub fn pause(&self) {
+        self.paused.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets held and new client data through.
+    pub fn resume(&self) {
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// A copy of `kubeconfig` (in `dir`) pointing at the proxy.
+    pub fn kubeconfig(&self, kubeconfig: &Path, dir: &Path) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+        let rewritten: String = text
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("server: ") {
+                    format!("    server: https://{}\n", self.addr)
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        let path = dir.join(format!("kubeconfig-proxy-{}", self.addr.port()));
+        std::fs::write(&path, rewritten).expect("write kubeconfig");
+        path
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream, hold: Option<Arc<AtomicBool>>) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        while hold.as_ref().is_some_and(|h| h.load(Ordering::SeqCst)) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
+}
+
+/// A scheduler configuration for tests: one profile `profile` restricted (NodeAffinity's
+/// `addedAffinity`) to nodes labelled `gantry-test=<label>`, so that tests sharing a control
+/// plane never place pods on each other's nodes; short backoffs; leader election off unless
+/// `leader_election` gives its YAML block.
+pub fn config(profile: &str, label: &str, leader_election: Option<&str>, extra: &str) -> String {
+    let le = leader_election.unwrap_or("leaderElect: false");
+    let le = le.lines().collect::<Vec<_>>().join("\n  ");
+    format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 2
+leaderElection:
+  {le}
+{extra}
+profiles:
+- schedulerName: {profile}
+  pluginConfig:
+  - name: NodeAffinity
+    args:
+      addedAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+          - matchExpressions:
+            - {{key: gantry-test, operator: In, values: [{label}]}}
+"
+    )
+}
+
+/// A ready node labelled `gantry-test=<label>` with `cpu` and `memory` allocatable.
+pub fn node(name: &str, label: &str, cpu: &str, memory: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gantry-test": label, "kubernetes.io/hostname": name}},
+        "status": {
+            "capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}]
+        }
+    }))
+    .expect("node")
+}
+
+/// A pending pod for `scheduler` requesting `cpu` and `memory`.
+pub fn pod(namespace: &str, name: &str, scheduler: &str, cpu: &str, memory: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [{
+                "name": "app",
+                "image": "registry.example/app:1",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}}
+            }]
+        }
+    }))
+    .expect("pod")
+}
+
+/// Creates a namespace.
+pub async fn create_namespace(client: &Client, name: &str) {
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+}
+
+/// Creates a node.
+pub async fn create_node(client: &Client, node: &Node) {
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), node)
+        .await
+        .expect("create node");
+}
+
+/// Creates a pod.
+pub async fn create_pod(client: &Client, pod: &Pod) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), pod)
+        .await
+        .expect("create pod");
+}
+
+/// Deletes a pod at once.
+pub async fn delete_pod(client: &Client, namespace: &str, name: &str) {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .delete(name, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete pod");
+}
+
+/// Binds a pod as another scheduler would.
+pub async fn bind(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            kind: Some("Node".to_string()),
+            name: Some(node.to_string()),
+            api_version: Some("v1".to_string()),
+            ..Default::default()
+        },
+    };
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .map(|_| ())
+}
+
+/// The pods of a namespace.
+pub async fn pods(client: &Client, namespace: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list pods")
+        .items
+}
+
+/// One pod.
+pub async fn get_pod(client: &Client, namespace: &str, name: &str) -> Pod {
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .expect("get pod")
+}
+
+/// The node a pod is bound to.
+pub fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// The events (events.k8s.io/v1) of a namespace.
+pub async fn events(client: &Client, namespace: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+}
+
+/// The events about pod `name` with `reason`.
+pub fn events_about<'a>(events: &'a [Event], name: &str, reason: &str) -> Vec<&'a Event> {
+    events
+        .iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect()
+}
+
+/// The pod's `PodScheduled` condition: (status, reason, message).
+pub fn pod_scheduled(pod: &Pod) -> Option<(String, String, String)> {
+    let c = pod
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+/// Millicores of a pod's cpu requests.
+pub fn pod_milli_cpu(pod: &Pod) -> i64 {
+    let Some(spec) = &pod.spec else { return 0 };
+    spec.containers
+        .iter()
+        .filter_map(|c| c.resources.as_ref()?.requests.as_ref()?.get("cpu"))
+        .map(|q| milli(&q.0))
+        .sum()
+}
+
+/// Millicores of a cpu quantity as tests write them (`250m`, `2`).
+pub fn milli(q: &str) -> i64 {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().expect("millicores"),
+        None => q.parse::<i64>().expect("cores") * 1000,
+    }
+}
+
+/// Panics if the pods bound to any node request more cpu than `allocatable` (millicores by
+/// node name) allows.
+pub fn assert_within_capacity(pods: &[Pod], allocatable: &BTreeMap<String, i64>) {
+    let mut used: BTreeMap<String, i64> = BTreeMap::new();
+    for p in pods {
+        if let Some(n) = node_of(p) {
+            *used.entry(n.to_string()).or_default() += pod_milli_cpu(p);
+        }
+    }
+    for (node, u) in &used {
+        let cap = allocatable.get(node).copied().unwrap_or(0);
+        assert!(
+            u <= &cap,
+            "node {node} over capacity: {u}m requested of {cap}m"
+        );
+    }
+}
+
+/// Polls `check` every 100 ms until it returns Some, or panics after `timeout` naming `what`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
