@@ -33,6 +33,8 @@ use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
 use crate::plugins::gpu_share::{self, Policy};
 use crate::scheduler::{Attempt, Scheduler};
 
+mod plot;
+
 /// How much GPU (relative to the cluster's capacity) the experiment's workload asks for.
 pub const TUNE_RATIO: f64 = 1.3;
 /// The arrival percentages the experiment reports.
@@ -772,8 +774,20 @@ impl Report {
 
     /// The allocation-against-arrival curves as an SVG plot, one line per policy.
     pub fn to_svg(&self) -> String {
-        svg_plot(
-            &format!("GPU allocation vs arrival: {}", self.pods),
+        let file = |p: &str| {
+            Path::new(p)
+                .file_name()
+                .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
+        };
+        plot::svg(
+            &format!("GPU allocation against arrival: {}", file(&self.pods)),
+            &format!(
+                "{} nodes, {} GPUs ({}); mean of seeds {}",
+                self.cluster_nodes,
+                self.cluster_gpus,
+                file(&self.nodes),
+                seed_range(&self.seeds)
+            ),
             &self
                 .policies
                 .iter()
@@ -794,96 +808,6 @@ fn seed_range(seeds: &[u64]) -> String {
             .collect::<Vec<_>>()
             .join(","),
     }
-}
-
-/// An SVG line plot of allocation (%) against arrival (%), 0..=130 on both axes.
-fn svg_plot(title: &str, lines: &[(&str, &[Option<f64>])]) -> String {
-    const COLORS: [&str; 8] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
-    let (w, h, left, right, top, bottom) = (760.0, 520.0, 70.0, 170.0, 40.0, 60.0);
-    let pw = w - left - right;
-    let ph = h - top - bottom;
-    let x = |v: f64| left + pw * v / 130.0;
-    let y = |v: f64| top + ph * (1.0 - v / 100.0);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        left + pw / 2.0,
-        xml_escape(title)
-    );
-    for t in (0..=130).step_by(10) {
-        let tx = x(f64::from(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{:.1}" stroke="#eee"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{t}</text>"##,
-            top + ph,
-            top + ph + 16.0
-        );
-    }
-    for t in (0..=100).step_by(10) {
-        let ty = y(f64::from(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{t}</text>"##,
-            left + pw,
-            left - 6.0,
-            ty + 4.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">arrived GPU requests (% of capacity)</text>"#,
-        left + pw / 2.0,
-        h - 18.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">allocated GPU (% of capacity)</text>"#,
-        top + ph / 2.0,
-        top + ph / 2.0
-    );
-    for (i, (name, curve)) in lines.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = curve
-            .iter()
-            .enumerate()
-            .filter_map(|(a, v)| v.map(|v| format!("{:.1},{:.1}", x(a as f64), y(v))))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{}"/>"#,
-            pts.join(" ")
-        );
-        let ly = top + 16.0 + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            left + pw + 12.0,
-            left + pw + 36.0,
-            left + pw + 42.0,
-            ly + 4.0,
-            xml_escape(name)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
@@ -1089,5 +1013,7 @@ mod tests {
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains(">FGD</text>")
         );
+        assert!(svg.contains(">GPU allocation against arrival: p.csv</text>"));
+        assert!(svg.contains(">2 nodes, 2 GPUs (n.csv); mean of seeds 42..43</text>"));
     }
 }
