@@ -39,6 +39,11 @@ mod plot;
 pub const TUNE_RATIO: f64 = 1.3;
 /// The arrival percentages the experiment reports.
 pub const REPORTED_ARRIVALS: [usize; 2] = [100, 130];
+/// The arrival percentages the table's curve shows, every [`CURVE_TABLE_STEP`] points (the
+/// JSON and the plot have every point).
+const CURVE_TABLE_ARRIVALS: std::ops::RangeInclusive<usize> = 10..=130;
+/// Spacing of the table's curve points.
+const CURVE_TABLE_STEP: usize = 10;
 /// Pods a node of the trace can hold (the reference's node objects say 1001).
 const NODE_POD_CAPACITY: &str = "1001";
 
@@ -745,6 +750,29 @@ impl Report {
                 p.cpu_seconds_per_run
             );
         }
+        let _ = writeln!(
+            out,
+            "\nALLOCATED GPU (%) BY ARRIVED GPU REQUESTS (% OF CAPACITY)"
+        );
+        let _ = write!(out, "{:<14}", "POLICY");
+        for a in CURVE_TABLE_ARRIVALS.clone().step_by(CURVE_TABLE_STEP) {
+            let _ = write!(out, " {a:>6}");
+        }
+        out.push('\n');
+        for p in &self.policies {
+            let _ = write!(out, "{:<14}", p.policy);
+            for a in CURVE_TABLE_ARRIVALS.clone().step_by(CURVE_TABLE_STEP) {
+                match p.curve.get(a).copied().flatten() {
+                    Some(v) => {
+                        let _ = write!(out, " {v:>6.2}");
+                    }
+                    None => {
+                        let _ = write!(out, " {:>6}", "-");
+                    }
+                }
+            }
+            out.push('\n');
+        }
         out
     }
 
@@ -980,9 +1008,11 @@ mod tests {
 
     #[test]
     fn report_formats() {
+        let mut curve = vec![Some(50.0); 131];
+        curve[20] = None;
         let run = RunResult {
             seed: 1,
-            curve: vec![Some(50.0); 131],
+            curve,
             final_alloc: 50.0,
             unallocated_gpus: 1.0,
             frag_milli: 500.0,
@@ -1004,6 +1034,13 @@ mod tests {
         assert!(table.contains("seeds 42..43"), "{table}");
         assert!(
             table.contains("FGD               50.00%    50.00%"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "POLICY             10     20     30     40     50     60     70     80     90    100    110    120    130\n\
+                 FGD             50.00      -  50.00  50.00"
+            ),
             "{table}"
         );
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
