@@ -33,10 +33,17 @@ use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
 use crate::plugins::gpu_share::{self, Policy};
 use crate::scheduler::{Attempt, Scheduler};
 
+mod plot;
+
 /// How much GPU (relative to the cluster's capacity) the experiment's workload asks for.
 pub const TUNE_RATIO: f64 = 1.3;
 /// The arrival percentages the experiment reports.
 pub const REPORTED_ARRIVALS: [usize; 2] = [100, 130];
+/// The arrival percentages the table's curve shows, every [`CURVE_TABLE_STEP`] points (the
+/// JSON and the plot have every point).
+const CURVE_TABLE_ARRIVALS: std::ops::RangeInclusive<usize> = 10..=130;
+/// Spacing of the table's curve points.
+const CURVE_TABLE_STEP: usize = 10;
 /// Pods a node of the trace can hold (the reference's node objects say 1001).
 const NODE_POD_CAPACITY: &str = "1001";
 
@@ -743,6 +750,29 @@ impl Report {
                 p.cpu_seconds_per_run
             );
         }
+        let _ = writeln!(
+            out,
+            "\nALLOCATED GPU (%) BY ARRIVED GPU REQUESTS (% OF CAPACITY)"
+        );
+        let _ = write!(out, "{:<14}", "POLICY");
+        for a in CURVE_TABLE_ARRIVALS.clone().step_by(CURVE_TABLE_STEP) {
+            let _ = write!(out, " {a:>6}");
+        }
+        out.push('\n');
+        for p in &self.policies {
+            let _ = write!(out, "{:<14}", p.policy);
+            for a in CURVE_TABLE_ARRIVALS.clone().step_by(CURVE_TABLE_STEP) {
+                match p.curve.get(a).copied().flatten() {
+                    Some(v) => {
+                        let _ = write!(out, " {v:>6.2}");
+                    }
+                    None => {
+                        let _ = write!(out, " {:>6}", "-");
+                    }
+                }
+            }
+            out.push('\n');
+        }
         out
     }
 
@@ -772,8 +802,20 @@ impl Report {
 
     /// The allocation-against-arrival curves as an SVG plot, one line per policy.
     pub fn to_svg(&self) -> String {
-        svg_plot(
-            &format!("GPU allocation vs arrival: {}", self.pods),
+        let file = |p: &str| {
+            Path::new(p)
+                .file_name()
+                .map_or_else(|| p.to_string(), |f| f.to_string_lossy().into_owned())
+        };
+        plot::svg(
+            &format!("GPU allocation against arrival: {}", file(&self.pods)),
+            &format!(
+                "{} nodes, {} GPUs ({}); mean of seeds {}",
+                self.cluster_nodes,
+                self.cluster_gpus,
+                file(&self.nodes),
+                seed_range(&self.seeds)
+            ),
             &self
                 .policies
                 .iter()
@@ -794,96 +836,6 @@ fn seed_range(seeds: &[u64]) -> String {
             .collect::<Vec<_>>()
             .join(","),
     }
-}
-
-/// An SVG line plot of allocation (%) against arrival (%), 0..=130 on both axes.
-fn svg_plot(title: &str, lines: &[(&str, &[Option<f64>])]) -> String {
-    const COLORS: [&str; 8] = [
-        "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-    ];
-    let (w, h, left, right, top, bottom) = (760.0, 520.0, 70.0, 170.0, 40.0, 60.0);
-    let pw = w - left - right;
-    let ph = h - top - bottom;
-    let x = |v: f64| left + pw * v / 130.0;
-    let y = |v: f64| top + ph * (1.0 - v / 100.0);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-        left + pw / 2.0,
-        xml_escape(title)
-    );
-    for t in (0..=130).step_by(10) {
-        let tx = x(f64::from(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{:.1}" stroke="#eee"/><text x="{tx:.1}" y="{:.1}" text-anchor="middle">{t}</text>"##,
-            top + ph,
-            top + ph + 16.0
-        );
-    }
-    for t in (0..=100).step_by(10) {
-        let ty = y(f64::from(t));
-        let _ = writeln!(
-            s,
-            r##"<line x1="{left}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#eee"/><text x="{:.1}" y="{:.1}" text-anchor="end">{t}</text>"##,
-            left + pw,
-            left - 6.0,
-            ty + 4.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">arrived GPU requests (% of capacity)</text>"#,
-        left + pw / 2.0,
-        h - 18.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">allocated GPU (% of capacity)</text>"#,
-        top + ph / 2.0,
-        top + ph / 2.0
-    );
-    for (i, (name, curve)) in lines.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<String> = curve
-            .iter()
-            .enumerate()
-            .filter_map(|(a, v)| v.map(|v| format!("{:.1},{:.1}", x(a as f64), y(v))))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{}"/>"#,
-            pts.join(" ")
-        );
-        let ly = top + 16.0 + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="3"/><text x="{:.1}" y="{:.1}">{}</text>"#,
-            left + pw + 12.0,
-            left + pw + 36.0,
-            left + pw + 42.0,
-            ly + 4.0,
-            xml_escape(name)
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
@@ -1056,9 +1008,11 @@ mod tests {
 
     #[test]
     fn report_formats() {
+        let mut curve = vec![Some(50.0); 131];
+        curve[20] = None;
         let run = RunResult {
             seed: 1,
-            curve: vec![Some(50.0); 131],
+            curve,
             final_alloc: 50.0,
             unallocated_gpus: 1.0,
             frag_milli: 500.0,
@@ -1082,6 +1036,13 @@ mod tests {
             table.contains("FGD               50.00%    50.00%"),
             "{table}"
         );
+        assert!(
+            table.contains(
+                "POLICY             10     20     30     40     50     60     70     80     90    100    110    120    130\n\
+                 FGD             50.00      -  50.00  50.00"
+            ),
+            "{table}"
+        );
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["policies"]["FGD"]["alloc_100"], 50.0);
         assert_eq!(json["policies"]["FGD"]["alloc_130"], 50.0);
@@ -1089,5 +1050,7 @@ mod tests {
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains(">FGD</text>")
         );
+        assert!(svg.contains(">GPU allocation against arrival: p.csv</text>"));
+        assert!(svg.contains(">2 nodes, 2 GPUs (n.csv); mean of seeds 42..43</text>"));
     }
 }

@@ -23,8 +23,8 @@ pub struct Args {
     /// openb pod list (CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]).
     #[arg(long, requires = "openb_nodes")]
     pub openb_pods: Option<PathBuf>,
-    /// GPU placement policy, repeatable: FGD, BestFit, GpuPacking, Spread (case-insensitive).
-    /// Without it, gantry's default GPU policy runs.
+    /// GPU placement policy, repeatable: Gantry (gantry's own, the default), FGD, BestFit,
+    /// GpuPacking, Spread (case-insensitive). Without it, the default policy runs.
     #[arg(long = "policy", value_name = "NAME")]
     pub policies: Vec<String>,
     /// Seeds: one (`42`), a range (`42..51`, inclusive) or a list (`42,43`); the figures are

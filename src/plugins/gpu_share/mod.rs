@@ -491,6 +491,10 @@ impl ScorePlugin for GpuShare {
             Policy::BestFit => policy::best_fit_score(node, p.cpu, take, s.capacity),
             Policy::GpuPacking => policy::gpu_packing_score(node, take),
             Policy::Spread => policy::spread_score(node, take),
+            Policy::Gantry => match s.tables.get(node) {
+                Some(t) => policy::gantry_score(t, node, p.cpu, take),
+                None => 0,
+            },
         })
     }
 

@@ -12,11 +12,15 @@ use super::workload::ShapeTable;
 /// A GPU placement policy, as `scoringStrategy` names it.
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
 pub enum Policy {
+    /// gantry's policy (the default): FGD's fragmentation plus the GPU milli a node's cpu can
+    /// no longer feed, scored as FGD scores, the tightest GPU among equally good ones.
+    #[serde(rename = "Gantry")]
+    #[default]
+    Gantry,
     /// Fragmentation Gradient Descent as published (Weng et al., ATC 2023): the node (and,
     /// for a share, the GPU) where the typical workload's fragmentation grows least, scored
     /// `sigmoid(decrease / 1000) * 100` truncated to an integer.
     #[serde(rename = "FGD")]
-    #[default]
     Fgd,
     /// The node left with the least free cpu and GPU (each relative to the largest node),
     /// scores rescaled between the lowest and the highest; the tightest GPU.
@@ -33,6 +37,7 @@ pub enum Policy {
 impl Policy {
     /// Every policy with the name configuration files use.
     pub const ALL: &'static [(&'static str, Policy)] = &[
+        ("Gantry", Policy::Gantry),
         ("FGD", Policy::Fgd),
         ("BestFit", Policy::BestFit),
         ("GpuPacking", Policy::GpuPacking),
@@ -49,7 +54,7 @@ impl Policy {
 
     /// True when the policy needs the typical workload.
     pub fn uses_fragmentation(self) -> bool {
-        matches!(self, Policy::Fgd)
+        matches!(self, Policy::Fgd | Policy::Gantry)
     }
 
     /// True when raw scores are rescaled between the lowest and the highest.
@@ -187,6 +192,64 @@ pub fn fgd_share_device(table: &ShapeTable, node: &NodeInfo, cpu: i64, milli: u3
     best.and_then(|(_, d)| u16::try_from(d).ok())
 }
 
+/// gantry: the decrease of a node's waste (FGD's fragmentation plus the GPU milli its cpu can
+/// no longer feed, see [`ShapeTable::stranded`]) if the pod with `cpu` and `take` goes there,
+/// with, for a share, the sorted position of the GPU: the one whose quantized decrease is
+/// best, the tightest among equals.
+pub fn gantry_decrease(
+    table: &ShapeTable,
+    node: &NodeInfo,
+    cpu: i64,
+    take: Take,
+) -> (f64, Option<usize>) {
+    let waste = |cpu_left: i64, free: &FreeList| {
+        table.fragmentation(cpu_left, free.as_slice()) + table.stranded(cpu_left, free.total())
+    };
+    let free = FreeList::of(node);
+    let left = cpu_left(node);
+    let before = waste(left, &free);
+    let after_cpu = left - cpu;
+    match take {
+        Take::Nothing => (before - waste(after_cpu, &free), None),
+        Take::Whole(n) => (before - waste(after_cpu, &free.without_whole(n)), None),
+        Take::Share(m) => {
+            let mut best: Option<(i64, f64, usize)> = None;
+            // Candidates come largest free first: `>=` keeps the tightest of equals.
+            for at in free.share_candidates(m) {
+                let d = before - waste(after_cpu, &free.with_share_taken(at, m));
+                let q = fgd_quantize(d);
+                if best.is_none_or(|(b, _, _)| q >= b) {
+                    best = Some((q, d, at));
+                }
+            }
+            match best {
+                Some((_, d, at)) => (d, Some(at)),
+                None => (f64::NEG_INFINITY, None),
+            }
+        }
+    }
+}
+
+/// gantry's node score: FGD's quantized score of the waste decrease.
+pub fn gantry_score(table: &ShapeTable, node: &NodeInfo, cpu: i64, take: Take) -> i64 {
+    fgd_quantize(gantry_decrease(table, node, cpu, take).0)
+}
+
+/// gantry's GPU for a share: the lowest-indexed device with the free milli
+/// [`gantry_decrease`] chose.
+pub fn gantry_share_device(
+    table: &ShapeTable,
+    node: &NodeInfo,
+    cpu: i64,
+    milli: u32,
+) -> Option<u16> {
+    let (_, at) = gantry_decrease(table, node, cpu, Take::Share(milli));
+    let free = FreeList::of(node).as_slice().get(at?).copied()?;
+    (0..node.gpu_used.len())
+        .find(|&i| node.gpu_free(i) == free)
+        .and_then(|i| u16::try_from(i).ok())
+}
+
 /// Largest node capacities, which BestFit measures leftovers against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacity {
@@ -307,6 +370,7 @@ pub fn choose_devices(
         Take::Share(m) => {
             let device = match (policy, table) {
                 (Policy::Fgd, Some(t)) => fgd_share_device(t, node, cpu, m),
+                (Policy::Gantry, Some(t)) => gantry_share_device(t, node, cpu, m),
                 (Policy::Spread, _) => share_device(node, m, false),
                 _ => share_device(node, m, true),
             }?;

@@ -272,6 +272,55 @@ fn score_all(p: &GpuShare, pod: &PodInfo, nodes: &[&NodeInfo]) -> Vec<i64> {
 }
 
 #[test]
+fn gantry_keeps_cpu_for_the_gpus_that_need_it() {
+    // Typical pods: one whole GPU with 8 cpus. Node a has 8 free GPUs but only 16 cpus;
+    // node b has no GPU free and plenty of cpu. For FGD an 8-cpu pod without GPU changes
+    // nothing on either node (the typical pod still fits on a); gantry sees that a's cpu
+    // already feeds only 2 of its 8 GPUs and that the pod would strand one more.
+    let typical = json!([{"cpuMilli": 8000, "gpuCount": 1, "gpuMilli": 1000, "weight": 1}]);
+    let fgd = plugin(json!({"scoringStrategy": "FGD", "typicalPods": typical}));
+    let gantry = plugin(json!({"scoringStrategy": "Gantry", "typicalPods": typical}));
+    let a = info(
+        node("a").capacity("16", "64Gi").alloc(GPU_RESOURCE, "8"),
+        &[],
+    );
+    let full: Vec<Arc<PodInfo>> = (0..8)
+        .map(|d| {
+            pod(&format!("w{d}"))
+                .req("nvidia.com/gpu", "1")
+                .annotation("gantry.io/gpu-assignment", &format!("{d}:1000"))
+                .on("b")
+                .build()
+        })
+        .collect();
+    let b = info(
+        node("b").capacity("64", "64Gi").alloc(GPU_RESOURCE, "8"),
+        &full,
+    );
+    let cpu_pod = pod("c").req("cpu", "8").build();
+    assert_eq!(score_all(&fgd, &cpu_pod, &[&a, &b]), vec![50, 50]);
+    // On a: stranded 8000 - 16000 * 1/8 = 6000 before, 7000 after: 1000 more waste.
+    assert_eq!(
+        score_all(&gantry, &cpu_pod, &[&a, &b]),
+        vec![policy::fgd_quantize(-1000.0), 50]
+    );
+    assert!(gantry.fixed_tie_order());
+}
+
+#[test]
+fn gantry_takes_the_tightest_of_equally_good_gpus() {
+    // No typical shape cares about pieces under 600: a 300 share on the 700 or the 1000 GPU
+    // leaves the same fragmentation; gantry takes the tighter, FGD the first.
+    let typical = json!([{"cpuMilli": 0, "gpuCount": 1, "gpuMilli": 300, "weight": 1}]);
+    let n = info(gpu_node("n", "2", "T4"), &[held("a", 300, 1)]);
+    let gantry = plugin(json!({"scoringStrategy": "Gantry", "typicalPods": typical}));
+    assert_eq!(
+        reserve(&gantry, &share("p", 300).build(), &n).1.as_deref(),
+        Some("1:300")
+    );
+}
+
+#[test]
 fn best_fit_prefers_the_fullest_node_and_rescales() {
     let p = plugin(json!({"scoringStrategy": "BestFit"}));
     let whole = pod("w").req("cpu", "1").req("nvidia.com/gpu", "1").build();

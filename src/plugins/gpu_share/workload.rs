@@ -78,6 +78,9 @@ pub struct ShapeTable {
     shapes: Vec<TableShape>,
     /// Sum of the weights of all typical shapes (those in no table included).
     total_weight: f64,
+    /// GPU milli the typical GPU pods (of the shapes in this table, by frequency) ask per
+    /// millicore of cpu: how much GPU a millicore left on a node can put to use.
+    gpu_per_cpu: f64,
 }
 
 impl ShapeTable {
@@ -101,6 +104,17 @@ impl ShapeTable {
             }
         }
         f64::from(total) * self.total_weight - usable_sum
+    }
+
+    /// GPU milli on a node with `cpu_left` and `free_total` free that its cpu cannot feed:
+    /// the typical GPU pods take `gpu_per_cpu` GPU milli per millicore, so once the cpu left
+    /// cannot carry the free GPUs, the excess will stay idle however well it is shaped.
+    pub fn stranded(&self, cpu_left: i64, free_total: u32) -> f64 {
+        if !self.gpu_per_cpu.is_finite() {
+            // GPU pods that need no cpu (or no GPU pods at all): cpu strands nothing.
+            return 0.0;
+        }
+        (f64::from(free_total) - self.gpu_per_cpu * cpu_left.max(0) as f64).max(0.0)
     }
 
     /// True when no typical shape asks for GPUs of this table's model.
@@ -204,7 +218,13 @@ impl TypicalWorkload {
             }
         }
         shapes.sort_by(|a, b| b.milli.cmp(&a.milli).then(a.count.cmp(&b.count)));
+        let gpu: f64 = shapes
+            .iter()
+            .map(|s| s.weight * f64::from(s.milli * s.count))
+            .sum();
+        let cpu: f64 = shapes.iter().map(|s| s.weight * s.cpu as f64).sum();
         ShapeTable {
+            gpu_per_cpu: if cpu > 0.0 { gpu / cpu } else { f64::INFINITY },
             shapes,
             total_weight: self.shapes.iter().map(|(_, w)| w).sum(),
         }
@@ -345,6 +365,30 @@ mod tests {
         assert!(
             (f - (0.5 * 0.0 + 0.25 * 1200.0 + 0.25 * 1200.0)).abs() < 1e-9,
             "{f}"
+        );
+    }
+
+    #[test]
+    fn stranded_gpu_follows_the_typical_cpu_per_gpu() {
+        // GPU pods take 1000 milli per 4000 cpu (and 500 per 4000): 0.1875 milli per
+        // millicore on average; cpu-only shapes do not count.
+        let w = TypicalWorkload::from_counts(
+            [
+                (shape(4000, 1000, 1), 1.0),
+                (shape(4000, 500, 1), 1.0),
+                (shape(32000, 0, 0), 2.0),
+            ],
+            1.0,
+        );
+        let t = w.table(None, None);
+        assert!((t.stranded(16_000, 8000) - (8000.0 - 3000.0)).abs() < 1e-9);
+        assert_eq!(t.stranded(64_000, 8000), 0.0);
+        assert_eq!(t.stranded(-5, 100), 100.0);
+        let none = TypicalWorkload::from_counts([(shape(1000, 0, 0), 1.0)], 1.0);
+        assert_eq!(
+            none.table(None, None).stranded(0, 1000),
+            0.0,
+            "no GPU demand, no ratio"
         );
     }
 
