@@ -186,6 +186,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         LoadSource::None => None,
     };
     let election = config.leader_election.clone();
+    let runner = pool.clone();
     let driver = Driver {
         scheduler: Scheduler::new(config, pool),
         inputs: inputs_rx,
@@ -199,7 +200,12 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     };
     let thread = std::thread::Builder::new()
         .name("scheduler".to_string())
-        .spawn(move || driver.run())?;
+        // Driven from inside the pool, a cycle hands work to the other threads without
+        // waking itself up through a latch: two context switches fewer per parallel step.
+        .spawn(move || match runner {
+            Some(pool) => pool.install(|| driver.run()),
+            None => driver.run(),
+        })?;
 
     let mut elector = election
         .enabled

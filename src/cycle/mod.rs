@@ -14,8 +14,9 @@ use crate::framework::{
 };
 use crate::model::PodInfo;
 
-/// Below this many nodes, filtering and scoring run on the calling thread.
-const PARALLEL_THRESHOLD: usize = 256;
+/// Below this many nodes to examine in one step, filtering and scoring stay on the scheduling
+/// thread: handing a step to the other threads costs more than it saves for fewer nodes.
+const PARALLEL_THRESHOLD: usize = 1024;
 /// kube-scheduler always looks for at least this many feasible nodes.
 const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// ... and never for fewer than this share of the cluster, with the adaptive default.
@@ -307,11 +308,13 @@ pub fn schedule_one(
     while progress.processed < candidates.len() && progress.feasible.len() < to_find {
         let remaining = candidates.len() - progress.processed;
         let want = to_find - progress.feasible.len();
-        let pool = options.pool.filter(|_| remaining >= PARALLEL_THRESHOLD);
-        // Never examine more nodes than could still be needed, but for a parallel batch,
-        // whose surplus is dropped: kube-scheduler's count of examined nodes is kept.
+        // Never examine more nodes than could still be needed: a parallel batch is as long as
+        // the number of feasible nodes still wanted, a sequential one a block at most.
+        let pool = options
+            .pool
+            .filter(|_| want.min(remaining) >= PARALLEL_THRESHOLD);
         let len = match pool {
-            Some(_) => want.max(PARALLEL_THRESHOLD),
+            Some(_) => want,
             None => want.min(FILTER_BLOCK),
         }
         .min(remaining);

@@ -124,6 +124,7 @@ fn run_one(
     } else {
         None
     };
+    let runner = pool.clone();
     let mut sched = Scheduler::new(config, pool);
     let now = Duration::ZERO;
     for n in nodes {
@@ -132,22 +133,29 @@ fn run_one(
     for p in pods {
         sched.upsert_pod(p.clone(), now)?;
     }
-    let (mut scheduled, mut pending) = (0, 0);
-    let start = Instant::now();
-    let cpu_start = cpu_time::ProcessTime::now();
-    while let Some(attempt) = sched.schedule_next(now) {
-        match attempt {
-            Attempt::Scheduled(task, _) => {
-                sched.binding_succeeded(&task, now)?;
-                scheduled += 1;
+    let mut run = move || -> anyhow::Result<RunResult> {
+        let (mut scheduled, mut pending) = (0, 0);
+        let start = Instant::now();
+        let cpu_start = cpu_time::ProcessTime::now();
+        while let Some(attempt) = sched.schedule_next(now) {
+            match attempt {
+                Attempt::Scheduled(task, _) => {
+                    sched.binding_succeeded(&task, now)?;
+                    scheduled += 1;
+                }
+                Attempt::Unschedulable { .. } | Attempt::Failed { .. } => pending += 1,
             }
-            Attempt::Unschedulable { .. } | Attempt::Failed { .. } => pending += 1,
         }
+        Ok(RunResult {
+            elapsed: start.elapsed(),
+            cpu: cpu_start.elapsed(),
+            scheduled,
+            pending,
+        })
+    };
+    // Driven from inside the pool, as the adapter does (see `adapter::run`).
+    match runner {
+        Some(pool) => pool.install(run),
+        None => run(),
     }
-    Ok(RunResult {
-        elapsed: start.elapsed(),
-        cpu: cpu_start.elapsed(),
-        scheduled,
-        pending,
-    })
 }

@@ -57,7 +57,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .num_threads(config.parallelism)
         .build()
         .context("cannot start the scheduling threads")?;
-    let report = sim::simulate(&input, config, Some(Arc::new(pool)));
+    let pool = Arc::new(pool);
+    // Driven from inside the pool, parallel steps need no cross-thread wake-up of the caller.
+    let report = pool.install(|| sim::simulate(&input, config, Some(pool.clone())));
     match args.output {
         Output::Table => print!("{}", report.to_table()),
         Output::Json => println!("{}", report.to_json()),
