@@ -4,7 +4,7 @@
 #
 #   scripts/bench-cluster.sh [--nodes 5000[,N...]] [--pods 10000]
 #       [--workload plain,constrained] [--schedulers null,gantry,kube-scheduler]
-#       [--null-in-flight 256] [--out DIR] [--perf] [--no-build]
+#       [--null-in-flight 256] [--gantry-config FILE] [--out DIR] [--perf] [--no-build]
 #
 # For every cluster size, workload and scheduler, on a fresh control plane each time:
 #  1. `cluster-bench populate` creates the nodes (32 cpu, 128Gi, 110 pods, Ready, three zones)
@@ -26,8 +26,10 @@
 # All use the admin kubeconfig (system:masters: exempt from API priority and fairness).
 #
 # Results (one JSON per run, logs, report.md) go to DIR, default
-# target/bench-cluster/<date>. --perf records gantry with `perf record -e cpu-clock -g`
-# (DIR/<run>/perf.data). --no-build uses the release binaries as they are.
+# target/bench-cluster/<date>. --gantry-config runs gantry with another configuration (to
+# compare settings; its profile must serve default-scheduler). --perf records gantry with
+# `perf record -e cpu-clock -g` (DIR/<run>/perf.data; $PERF_OPTIONS replaces those
+# options). --no-build uses the release binaries as they are.
 # While /work/notes/quiet exists (the shared machine's convention), every run waits.
 set -euo pipefail
 
@@ -40,8 +42,12 @@ PODS=10000
 WORKLOADS=plain,constrained
 SCHEDULERS=null,gantry,kube-scheduler
 NULL_IN_FLIGHT=256
+GANTRY_CONFIG=
 OUT=
 PERF=
+# `perf record` options for --perf; e.g. PERF_OPTIONS="-e cpu-clock -F 500 --call-graph dwarf"
+# gives call chains through code built without frame pointers.
+PERF_OPTIONS=${PERF_OPTIONS:-"-e cpu-clock -g"}
 BUILD=1
 QUIET_FILE=/work/notes/quiet
 
@@ -57,6 +63,7 @@ while (($#)); do
     --workload | --workloads) WORKLOADS=${2:?}; shift 2 ;;
     --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
     --null-in-flight) NULL_IN_FLIGHT=${2:?}; shift 2 ;;
+    --gantry-config) GANTRY_CONFIG=${2:?}; shift 2 ;;
     --out) OUT=${2:?}; shift 2 ;;
     --perf) PERF=1; shift ;;
     --no-build) BUILD=; shift ;;
@@ -101,7 +108,7 @@ mkdir -p "${OUT}"
 OUT=$(cd "${OUT}" && pwd -P)
 {
   echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT}"
+  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
@@ -143,7 +150,10 @@ for nodes in "${NODE_LIST[@]}"; do
             --scheduler-name default-scheduler --in-flight "${NULL_IN_FLIGHT}")
           ;;
         gantry)
-          cat >"${STATE}/gantry.yaml" <<EOF
+          if [[ -n "${GANTRY_CONFIG}" ]]; then
+            cp "${GANTRY_CONFIG}" "${STATE}/gantry.yaml"
+          else
+            cat >"${STATE}/gantry.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -154,9 +164,10 @@ clientConnection:
 profiles:
 - schedulerName: default-scheduler
 EOF
+          fi
           command=("${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
             --address "127.0.0.1:${port}")
-          [[ -z "${PERF}" ]] || perf=(--perf "${STATE}/perf.data")
+          [[ -z "${PERF}" ]] || perf=(--perf "${STATE}/perf.data" --perf-options "${PERF_OPTIONS}")
           ;;
         kube-scheduler)
           # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are

@@ -8,7 +8,7 @@
 //! startup (connecting, listing nodes and pods) counts, the same way for every scheduler.
 //! Binding times are when the binding is seen on the watch.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,9 +83,12 @@ pub struct Args {
     /// Give up when no pod was bound for this many seconds.
     #[arg(long, default_value_t = 120)]
     stall: u64,
-    /// Record the scheduler with `perf record -e cpu-clock -g` into this file.
+    /// Record the scheduler with `perf record` into this file.
     #[arg(long)]
     perf: Option<PathBuf>,
+    /// The options of `perf record` (besides the pid and the output file).
+    #[arg(long, default_value = "-e cpu-clock -g", allow_hyphen_values = true)]
+    perf_options: String,
     /// The scheduler's command line.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -130,6 +133,9 @@ pub struct RunResult {
     pub seen_p99_s: Option<f64>,
     /// The scheduler's CPU time from its start until the last binding (plus a second).
     pub scheduler_cpu_s: Option<f64>,
+    /// The scheduler's CPU time by thread (name without its number).
+    #[serde(default)]
+    pub scheduler_threads_cpu_s: BTreeMap<String, f64>,
     /// kube-apiserver's CPU time over the same interval.
     pub apiserver_cpu_s: Option<f64>,
     /// etcd's CPU time over the same interval.
@@ -145,6 +151,10 @@ pub struct RunResult {
     pub bindings_created: Option<f64>,
     /// Bindings it refused or failed (any other code).
     pub bindings_rejected: Option<f64>,
+    /// Events the API server created (both event APIs) by the time of the last binding
+    /// (plus a second).
+    #[serde(default)]
+    pub events_created: Option<f64>,
     /// Pods seen bound to one node and later to another (must be 0).
     pub rebound: usize,
     /// Pods deleted during the run (must be 0).
@@ -250,7 +260,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot start {:?}", args.command))?;
     let pid = child.id();
     let mut perf = match &args.perf {
-        Some(out) => Some(start_perf(pid, out)?),
+        Some(out) => Some(start_perf(pid, out, &args.perf_options)?),
         None => None,
     };
 
@@ -315,6 +325,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     result.peak_rss_mib = (hwm_kib > 0).then(|| hwm_kib as f64 / 1024.0);
     result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
+    result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
     let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
     result.apiserver_cpu_s = delta(cpu(args.apiserver_pid), api0);
     result.etcd_cpu_s = delta(cpu(args.etcd_pid), etcd0);
@@ -340,6 +351,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => eprintln!("cluster-bench: cannot read {url}: {e:#}"),
         }
     }
+    let counts = apiserver_counts(&client).await?;
+    result.bindings_created = Some(counts.bindings_created);
+    result.bindings_rejected = Some(counts.bindings_rejected);
+    result.events_created = Some(counts.events_created);
     if let Some(perf) = perf.take() {
         stop(perf, "perf");
     }
@@ -358,9 +373,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         result.seen_p50_s = Some(rank(&times, 0.5));
         result.seen_p99_s = Some(rank(&times, 0.99));
     }
-    let (created, rejected) = apiserver_bindings(&client).await?;
-    result.bindings_created = Some(created);
-    result.bindings_rejected = Some(rejected);
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -506,8 +518,15 @@ async fn watch(client: Client, path: String, mut version: String, tx: mpsc::Unbo
     }
 }
 
-/// Bindings the API server accepted, and those it did not, from its request counters.
-async fn apiserver_bindings(client: &Client) -> anyhow::Result<(f64, f64)> {
+/// What the API server's request counters say.
+struct ApiCounts {
+    bindings_created: f64,
+    bindings_rejected: f64,
+    events_created: f64,
+}
+
+/// Bindings the API server accepted and those it did not, and the events it created.
+async fn apiserver_counts(client: &Client) -> anyhow::Result<ApiCounts> {
     // A GET of /metrics: a "list" without parameters is exactly that.
     let request = Request::new("/metrics").list(&ListParams::default())?;
     let text = client
@@ -515,18 +534,28 @@ async fn apiserver_bindings(client: &Client) -> anyhow::Result<(f64, f64)> {
         .await
         .context("cannot read the API server's metrics")?;
     let samples = prom::parse(&text);
+    let requests = "apiserver_request_total";
     let binding = [
         ("resource", "pods"),
         ("subresource", "binding"),
         ("verb", "POST"),
     ];
-    let all = prom::sum(&samples, "apiserver_request_total", &binding);
+    let all = prom::sum(&samples, requests, &binding);
     let created = prom::sum(
         &samples,
-        "apiserver_request_total",
+        requests,
         &[binding[0], binding[1], binding[2], ("code", "201")],
     );
-    Ok((created, all - created))
+    let events = prom::sum(
+        &samples,
+        requests,
+        &[("resource", "events"), ("verb", "POST"), ("code", "201")],
+    );
+    Ok(ApiCounts {
+        bindings_created: created,
+        bindings_rejected: all - created,
+        events_created: events,
+    })
 }
 
 /// GET over plain HTTP (the schedulers' metrics endpoints).
@@ -557,10 +586,12 @@ async fn http_get(url: &str) -> anyhow::Result<String> {
     .await?
 }
 
-/// Starts `perf record` on `pid`, its output in `out`.
-fn start_perf(pid: u32, out: &std::path::Path) -> anyhow::Result<Child> {
+/// Starts `perf record` with `options` on `pid`, its output in `out`.
+fn start_perf(pid: u32, out: &std::path::Path, options: &str) -> anyhow::Result<Child> {
     Command::new("perf")
-        .args(["record", "-e", "cpu-clock", "-g", "-p"])
+        .arg("record")
+        .args(options.split_whitespace())
+        .arg("-p")
         .arg(pid.to_string())
         .arg("-o")
         .arg(out)

@@ -1,6 +1,7 @@
 //! What /proc says about a process: its memory (resident now, and the high-water mark) and
 //! the CPU time it used, all threads together.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Clock ticks per second of the `utime`/`stime` fields of `/proc/PID/stat` (`USER_HZ`,
@@ -31,6 +32,34 @@ impl Proc {
         let text = std::fs::read_to_string(self.path("stat")).ok()?;
         stat_cpu_seconds(&text)
     }
+}
+
+/// CPU seconds of a process's threads, grouped by thread name with trailing digits and
+/// dashes dropped (`filter-3` counts as `filter`), so that pools add up.
+pub fn thread_cpu_seconds(pid: u32) -> BTreeMap<String, f64> {
+    let mut groups = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return groups;
+    };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(dir.join("comm")),
+            std::fs::read_to_string(dir.join("stat")),
+        ) else {
+            continue;
+        };
+        if let Some(cpu) = stat_cpu_seconds(&stat) {
+            *groups.entry(thread_group(&comm)).or_insert(0.0) += cpu;
+        }
+    }
+    groups
+}
+
+fn thread_group(comm: &str) -> String {
+    comm.trim()
+        .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '_')
+        .to_string()
 }
 
 /// CPU time the whole machine spent busy (every state but idle and iowait), in seconds.
@@ -99,6 +128,15 @@ mod tests {
     fn reads_cpu_time_after_a_command_name_with_spaces() {
         let stat = "1234 (a (b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 77 0 0";
         assert_eq!(stat_cpu_seconds(stat), Some(3.0));
+    }
+
+    #[test]
+    fn threads_are_grouped_by_name_without_their_number() {
+        assert_eq!(thread_group("filter-12\n"), "filter");
+        assert_eq!(thread_group("gantry-io"), "gantry-io");
+        assert_eq!(thread_group("tokio-runtime-w"), "tokio-runtime-w");
+        let mine = thread_cpu_seconds(std::process::id());
+        assert!(!mine.is_empty());
     }
 
     #[test]

@@ -58,7 +58,7 @@ fn verdict(ok: Option<bool>) -> &'static str {
 pub fn render(results: &[RunResult]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | other CPU (s) | load | correct |\n",
+        "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | events by last binding | other CPU (s) | load | correct |\n",
     );
     out.push_str(
         "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
@@ -88,7 +88,7 @@ pub fn render(results: &[RunResult]) -> String {
             )
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.nodes,
             r.pods,
             r.workload,
@@ -102,6 +102,7 @@ pub fn render(results: &[RunResult]) -> String {
             num(r.scheduler_cpu_s, 1),
             num(per_pod, 0),
             num(server, 1),
+            num(r.events_created, 0),
             num(r.other_cpu_s, 1),
             num(r.load_at_start, 1),
             correct,
