@@ -42,11 +42,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(path) => Config::load(path, &registry)?,
         None => Config::default_with(&registry)?,
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(config.parallelism)
-        .thread_name(|i| format!("filter-{i}"))
-        .build()
-        .context("cannot start the scheduling threads")?;
+    // `parallelism` counts kube-scheduler's goroutines, which Go multiplexes onto the cores;
+    // threads beyond the cores would only add switching. One core is left to the I/O
+    // threads and to what shares the machine (a control-plane node's API server and etcd):
+    // on two cores, filtering stays on the scheduling thread, with no pool.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = config.parallelism.min(cores.saturating_sub(1));
+    let pool = if threads > 1 {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("filter-{i}"))
+            .build()
+            .context("cannot start the scheduling threads")?;
+        Some(Arc::new(pool))
+    } else {
+        None
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("gantry-io")
@@ -56,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config,
         kubeconfig: args.kubeconfig,
         address: args.address,
-        pool: Some(Arc::new(pool)),
+        pool,
     };
     runtime.block_on(adapter::run(options))?;
     Ok(())
