@@ -147,12 +147,15 @@ pub struct RunResult {
     pub other_cpu_s: Option<f64>,
     /// The 1-minute load average when the scheduler started.
     pub load_at_start: Option<f64>,
+    /// The machine's cores.
+    #[serde(default)]
+    pub cores: Option<usize>,
     /// Bindings the API server accepted (201), from its own metrics.
     pub bindings_created: Option<f64>,
     /// Bindings it refused or failed (any other code).
     pub bindings_rejected: Option<f64>,
-    /// Events the API server created (both event APIs) by the time of the last binding
-    /// (plus a second).
+    /// Events the API server created (both event APIs) by the time the last binding was
+    /// seen.
     #[serde(default)]
     pub events_created: Option<f64>,
     /// Pods seen bound to one node and later to another (must be 0).
@@ -164,6 +167,21 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// CPU seconds per bound pod of the scheduler, the API server and etcd together.
+    pub fn cpu_per_pod_s(&self) -> Option<f64> {
+        let total = self.scheduler_cpu_s? + self.apiserver_cpu_s? + self.etcd_cpu_s?;
+        (self.bound > 0).then(|| total / self.bound as f64)
+    }
+
+    /// The pods per second the machine's cores would bind if the three used them alone at
+    /// the CPU cost per pod measured: the throughput without the other jobs of a shared
+    /// machine, when CPU is what limits it.
+    pub fn cpu_bound_pods_per_s(&self) -> Option<f64> {
+        let per_pod = self.cpu_per_pod_s()?;
+        let cores = self.cores? as f64;
+        (per_pod > 0.0).then(|| cores / per_pod)
+    }
+
     /// Every pod bound exactly once, none on an over-committed or unknown node.
     pub fn correct(&self) -> bool {
         self.complete
@@ -270,6 +288,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodes: args.nodes,
         pods,
         load_at_start,
+        cores: std::thread::available_parallelism().ok().map(|n| n.get()),
         ..RunResult::default()
     };
     let mut bound: HashMap<String, (String, Duration)> = HashMap::with_capacity(pods);
@@ -318,6 +337,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     result.bound = bound.len();
     result.complete = bound.len() == pods;
+    let counts = apiserver_counts(&client).await?;
+    result.bindings_created = Some(counts.bindings_created);
+    result.bindings_rejected = Some(counts.bindings_rejected);
+    result.events_created = Some(counts.events_created);
     tokio::time::sleep(METRICS_DELAY).await;
 
     if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
@@ -351,10 +374,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => eprintln!("cluster-bench: cannot read {url}: {e:#}"),
         }
     }
-    let counts = apiserver_counts(&client).await?;
-    result.bindings_created = Some(counts.bindings_created);
-    result.bindings_rejected = Some(counts.bindings_rejected);
-    result.events_created = Some(counts.events_created);
     if let Some(perf) = perf.take() {
         stop(perf, "perf");
     }

@@ -58,7 +58,7 @@ fn verdict(ok: Option<bool>) -> &'static str {
 pub fn render(results: &[RunResult]) -> String {
     let mut out = String::new();
     out.push_str(
-        "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | events by last binding | other CPU (s) | load | correct |\n",
+        "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | CPU ms/pod (all three) | CPU-bound pods/s | events by last binding | other CPU (s) | load | correct |\n",
     );
     out.push_str(
         "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
@@ -88,7 +88,7 @@ pub fn render(results: &[RunResult]) -> String {
             )
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.nodes,
             r.pods,
             r.workload,
@@ -102,6 +102,8 @@ pub fn render(results: &[RunResult]) -> String {
             num(r.scheduler_cpu_s, 1),
             num(per_pod, 0),
             num(server, 1),
+            num(r.cpu_per_pod_s().map(|s| s * 1e3), 2),
+            num(r.cpu_bound_pods_per_s(), 0),
             num(r.events_created, 0),
             num(r.other_cpu_s, 1),
             num(r.load_at_start, 1),
@@ -116,8 +118,8 @@ pub fn render(results: &[RunResult]) -> String {
             groups.push(key);
         }
     }
-    out.push_str("\n| nodes | pods | workload | gantry / null binder | gantry / kube-scheduler | gantry RSS / kube-scheduler RSS |\n");
-    out.push_str("|---:|---:|---|---:|---:|---:|\n");
+    out.push_str("\n| nodes | pods | workload | gantry / null binder | gantry / kube-scheduler | gantry RSS / kube-scheduler RSS | CPU-bound: gantry / null binder | CPU-bound: gantry / kube-scheduler |\n");
+    out.push_str("|---:|---:|---|---:|---:|---:|---:|---:|\n");
     let mut targets = String::new();
     for &(nodes, pods, workload) in &groups {
         let last = |scheduler: &str| {
@@ -134,11 +136,14 @@ pub fn render(results: &[RunResult]) -> String {
         let to_null = ratio(rate(gantry), rate(null));
         let to_kube = ratio(rate(gantry), rate(kube));
         let rss_ratio = ratio(rss(gantry), rss(kube));
+        let bound = |r: Option<&RunResult>| r.and_then(RunResult::cpu_bound_pods_per_s);
         out.push_str(&format!(
-            "| {nodes} | {pods} | {workload} | {} | {} | {} |\n",
+            "| {nodes} | {pods} | {workload} | {} | {} | {} | {} | {} |\n",
             num(to_null, 2),
             num(to_kube, 2),
             num(rss_ratio, 2),
+            num(ratio(bound(gantry), bound(null)), 2),
+            num(ratio(bound(gantry), bound(kube)), 2),
         ));
         let line = |what: &str, ok: Option<bool>| {
             format!(
@@ -180,7 +185,17 @@ mod tests {
     use super::*;
 
     fn result(scheduler: &str, pods_per_s: f64, rss: f64) -> RunResult {
+        // CPU per pod: gantry 0.1 s, the null binder 0.2 s, kube-scheduler 0.4 s.
+        let cpu = match scheduler {
+            "gantry" => 0.5,
+            "null" => 1.0,
+            _ => 2.0,
+        };
         RunResult {
+            scheduler_cpu_s: Some(cpu),
+            apiserver_cpu_s: Some(cpu / 2.0),
+            etcd_cpu_s: Some(cpu / 2.0),
+            cores: Some(2),
             scheduler: scheduler.to_string(),
             workload: "plain".to_string(),
             nodes: 5000,
