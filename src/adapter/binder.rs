@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::PostParams;
+use kube::core::Request;
 use tokio::sync::{Semaphore, mpsc};
 
 use super::driver::Input;
@@ -100,18 +101,20 @@ pub fn binding_for(task: &BindTask) -> Binding {
     }
 }
 
+/// Posts the binding. The request is built directly (no `Api` per binding) and the answer,
+/// a `Status`, is not decoded: only whether it is an error matters.
 async fn bind(client: &Client, task: &BindTask) -> BindOutcome {
     let pod = &task.assumed;
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let result = api
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            &pod.name,
-            &PostParams::default(),
-            &binding_for(task),
-        )
-        .await;
-    outcome(result)
+    let body = match serde_json::to_vec(&binding_for(task)) {
+        Ok(body) => body,
+        Err(e) => return BindOutcome::Failed(e.to_string()),
+    };
+    let request = Request::new(format!("/api/v1/namespaces/{}/pods", pod.namespace))
+        .create_subresource("binding", &pod.name, &PostParams::default(), body);
+    match request {
+        Ok(request) => outcome(client.request_text(request).await),
+        Err(e) => BindOutcome::Failed(e.to_string()),
+    }
 }
 
 fn outcome<T>(result: Result<T, kube::Error>) -> BindOutcome {

@@ -206,13 +206,14 @@ impl Driver {
                     name: task.assumed.name.clone(),
                 });
                 run.in_flight += 1;
-                self.metrics.set_bindings_in_flight(run.in_flight);
+                self.set_in_flight(run.in_flight);
                 if let Err(e) = self.binder.send(BindRequest {
                     task,
                     attempt_start,
                 }) {
                     // The binder is gone (shutting down): give the decision back.
                     run.in_flight -= 1;
+                    self.set_in_flight(run.in_flight);
                     self.scheduler
                         .binding_failed(*e.0.task, run.start.elapsed());
                 }
@@ -348,7 +349,7 @@ impl Driver {
             }
             Input::Bound(request, outcome) => {
                 run.in_flight = run.in_flight.saturating_sub(1);
-                self.metrics.set_bindings_in_flight(run.in_flight);
+                self.set_in_flight(run.in_flight);
                 self.bound(*request, outcome, now);
             }
             Input::Lead => run.leading = true,
@@ -420,6 +421,13 @@ impl Driver {
                 });
             }
         }
+    }
+
+    /// Bindings decided and not finished: for the metric, and for the event writer, which
+    /// holds back while there are any.
+    fn set_in_flight(&self, n: usize) {
+        self.metrics.set_bindings_in_flight(n);
+        self.recorder.set_bindings_outstanding(n);
     }
 
     fn refresh_gauges(&mut self, run: &mut Run) {

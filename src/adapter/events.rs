@@ -6,8 +6,15 @@
 //! (events.k8s.io/v1) and sets the pod's `PodScheduled` condition to `False` with the same
 //! message; a binding records a `Scheduled` event. A failure repeated with the same message
 //! is written once a minute at most, and an unchanged condition is not rewritten.
+//!
+//! Bindings come first: on a busy API server an event costs it as much as a binding, so
+//! while bindings are outstanding the writer holds its records back, and writes only those
+//! waiting longer than [`MAX_DEFERRAL`], one at a time. Once no binding is outstanding it
+//! writes everything, [`MAX_CONCURRENT_WRITES`] at a time.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -32,7 +39,14 @@ pub const CONDITION_SCHEDULER_ERROR: &str = "SchedulerError";
 /// Longest event note the API server accepts.
 const MAX_NOTE_BYTES: usize = 1024;
 /// Writes in flight at once.
-const MAX_CONCURRENT_WRITES: usize = 16;
+pub const MAX_CONCURRENT_WRITES: usize = 16;
+/// Writes in flight at once while bindings are outstanding (of records already held back
+/// for [`MAX_DEFERRAL`]).
+const MAX_WRITES_WHILE_BINDING: usize = 1;
+/// Longest a record is held back while bindings are outstanding.
+pub const MAX_DEFERRAL: Duration = Duration::from_secs(30);
+/// How often a writer holding records back checks whether the bindings are done.
+const HOLD_RECHECK: Duration = Duration::from_millis(50);
 /// Events kept per pod while waiting to be written.
 const MAX_PENDING_EVENTS: usize = 4;
 /// An identical failure event is not repeated sooner than this.
@@ -106,10 +120,12 @@ pub enum Record {
     },
 }
 
-/// Where the scheduling thread sends records; sending never blocks.
+/// Where the scheduling thread sends records, and says how many bindings are outstanding;
+/// neither blocks.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     tx: mpsc::UnboundedSender<Record>,
+    bindings: Arc<AtomicUsize>,
 }
 
 impl Recorder {
@@ -117,13 +133,17 @@ impl Recorder {
     pub fn record(&self, record: Record) {
         let _ = self.tx.send(record);
     }
-}
 
-impl Recorder {
+    /// Bindings decided and not yet finished: while there are any, records wait.
+    pub fn set_bindings_outstanding(&self, n: usize) {
+        self.bindings.store(n, Ordering::Relaxed);
+    }
+
     /// A recorder and the receiving end of its records (for a writer, or a test).
     pub fn channel() -> (Recorder, mpsc::UnboundedReceiver<Record>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Recorder { tx }, rx)
+        let bindings = Arc::new(AtomicUsize::new(0));
+        (Recorder { tx, bindings }, rx)
     }
 }
 
@@ -135,6 +155,7 @@ pub fn spawn(client: Client, identity: String) -> (Recorder, tokio::task::JoinHa
         client,
         identity,
         state: State::default(),
+        bindings: recorder.bindings.clone(),
     };
     (recorder, tokio::spawn(writer.run(rx)))
 }
@@ -175,14 +196,15 @@ struct Seen {
 #[derive(Debug, Default)]
 struct State {
     pending: HashMap<(String, String), Pending>,
-    order: VecDeque<(String, String)>,
+    /// The pods with pending writes, oldest first, with when their first write was queued.
+    order: VecDeque<((String, String), Instant)>,
     seen: HashMap<(String, String), Seen>,
 }
 
 impl State {
-    fn pending_for(&mut self, key: (String, String)) -> &mut Pending {
+    fn pending_for(&mut self, key: (String, String), now: Instant) -> &mut Pending {
         if !self.pending.contains_key(&key) {
-            self.order.push_back(key.clone());
+            self.order.push_back((key.clone(), now));
         }
         self.pending.entry(key).or_default()
     }
@@ -227,7 +249,7 @@ impl State {
                 if event.is_none() && condition.is_none() {
                     return;
                 }
-                let pending = self.pending_for(key);
+                let pending = self.pending_for(key, now);
                 if let Some(c) = condition {
                     pending.condition = Some(c);
                 }
@@ -244,7 +266,7 @@ impl State {
                     "Successfully assigned {}/{} to {node}",
                     pod.namespace, pod.name
                 );
-                let pending = self.pending_for(key);
+                let pending = self.pending_for(key, now);
                 pending.condition = None;
                 push_event(
                     pending,
@@ -264,7 +286,7 @@ impl State {
                 reason,
                 note,
             } => {
-                let pending = self.pending_for(pod.key());
+                let pending = self.pending_for(pod.key(), now);
                 push_event(
                     pending,
                     EventSpec {
@@ -297,7 +319,7 @@ impl State {
 
     /// The next pod's pending writes, oldest first.
     fn next(&mut self) -> Option<Pending> {
-        while let Some(key) = self.order.pop_front() {
+        while let Some((key, _)) = self.order.pop_front() {
             if let Some(p) = self.pending.remove(&key)
                 && (p.condition.is_some() || !p.events.is_empty())
             {
@@ -305,6 +327,44 @@ impl State {
             }
         }
         None
+    }
+
+    /// The next pod's pending writes if they have waited [`MAX_DEFERRAL`] at `now`.
+    fn next_overdue(&mut self, now: Instant) -> Option<Pending> {
+        while let Some((key, since)) = self.order.front() {
+            let live = self
+                .pending
+                .get(key)
+                .is_some_and(|p| p.condition.is_some() || !p.events.is_empty());
+            if live && now.saturating_duration_since(*since) < MAX_DEFERRAL {
+                return None;
+            }
+            let (key, _) = self.order.pop_front()?;
+            let pending = self.pending.remove(&key);
+            if live {
+                return pending;
+            }
+        }
+        None
+    }
+
+    /// What to write next: anything when no binding is outstanding (`busy` false), else only
+    /// what waited too long.
+    fn take(&mut self, busy: bool, now: Instant) -> Option<Pending> {
+        if busy {
+            self.next_overdue(now)
+        } else {
+            self.next()
+        }
+    }
+}
+
+/// Writes in flight at once.
+fn write_limit(busy: bool) -> usize {
+    if busy {
+        MAX_WRITES_WHILE_BINDING
+    } else {
+        MAX_CONCURRENT_WRITES
     }
 }
 
@@ -319,6 +379,8 @@ struct Writer {
     client: Client,
     identity: String,
     state: State,
+    /// Bindings outstanding, as the scheduling thread last said.
+    bindings: Arc<AtomicUsize>,
 }
 
 impl Writer {
@@ -326,19 +388,26 @@ impl Writer {
         let mut writes = JoinSet::new();
         let mut open = true;
         loop {
-            while writes.len() < MAX_CONCURRENT_WRITES {
-                let Some(work) = self.state.next() else { break };
+            // Once the scheduling thread is gone, everything left is written at once.
+            let busy = open && self.bindings.load(Ordering::Relaxed) > 0;
+            let now = Instant::now();
+            while writes.len() < write_limit(busy) {
+                let Some(work) = self.state.take(busy, now) else {
+                    break;
+                };
                 writes.spawn(write(self.client.clone(), self.identity.clone(), work));
             }
             if !open && writes.is_empty() && self.state.pending.is_empty() {
                 return;
             }
+            let holding = busy && !self.state.pending.is_empty();
             tokio::select! {
                 record = rx.recv(), if open => match record {
                     Some(r) => self.state.merge(r, Instant::now(), Timestamp::now()),
                     None => open = false,
                 },
                 Some(_) = writes.join_next(), if !writes.is_empty() => {}
+                () = tokio::time::sleep(HOLD_RECHECK), if holding => {}
             }
         }
     }
@@ -591,6 +660,88 @@ mod tests {
         assert_eq!(p.events[0].pod.name, "b");
         assert!(s.next().is_none());
         assert!(!s.seen.contains_key(&("ns".to_string(), "a".to_string())));
+    }
+
+    #[test]
+    fn while_bindings_are_outstanding_only_overdue_records_are_written_one_at_a_time() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("a", "no"), t0, Timestamp::now());
+        s.merge(
+            failed("b", "no"),
+            t0 + Duration::from_secs(1),
+            Timestamp::now(),
+        );
+        assert_eq!(write_limit(true), 1);
+        assert_eq!(write_limit(false), MAX_CONCURRENT_WRITES);
+        assert!(s.take(true, t0).is_none(), "held back while binding");
+        let almost = t0 + MAX_DEFERRAL - Duration::from_millis(1);
+        assert!(s.take(true, almost).is_none());
+        let due = t0 + MAX_DEFERRAL;
+        assert_eq!(s.take(true, due).unwrap().events[0].pod.name, "a");
+        assert!(s.take(true, due).is_none(), "b waits a second longer");
+        // No binding outstanding: b goes at once.
+        assert_eq!(s.take(false, t0).unwrap().events[0].pod.name, "b");
+        assert!(s.take(false, t0).is_none());
+    }
+
+    #[test]
+    fn a_record_emptied_by_its_binding_does_not_block_the_next() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        // A condition alone, dropped when the pod's binding starts: nothing left to write.
+        s.merge(failed("a", "no"), t0, Timestamp::now());
+        s.pending
+            .get_mut(&("ns".to_string(), "a".to_string()))
+            .unwrap()
+            .events
+            .clear();
+        s.merge(
+            Record::Binding {
+                namespace: "ns".to_string(),
+                name: "a".to_string(),
+            },
+            t0,
+            Timestamp::now(),
+        );
+        s.merge(
+            failed("b", "no"),
+            t0 + Duration::from_secs(5),
+            Timestamp::now(),
+        );
+        assert!(
+            s.take(true, t0 + MAX_DEFERRAL).is_none(),
+            "b is not due yet"
+        );
+        let due = t0 + Duration::from_secs(5) + MAX_DEFERRAL;
+        assert_eq!(s.take(true, due).unwrap().events[0].pod.name, "b");
+    }
+
+    #[test]
+    fn a_pod_forgotten_while_held_back_does_not_block_the_next() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("a", "no"), t0, Timestamp::now());
+        s.merge(failed("b", "no"), t0, Timestamp::now());
+        s.merge(
+            Record::Forget {
+                namespace: "ns".to_string(),
+                name: "a".to_string(),
+            },
+            t0,
+            Timestamp::now(),
+        );
+        let p = s.take(true, t0 + MAX_DEFERRAL).unwrap();
+        assert_eq!(p.events[0].pod.name, "b");
+    }
+
+    #[test]
+    fn the_recorder_shares_the_outstanding_bindings_with_the_writer() {
+        let (recorder, _rx) = Recorder::channel();
+        recorder.set_bindings_outstanding(3);
+        assert_eq!(recorder.bindings.load(Ordering::Relaxed), 3);
+        recorder.clone().set_bindings_outstanding(0);
+        assert_eq!(recorder.bindings.load(Ordering::Relaxed), 0);
     }
 
     #[test]

@@ -9,8 +9,10 @@
 //! the plugins themselves).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::histogram::Histogram;
 
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
@@ -36,6 +38,17 @@ enum Point {
 }
 
 impl Point {
+    /// The extension point labels a wrapper at this point times plugin calls under: its
+    /// own, and the one of the second call it times (Score's normalization, Reserve's
+    /// Unreserve), or its own again.
+    fn timed_labels(self) -> [&'static str; 2] {
+        match self {
+            Point::Score => ["Score", "ScoreExtensionNormalize"],
+            Point::Reserve => ["Reserve", "Unreserve"],
+            p => [p.label(), p.label()],
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Point::PreFilter => "PreFilter",
@@ -109,6 +122,7 @@ impl Instrumentation {
                         last: positions.last() == Some(&i),
                         sequence: sequence.clone(),
                         later_scores: Vec::new(),
+                        successes: point.timed_labels().map(|l| (l, OnceLock::new())),
                     })
                 })
                 .collect::<Vec<_>>()
@@ -139,6 +153,7 @@ impl Instrumentation {
                     last: false,
                     sequence: sequence.clone(),
                     later_scores: later,
+                    successes: Point::Score.timed_labels().map(|l| (l, OnceLock::new())),
                 };
                 (Arc::new(timed), *w)
             })
@@ -187,9 +202,33 @@ struct Timed {
     sequence: Arc<Sequence>,
     /// For Score: the score plugins after this one.
     later_scores: Vec<&'static str>,
+    /// The series of successful calls, by extension point label, looked up at the first
+    /// call: Filter and Score are timed for every node of a sampled cycle, and most calls
+    /// succeed.
+    successes: [(&'static str, OnceLock<Histogram>); 2],
 }
 
 impl Timed {
+    /// Records one timed call of the plugin at `point`.
+    fn observe(&self, point: &'static str, code: Code, elapsed: Duration) {
+        let success = (code == Code::Success)
+            .then(|| self.successes.iter().find(|(l, _)| *l == point))
+            .flatten();
+        match success {
+            Some((_, series)) => series
+                .get_or_init(|| {
+                    self.instr
+                        .metrics
+                        .plugin_series(self.inner.name(), point, Code::Success)
+                })
+                .observe(elapsed.as_secs_f64()),
+            None => self
+                .instr
+                .metrics
+                .plugin(self.inner.name(), point, code, elapsed),
+        }
+    }
+
     /// Runs one call of a plugin at a sequential extension point (all but Filter and Score),
     /// which ends the point when `ends` says so or when this is its last plugin.
     fn sequential<T>(
@@ -206,9 +245,7 @@ impl Timed {
         let end = Instant::now();
         let c = code(&out);
         if self.instr.sampled() {
-            self.instr
-                .metrics
-                .plugin(self.inner.name(), self.point.label(), c, end - start);
+            self.observe(self.point.label(), c, end - start);
         }
         if (ends(c) || self.last)
             && let Some(began) = lock(&self.sequence.start).take()
@@ -236,9 +273,7 @@ impl Timed {
         let start = Instant::now();
         let out = call();
         let elapsed = start.elapsed();
-        self.instr
-            .metrics
-            .plugin(self.inner.name(), point, code(&out), elapsed);
+        self.observe(point, code(&out), elapsed);
         out
     }
 }

@@ -288,6 +288,23 @@ impl Metrics {
             .observe(d.as_secs_f64());
     }
 
+    /// The series of one plugin at `point` returning `code`, to observe into directly: for
+    /// calls timed by the thousand, a lookup saved each.
+    pub fn plugin_series(
+        &self,
+        plugin: &'static str,
+        point: &'static str,
+        code: Code,
+    ) -> Histogram {
+        self.plugin_duration
+            .get_or_create(&PluginLabels {
+                plugin,
+                extension_point: point,
+                status: code_label(code),
+            })
+            .clone()
+    }
+
     /// Bindings currently in flight (kube-scheduler's binding goroutines).
     pub fn set_bindings_in_flight(&self, n: usize) {
         self.goroutines
@@ -334,6 +351,8 @@ mod tests {
             Duration::from_micros(2),
         );
         m.set_pending(1, 2, 3, 4);
+        m.plugin_series("NodeResourcesFit", "Filter", Code::Unschedulable)
+            .observe(0.001);
         let text = m.render();
         for line in [
             "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"gantry\"} 1",
@@ -343,7 +362,7 @@ mod tests {
             "scheduler_pending_pods{queue=\"gated\"} 4",
             "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"PodAdd\"} 3",
             "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
-            "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 1",
+            "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

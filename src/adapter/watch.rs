@@ -4,7 +4,8 @@
 //! after a relist (a watch error, an expired resource version, an API server restart) it can
 //! report the objects that vanished meanwhile as deleted.
 
-use std::collections::{BTreeSet, HashSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
@@ -13,15 +14,123 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, Deserializer};
 
 use super::driver::Input;
 use super::events::PodRef;
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
+
+/// A pod decoded without its `metadata.managedFields`: the server-side apply bookkeeping is
+/// the largest part of a pod's JSON, decoding it costs more than the rest of the pod, and the
+/// scheduler never reads it. The pod watch (one event per binding) uses this type.
+#[derive(Debug, Clone)]
+pub struct LeanPod(pub Pod);
+
+/// `ObjectMeta` without `managedFields` (unknown fields, which that one now is, are skipped
+/// without being decoded).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMeta {
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    creation_timestamp: Option<Time>,
+    #[serde(default)]
+    deletion_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    deletion_timestamp: Option<Time>,
+    #[serde(default)]
+    finalizers: Option<Vec<String>>,
+    #[serde(default)]
+    generate_name: Option<String>,
+    #[serde(default)]
+    generation: Option<i64>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    self_link: Option<String>,
+    #[serde(default)]
+    uid: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawLeanPod {
+    metadata: LeanMeta,
+    #[serde(default)]
+    spec: Option<PodSpec>,
+    #[serde(default)]
+    status: Option<PodStatus>,
+}
+
+impl<'de> Deserialize<'de> for LeanPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let RawLeanPod {
+            metadata: m,
+            spec,
+            status,
+        } = RawLeanPod::deserialize(deserializer)?;
+        Ok(LeanPod(Pod {
+            metadata: ObjectMeta {
+                annotations: m.annotations,
+                creation_timestamp: m.creation_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                deletion_timestamp: m.deletion_timestamp,
+                finalizers: m.finalizers,
+                generate_name: m.generate_name,
+                generation: m.generation,
+                labels: m.labels,
+                managed_fields: None,
+                name: m.name,
+                namespace: m.namespace,
+                owner_references: m.owner_references,
+                resource_version: m.resource_version,
+                self_link: m.self_link,
+                uid: m.uid,
+            },
+            spec,
+            status,
+        }))
+    }
+}
+
+impl Resource for LeanPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Pod::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Pod::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Pod::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Pod::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
 
 /// Pods that finished hold no resources: the pod watcher leaves them out.
 pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -84,7 +193,7 @@ pub fn spawn_all(
             inputs,
         ),
         spawn(
-            Api::<Pod>::all(client.clone()),
+            Api::<LeanPod>::all(client.clone()),
             watcher::Config::default().fields(POD_FIELD_SELECTOR),
             "pods",
             Pods { profiles },
@@ -244,8 +353,9 @@ struct Pods {
     profiles: BTreeSet<String>,
 }
 
-impl Convert<Pod> for Pods {
-    fn applied(&self, pod: &Pod) -> Option<Input> {
+impl Convert<LeanPod> for Pods {
+    fn applied(&self, pod: &LeanPod) -> Option<Input> {
+        let pod = &pod.0;
         let bound = pod
             .spec
             .as_ref()
@@ -453,11 +563,46 @@ mod tests {
         assert!(matches!(input, Some(Input::NodeDeleted(n)) if n == "bad"));
     }
 
-    fn pod_api(name: &str, scheduler: &str) -> Pod {
+    fn pod_api(name: &str, scheduler: &str) -> LeanPod {
         let mut p = testing::pod(name).req("cpu", "100m").api();
         p.metadata.uid = Some(format!("uid-{name}"));
         p.spec.as_mut().unwrap().scheduler_name = Some(scheduler.to_string());
-        p
+        LeanPod(p)
+    }
+
+    #[test]
+    fn a_lean_pod_is_the_pod_without_its_managed_fields() {
+        let json = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web", "namespace": "shop", "uid": "u1", "resourceVersion": "42",
+                "generateName": "web-", "generation": 3, "selfLink": "/x",
+                "creationTimestamp": "2024-01-02T03:04:05Z",
+                "deletionTimestamp": "2024-01-02T03:05:05Z", "deletionGracePeriodSeconds": 30,
+                "labels": {"app": "web"}, "annotations": {"a": "b"}, "finalizers": ["f"],
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-1", "uid": "u0", "controller": true}],
+                "managedFields": [{"manager": "kubectl", "operation": "Update",
+                    "apiVersion": "v1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:containers": {}}}}]
+            },
+            "spec": {"nodeName": "n1", "schedulerName": "gantry",
+                "containers": [{"name": "app", "image": "app:1",
+                    "resources": {"requests": {"cpu": "1"}}}]},
+            "status": {"phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]}
+        });
+        let lean: LeanPod = serde_json::from_value(json.clone()).unwrap();
+        let mut full: Pod = serde_json::from_value(json).unwrap();
+        assert!(full.metadata.managed_fields.is_some());
+        full.metadata.managed_fields = None;
+        assert_eq!(lean.0, full);
+        assert_eq!(LeanPod::plural(&()), "pods");
+        assert_eq!(
+            LeanPod::url_path(&(), Some("shop")),
+            "/api/v1/namespaces/shop/pods"
+        );
     }
 
     #[test]
@@ -471,7 +616,7 @@ mod tests {
         ));
         assert!(pods.applied(&pod_api("b", "default-scheduler")).is_none());
         let mut bound = pod_api("c", "default-scheduler");
-        bound.spec.as_mut().unwrap().node_name = Some("n1".to_string());
+        bound.0.spec.as_mut().unwrap().node_name = Some("n1".to_string());
         assert!(
             matches!(pods.applied(&bound), Some(Input::PodApplied(p)) if p.node_name.as_deref() == Some("n1"))
         );
@@ -483,7 +628,7 @@ mod tests {
             profiles: ["gantry".to_string()].into_iter().collect(),
         };
         let mut bad = pod_api("bad", "gantry");
-        bad.spec.as_mut().unwrap().containers[0]
+        bad.0.spec.as_mut().unwrap().containers[0]
             .resources
             .as_mut()
             .unwrap()

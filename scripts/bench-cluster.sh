@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Issue 4's end-to-end benchmark: throughput, latency and memory of three schedulers against a
+# real (local) kube-apiserver and etcd, on the same synthetic cluster.
+#
+#   scripts/bench-cluster.sh [--nodes 5000[,N...]] [--pods 10000]
+#       [--workload plain,constrained] [--schedulers null,gantry,kube-scheduler]
+#       [--null-in-flight 256] [--gantry-config FILE] [--out DIR] [--perf] [--no-build]
+#
+# For every cluster size, workload and scheduler, on a fresh control plane each time:
+#  1. `cluster-bench populate` creates the nodes (32 cpu, 128Gi, 110 pods, Ready, three zones)
+#     and the pending pods (100m..2 cpu, 128Mi..2Gi; "constrained": pods of 100 deployments
+#     with preferred pod anti-affinity on the hostname and a zone topology spread
+#     constraint), all with schedulerName default-scheduler, before any scheduler runs;
+#  2. `cluster-bench run` waits until the API server and etcd are idle, starts the scheduler,
+#     watches the bindings until every pod is bound, reads the scheduler's /metrics, peak RSS
+#     (VmHWM) and CPU time, stops it, and checks that every pod is bound once and no node holds
+#     more than its allocatable cpu, memory or pods;
+#  3. `cluster-bench report` prints the table, gantry's ratios and issue 4's targets.
+# The schedulers:
+#  null            `cluster-bench null-binder`: binds round-robin, no decision, --null-in-flight
+#                  bindings in flight (what the API server can bind: the ceiling);
+#  gantry          `gantry run`, default profile, leader election off, clientConnection
+#                  qps/burst 5000;
+#  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
+#                  election off, clientConnection qps/burst 5000.
+# All use the admin kubeconfig (system:masters: exempt from API priority and fairness).
+#
+# Results (one JSON per run, logs, report.md) go to DIR, default
+# target/bench-cluster/<date>. --gantry-config runs gantry with another configuration (to
+# compare settings; its profile must serve default-scheduler). --perf records gantry with
+# `perf record -e cpu-clock -g` (DIR/<run>/perf.data; $PERF_OPTIONS replaces those
+# options). --no-build uses the release binaries as they are.
+# On a shared machine, set BENCH_HOLD_FILE to a path: while that file exists, every run waits
+# (others can hold the benchmark off while they measure something else).
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${GANTRY_ROOT}"
+
+NODES=5000
+PODS=10000
+WORKLOADS=plain,constrained
+SCHEDULERS=null,gantry,kube-scheduler
+NULL_IN_FLIGHT=256
+GANTRY_CONFIG=
+OUT=
+PERF=
+# `perf record` options for --perf; e.g. PERF_OPTIONS="-e cpu-clock -F 500 --call-graph dwarf"
+# gives call chains through code built without frame pointers.
+PERF_OPTIONS=${PERF_OPTIONS:-"-e cpu-clock -g"}
+BUILD=1
+QUIET_FILE=${BENCH_HOLD_FILE:-}
+
+usage() {
+  sed -n '4,6p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+while (($#)); do
+  case "$1" in
+    --nodes) NODES=${2:?}; shift 2 ;;
+    --pods) PODS=${2:?}; shift 2 ;;
+    --workload | --workloads) WORKLOADS=${2:?}; shift 2 ;;
+    --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
+    --null-in-flight) NULL_IN_FLIGHT=${2:?}; shift 2 ;;
+    --gantry-config) GANTRY_CONFIG=${2:?}; shift 2 ;;
+    --out) OUT=${2:?}; shift 2 ;;
+    --perf) PERF=1; shift ;;
+    --no-build) BUILD=; shift ;;
+    -h | --help) usage ;;
+    *) log "unknown argument: $1"; usage ;;
+  esac
+done
+IFS=, read -r -a NODE_LIST <<<"${NODES}"
+IFS=, read -r -a WORKLOAD_LIST <<<"${WORKLOADS}"
+IFS=, read -r -a SCHEDULER_LIST <<<"${SCHEDULERS}"
+for w in "${WORKLOAD_LIST[@]}"; do
+  [[ "${w}" == plain || "${w}" == constrained ]] || die "unknown workload ${w}"
+done
+for s in "${SCHEDULER_LIST[@]}"; do
+  [[ "${s}" == null || "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
+done
+[[ -z "${PERF}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
+
+wait_quiet() {
+  while [[ -e "${QUIET_FILE}" ]]; do
+    log "waiting: ${QUIET_FILE} exists"
+    sleep 15
+  done
+}
+
+# install-kube.sh prints the folder it fills (and is quiet once everything is in place);
+# binaries already in KUBEBUILDER_ASSETS win.
+kube_bin_dir=$(scripts/install-kube.sh)
+export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
+KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
+if [[ -n "${BUILD}" ]]; then
+  wait_quiet
+  log "building gantry and cluster-bench (release)"
+  cargo build --release --locked --quiet --bin gantry --bin cluster-bench
+fi
+GANTRY="${GANTRY_ROOT}/target/release/gantry"
+BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
+[[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
+
+OUT=${OUT:-${GANTRY_ROOT}/target/bench-cluster/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "${OUT}"
+OUT=$(cd "${OUT}" && pwd -P)
+{
+  echo "date: $(date -Iseconds)"
+  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel: $(uname -sr)"
+  # shellcheck source=/dev/null
+  echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
+  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"${OUT}/machine.txt"
+
+STATE=
+cleanup() {
+  if [[ -n "${STATE}" ]]; then
+    scripts/control-plane.sh stop "${STATE}" >/dev/null 2>&1 || true
+  fi
+}
+trap cleanup EXIT
+
+RESULTS=()
+for nodes in "${NODE_LIST[@]}"; do
+  for workload in "${WORKLOAD_LIST[@]}"; do
+    for scheduler in "${SCHEDULER_LIST[@]}"; do
+      wait_quiet
+      name="${nodes}n-${PODS}p-${workload}-${scheduler}"
+      STATE="${OUT}/${name}"
+      mkdir -p "${STATE}"
+      log "${name}: starting a fresh control plane"
+      scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
+      # shellcheck source=/dev/null
+      . "${STATE}/env"
+      "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}" --pods "${PODS}" \
+        --workload "${workload}" --scheduler-name default-scheduler
+      port=$("${BENCH}" free-port)
+      metrics=(--metrics "http://127.0.0.1:${port}/metrics")
+      perf=()
+      case "${scheduler}" in
+        null)
+          metrics=()
+          command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}"
+            --scheduler-name default-scheduler --in-flight "${NULL_IN_FLIGHT}")
+          ;;
+        gantry)
+          if [[ -n "${GANTRY_CONFIG}" ]]; then
+            cp "${GANTRY_CONFIG}" "${STATE}/gantry.yaml"
+          else
+            cat >"${STATE}/gantry.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  qps: 5000
+  burst: 5000
+profiles:
+- schedulerName: default-scheduler
+EOF
+          fi
+          command=("${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
+            --address "127.0.0.1:${port}")
+          [[ -z "${PERF}" ]] || perf=(--perf "${STATE}/perf.data" --perf-options "${PERF_OPTIONS}")
+          ;;
+        kube-scheduler)
+          # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are
+          # served over plain HTTP on the given port; --secure-port=0 turns the HTTPS port
+          # (and its delegated authentication) off.
+          cat >"${STATE}/kube-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: ${KUBECONFIG}
+  qps: 5000
+  burst: 5000
+healthzBindAddress: 127.0.0.1:${port}
+metricsBindAddress: 127.0.0.1:${port}
+profiles:
+- schedulerName: default-scheduler
+EOF
+          command=("${KUBE_SCHEDULER}" --config "${STATE}/kube-scheduler.yaml" --secure-port=0)
+          ;;
+      esac
+      log "${name}: measuring"
+      "${BENCH}" run --kubeconfig "${KUBECONFIG}" --scheduler "${scheduler}" \
+        --workload "${workload}" --nodes "${nodes}" "${metrics[@]}" "${perf[@]}" \
+        --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
+        --out "${OUT}/${name}.json" --log "${STATE}/scheduler.log" -- "${command[@]}"
+      RESULTS+=("${OUT}/${name}.json")
+      scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
+      rm -rf "${STATE}/etcd"
+      STATE=
+    done
+  done
+done
+
+"${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
+echo
+cat "${OUT}/machine.txt"
+log "results in ${OUT}"

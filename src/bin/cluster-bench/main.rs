@@ -1,0 +1,109 @@
+//! `cluster-bench`: the parts of the end-to-end benchmark (`scripts/bench-cluster.sh`) that
+//! must be fast and exact: creating thousands of nodes and pods, a null binder, the measured
+//! run (watching bindings, sampling the scheduler's memory and CPU, checking placements) and
+//! the report. A separate binary, so that none of it is in `gantry`.
+
+mod check;
+mod measure;
+mod null_binder;
+mod populate;
+mod procfs;
+mod prom;
+mod report;
+
+use std::path::Path;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// Tools of the end-to-end benchmark against a real API server.
+#[derive(Debug, Parser)]
+#[command(name = "cluster-bench", about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create the synthetic nodes and pending pods.
+    Populate(populate::Args),
+    /// Start a scheduler and measure it until every pod is bound.
+    Run(measure::Args),
+    /// Bind every pending pod round-robin, deciding nothing (the API server's ceiling).
+    NullBinder(null_binder::Args),
+    /// Print the table of a set of runs, the ratios and the targets.
+    Report(report::Args),
+    /// Print a free loopback TCP port.
+    FreePort,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Report(args) => report::run(args),
+        Command::FreePort => free_port(),
+        command => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")
+            .and_then(|rt| {
+                rt.block_on(async move {
+                    match command {
+                        Command::Populate(args) => populate::run(args).await,
+                        Command::Run(args) => measure::run(args).await,
+                        Command::NullBinder(args) => null_binder::run(args).await,
+                        Command::Report(_) | Command::FreePort => Ok(()),
+                    }
+                })
+            }),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cluster-bench: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A client from a kubeconfig file; no client-side throttling.
+async fn client(kubeconfig: &Path) -> anyhow::Result<Client> {
+    let file = Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("cannot use {}", kubeconfig.display()))?;
+    Client::try_from(config).context("cannot build the API client")
+}
+
+/// Returns at SIGTERM or SIGINT.
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+/// A loopback port that is free now (the caller binds it right after).
+fn free_port() -> anyhow::Result<()> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    println!("{}", listener.local_addr()?.port());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

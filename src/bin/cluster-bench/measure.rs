@@ -1,0 +1,641 @@
+//! `cluster-bench run`: one measured run. With the pods already created and pending, it
+//! starts watching them, waits until the API server and etcd are idle, starts the scheduler
+//! under test (the command after `--`), and records when each pod is seen bound. Once every
+//! pod is bound (or the run times out or stalls) it reads the scheduler's metrics, memory and
+//! CPU time, stops it, checks the placements and writes one JSON result.
+//!
+//! "Start" is the moment the scheduler's process is started (just before `exec`): its own
+//! startup (connecting, listing nodes and pods) counts, the same way for every scheduler.
+//! Binding times are when the binding is seen on the watch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, WatchParams};
+use kube::core::{Request, WatchEvent};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::check::{self, Findings};
+use crate::procfs::{self, Proc};
+use crate::prom;
+
+/// How often the scheduler's memory is sampled and the run's end conditions are checked.
+const TICK: Duration = Duration::from_millis(100);
+/// Longest wait for the API server and etcd to become idle before a run.
+const SETTLE_MAX: Duration = Duration::from_secs(90);
+/// CPU seconds per second (API server and etcd together) below which they count as idle.
+const IDLE_CPU: f64 = 0.15;
+/// Pause after the last binding before the metrics are read, so that the scheduler has
+/// recorded its last bindings.
+const METRICS_DELAY: Duration = Duration::from_secs(1);
+/// How long a stopped scheduler may take to exit before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+/// The pod scheduling SLI histograms: gantry's (today's kube-scheduler name), then
+/// kube-scheduler 1.20's.
+const SLI_METRICS: [&str; 2] = [
+    "scheduler_pod_scheduling_sli_duration_seconds",
+    "scheduler_pod_scheduling_duration_seconds",
+];
+
+/// Arguments of `cluster-bench run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Admin kubeconfig of the API server.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The namespace of the pods.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// The scheduler's name in the result (null, gantry, kube-scheduler).
+    #[arg(long)]
+    scheduler: String,
+    /// The workload's name in the result.
+    #[arg(long)]
+    workload: String,
+    /// The number of nodes, for the result.
+    #[arg(long)]
+    nodes: usize,
+    /// The scheduler's metrics URL (`http://127.0.0.1:PORT/metrics`), for the SLI histogram.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// kube-apiserver's pid: its CPU time, and the run waits until it is idle.
+    #[arg(long)]
+    apiserver_pid: Option<u32>,
+    /// etcd's pid: likewise.
+    #[arg(long)]
+    etcd_pid: Option<u32>,
+    /// Where to write the result (JSON).
+    #[arg(long)]
+    out: PathBuf,
+    /// Where the scheduler's output goes.
+    #[arg(long)]
+    log: PathBuf,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 1800)]
+    timeout: u64,
+    /// Give up when no pod was bound for this many seconds.
+    #[arg(long, default_value_t = 120)]
+    stall: u64,
+    /// Record the scheduler with `perf record` into this file.
+    #[arg(long)]
+    perf: Option<PathBuf>,
+    /// The options of `perf record` (besides the pid and the output file).
+    #[arg(long, default_value = "-e cpu-clock -g", allow_hyphen_values = true)]
+    perf_options: String,
+    /// The scheduler's command line.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// The result of one run; every duration is in seconds from the scheduler's start.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunResult {
+    /// null, gantry or kube-scheduler.
+    pub scheduler: String,
+    /// plain or constrained.
+    pub workload: String,
+    /// Nodes in the cluster.
+    pub nodes: usize,
+    /// Pending pods at the start.
+    pub pods: usize,
+    /// Pods seen bound.
+    pub bound: usize,
+    /// Every pod was bound.
+    pub complete: bool,
+    /// Why the run ended before every pod was bound.
+    pub incomplete_reason: Option<String>,
+    /// First binding seen.
+    pub first_binding_s: Option<f64>,
+    /// Last binding seen.
+    pub last_binding_s: Option<f64>,
+    /// Pods bound per second, from the start to the last binding.
+    pub pods_per_s: Option<f64>,
+    /// Pods bound per second, from the first binding to the last.
+    pub pods_per_s_after_first: Option<f64>,
+    /// The scheduler's peak resident memory (`VmHWM`), MiB.
+    pub peak_rss_mib: Option<f64>,
+    /// The histogram the SLI quantiles come from.
+    pub sli_metric: Option<String>,
+    /// Median of the pod scheduling SLI (from the scheduler's histogram).
+    pub sli_p50_s: Option<f64>,
+    /// 99th percentile of the pod scheduling SLI (from the scheduler's histogram).
+    pub sli_p99_s: Option<f64>,
+    /// Median time from the start to a pod's binding, as seen on the watch.
+    pub seen_p50_s: Option<f64>,
+    /// 99th percentile of the same.
+    pub seen_p99_s: Option<f64>,
+    /// The scheduler's CPU time from its start until the last binding (plus a second).
+    pub scheduler_cpu_s: Option<f64>,
+    /// The scheduler's CPU time by thread (name without its number).
+    #[serde(default)]
+    pub scheduler_threads_cpu_s: BTreeMap<String, f64>,
+    /// kube-apiserver's CPU time over the same interval.
+    pub apiserver_cpu_s: Option<f64>,
+    /// etcd's CPU time over the same interval.
+    pub etcd_cpu_s: Option<f64>,
+    /// This tool's CPU time over the same interval (its watch).
+    pub bench_cpu_s: Option<f64>,
+    /// CPU time of everything else on the machine over the same interval: other jobs
+    /// sharing the cores.
+    pub other_cpu_s: Option<f64>,
+    /// The 1-minute load average when the scheduler started.
+    pub load_at_start: Option<f64>,
+    /// The machine's cores.
+    #[serde(default)]
+    pub cores: Option<usize>,
+    /// Bindings the API server accepted (201), from its own metrics.
+    pub bindings_created: Option<f64>,
+    /// Bindings it refused or failed (any other code).
+    pub bindings_rejected: Option<f64>,
+    /// Events the API server created (both event APIs) by the time the last binding was
+    /// seen.
+    #[serde(default)]
+    pub events_created: Option<f64>,
+    /// Pods seen bound to one node and later to another (must be 0).
+    pub rebound: usize,
+    /// Pods deleted during the run (must be 0).
+    pub deleted: usize,
+    /// The placement check.
+    pub check: Findings,
+}
+
+impl RunResult {
+    /// CPU seconds per bound pod of the scheduler, the API server and etcd together.
+    pub fn cpu_per_pod_s(&self) -> Option<f64> {
+        let total = self.scheduler_cpu_s? + self.apiserver_cpu_s? + self.etcd_cpu_s?;
+        (self.bound > 0).then(|| total / self.bound as f64)
+    }
+
+    /// The pods per second the machine's cores would bind if the three used them alone at
+    /// the CPU cost per pod measured: the throughput without the other jobs of a shared
+    /// machine, when CPU is what limits it.
+    pub fn cpu_bound_pods_per_s(&self) -> Option<f64> {
+        let per_pod = self.cpu_per_pod_s()?;
+        let cores = self.cores? as f64;
+        (per_pod > 0.0).then(|| cores / per_pod)
+    }
+
+    /// Every pod bound exactly once, none on an over-committed or unknown node.
+    pub fn correct(&self) -> bool {
+        self.complete
+            && self.rebound == 0
+            && self.deleted == 0
+            && self.check.overcommitted.is_empty()
+            && self.check.on_unknown_nodes == 0
+            && self.check.bound == self.pods
+            && self.bindings_created.is_none_or(|n| n == self.pods as f64)
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct MiniMeta {
+    #[serde(default)]
+    name: String,
+    #[serde(default, rename = "resourceVersion")]
+    resource_version: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct MiniSpec {
+    #[serde(default, rename = "nodeName")]
+    node_name: Option<String>,
+}
+
+/// The part of a pod the watch needs; decoding only this keeps the tool's CPU use low.
+#[derive(Debug, Clone, Deserialize)]
+struct MiniPod {
+    #[serde(default)]
+    metadata: MiniMeta,
+    #[serde(default)]
+    spec: MiniSpec,
+}
+
+#[derive(Debug, Deserialize)]
+struct MiniPodList {
+    metadata: MiniMeta,
+    items: Vec<MiniPod>,
+}
+
+/// What the watch reports.
+enum Seen {
+    Bound(String, String, Instant),
+    Deleted,
+}
+
+/// One measured run.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = crate::client(&args.kubeconfig).await?;
+    let path = format!("/api/v1/namespaces/{}/pods", args.namespace);
+    let list: MiniPodList = client
+        .request(Request::new(&path).list(&ListParams::default())?)
+        .await
+        .context("cannot list pods")?;
+    let pods = list.items.len();
+    let pending = list
+        .items
+        .iter()
+        .filter(|p| p.spec.node_name.is_none())
+        .count();
+    anyhow::ensure!(pods > 0, "no pods in namespace {}", args.namespace);
+    anyhow::ensure!(
+        pending == pods,
+        "{} of {pods} pods are bound already",
+        pods - pending
+    );
+    let (seen_tx, mut seen) = mpsc::unbounded_channel();
+    let watcher = tokio::spawn(watch(
+        client.clone(),
+        path,
+        list.metadata.resource_version,
+        seen_tx,
+    ));
+    settle(args.apiserver_pid, args.etcd_pid).await;
+
+    let cpu = |pid: Option<u32>| pid.and_then(|p| Proc(Some(p)).cpu_seconds());
+    let (api0, etcd0, me0, busy0) = (
+        cpu(args.apiserver_pid),
+        cpu(args.etcd_pid),
+        Proc(None).cpu_seconds(),
+        procfs::machine_busy_seconds(),
+    );
+    let load_at_start = procfs::load_average();
+    let log = std::fs::File::create(&args.log)
+        .with_context(|| format!("cannot create {}", args.log.display()))?;
+    let t0 = Instant::now();
+    let mut child = Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("cannot start {:?}", args.command))?;
+    let pid = child.id();
+    let mut perf = match &args.perf {
+        Some(out) => Some(start_perf(pid, out, &args.perf_options)?),
+        None => None,
+    };
+
+    let mut result = RunResult {
+        scheduler: args.scheduler.clone(),
+        workload: args.workload.clone(),
+        nodes: args.nodes,
+        pods,
+        load_at_start,
+        cores: std::thread::available_parallelism().ok().map(|n| n.get()),
+        ..RunResult::default()
+    };
+    let mut bound: HashMap<String, (String, Duration)> = HashMap::with_capacity(pods);
+    let mut last_progress = t0;
+    let mut hwm_kib = 0;
+    let mut tick = tokio::time::interval(TICK);
+    while bound.len() < pods {
+        tokio::select! {
+            event = seen.recv() => match event {
+                Some(Seen::Bound(name, node, at)) => {
+                    let at = at.saturating_duration_since(t0);
+                    match bound.get(&name) {
+                        Some((n, _)) if *n != node => result.rebound += 1,
+                        Some(_) => {}
+                        None => {
+                            bound.insert(name, (node, at));
+                            last_progress = Instant::now();
+                        }
+                    }
+                }
+                Some(Seen::Deleted) => result.deleted += 1,
+                None => {
+                    result.incomplete_reason = Some("the watch stopped".to_string());
+                    break;
+                }
+            },
+            _ = tick.tick() => {
+                if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
+                    hwm_kib = hwm_kib.max(kib);
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    result.incomplete_reason = Some(format!("the scheduler exited: {status}"));
+                    break;
+                }
+                if t0.elapsed() > Duration::from_secs(args.timeout) {
+                    result.incomplete_reason = Some(format!("timed out after {} s", args.timeout));
+                    break;
+                }
+                if last_progress.elapsed() > Duration::from_secs(args.stall) {
+                    result.incomplete_reason =
+                        Some(format!("no binding for {} s", args.stall));
+                    break;
+                }
+            }
+        }
+    }
+    result.bound = bound.len();
+    result.complete = bound.len() == pods;
+    let counts = apiserver_counts(&client).await?;
+    result.bindings_created = Some(counts.bindings_created);
+    result.bindings_rejected = Some(counts.bindings_rejected);
+    result.events_created = Some(counts.events_created);
+    tokio::time::sleep(METRICS_DELAY).await;
+
+    if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
+        hwm_kib = hwm_kib.max(kib);
+    }
+    result.peak_rss_mib = (hwm_kib > 0).then(|| hwm_kib as f64 / 1024.0);
+    result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
+    result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
+    let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
+    result.apiserver_cpu_s = delta(cpu(args.apiserver_pid), api0);
+    result.etcd_cpu_s = delta(cpu(args.etcd_pid), etcd0);
+    result.bench_cpu_s = delta(Proc(None).cpu_seconds(), me0);
+    result.other_cpu_s = (|| {
+        let busy = delta(procfs::machine_busy_seconds(), busy0)?;
+        let ours = result.scheduler_cpu_s? + result.apiserver_cpu_s? + result.etcd_cpu_s?;
+        Some((busy - ours - result.bench_cpu_s?).max(0.0))
+    })();
+    if let Some(url) = &args.metrics {
+        match http_get(url).await {
+            Ok(text) => {
+                let samples = prom::parse(&text);
+                for name in SLI_METRICS {
+                    if let Some(h) = prom::histogram(&samples, name) {
+                        result.sli_metric = Some(name.to_string());
+                        result.sli_p50_s = prom::quantile(0.5, &h);
+                        result.sli_p99_s = prom::quantile(0.99, &h);
+                        break;
+                    }
+                }
+            }
+            Err(e) => eprintln!("cluster-bench: cannot read {url}: {e:#}"),
+        }
+    }
+    if let Some(perf) = perf.take() {
+        stop(perf, "perf");
+    }
+    stop(child, &args.scheduler);
+    watcher.abort();
+
+    let mut times: Vec<f64> = bound.values().map(|(_, at)| at.as_secs_f64()).collect();
+    times.sort_by(f64::total_cmp);
+    if let (Some(&first), Some(&last)) = (times.first(), times.last()) {
+        result.first_binding_s = Some(first);
+        result.last_binding_s = Some(last);
+        result.pods_per_s = Some(times.len() as f64 / last.max(1e-9));
+        if times.len() > 1 && last > first {
+            result.pods_per_s_after_first = Some((times.len() - 1) as f64 / (last - first));
+        }
+        result.seen_p50_s = Some(rank(&times, 0.5));
+        result.seen_p99_s = Some(rank(&times, 0.99));
+    }
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .context("cannot list nodes")?
+        .items;
+    let pods_now = Api::<Pod>::namespaced(client, &args.namespace)
+        .list(&ListParams::default())
+        .await
+        .context("cannot list pods")?
+        .items;
+    result.check = check::check(&nodes, &pods_now).map_err(anyhow::Error::msg)?;
+
+    let json = serde_json::to_string_pretty(&result)?;
+    std::fs::write(&args.out, json + "\n")
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    eprintln!(
+        "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s, first binding {} s, peak RSS {} MiB, {}",
+        result.scheduler,
+        result.workload,
+        result.nodes,
+        result.bound,
+        result.pods,
+        fmt(result.pods_per_s, 0),
+        fmt(result.first_binding_s, 2),
+        fmt(result.peak_rss_mib, 0),
+        if result.correct() {
+            "correct".to_string()
+        } else {
+            format!("NOT CORRECT: {result:?}")
+        },
+    );
+    Ok(())
+}
+
+fn fmt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+/// The value of rank `q` (nearest rank) in sorted `values`.
+fn rank(values: &[f64], q: f64) -> f64 {
+    let i = ((q * values.len() as f64).ceil() as usize).clamp(1, values.len());
+    values[i - 1]
+}
+
+/// Waits until the API server and etcd use less than [`IDLE_CPU`] for two seconds in a row
+/// (after creating thousands of objects they compact and settle), at most [`SETTLE_MAX`].
+async fn settle(apiserver: Option<u32>, etcd: Option<u32>) {
+    let pids: Vec<Proc> = [apiserver, etcd]
+        .into_iter()
+        .flatten()
+        .map(|p| Proc(Some(p)))
+        .collect();
+    if pids.is_empty() {
+        return;
+    }
+    let total = || pids.iter().filter_map(Proc::cpu_seconds).sum::<f64>();
+    let start = Instant::now();
+    let mut before = total();
+    let mut quiet = 0;
+    while quiet < 2 && start.elapsed() < SETTLE_MAX {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = total();
+        quiet = if now - before < IDLE_CPU {
+            quiet + 1
+        } else {
+            0
+        };
+        before = now;
+    }
+    eprintln!(
+        "cluster-bench: API server and etcd {} after {:.0}s",
+        if quiet >= 2 { "idle" } else { "still busy" },
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Watches the pods from `version` on and reports every pod seen bound and every deletion;
+/// reconnects when a watch ends, and relists when its version is too old.
+async fn watch(client: Client, path: String, mut version: String, tx: mpsc::UnboundedSender<Seen>) {
+    loop {
+        let request =
+            match Request::new(&path).watch(&WatchParams::default().timeout(290), &version) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("cluster-bench: bad watch request: {e}");
+                    return;
+                }
+            };
+        let stream = match client.request_events::<MiniPod>(request).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("cluster-bench: watch failed: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        let mut gone = false;
+        while let Ok(Some(event)) = stream.try_next().await {
+            let now = Instant::now();
+            match event {
+                WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                    version = p.metadata.resource_version;
+                    if let Some(node) = p.spec.node_name {
+                        let _ = tx.send(Seen::Bound(p.metadata.name, node, now));
+                    }
+                }
+                WatchEvent::Deleted(p) => {
+                    version = p.metadata.resource_version;
+                    let _ = tx.send(Seen::Deleted);
+                }
+                WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
+                WatchEvent::Error(status) => {
+                    gone = status.code == 410;
+                    break;
+                }
+            }
+        }
+        if gone {
+            // Too old to resume: relist; pods bound meanwhile are timed now.
+            match client
+                .request::<MiniPodList>(match Request::new(&path).list(&ListParams::default()) {
+                    Ok(r) => r,
+                    Err(_) => return,
+                })
+                .await
+            {
+                Ok(list) => {
+                    let now = Instant::now();
+                    for p in list.items {
+                        if let Some(node) = p.spec.node_name {
+                            let _ = tx.send(Seen::Bound(p.metadata.name, node, now));
+                        }
+                    }
+                    version = list.metadata.resource_version;
+                }
+                Err(e) => eprintln!("cluster-bench: relist failed: {e}"),
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+    }
+}
+
+/// What the API server's request counters say.
+struct ApiCounts {
+    bindings_created: f64,
+    bindings_rejected: f64,
+    events_created: f64,
+}
+
+/// Bindings the API server accepted and those it did not, and the events it created.
+async fn apiserver_counts(client: &Client) -> anyhow::Result<ApiCounts> {
+    // A GET of /metrics: a "list" without parameters is exactly that.
+    let request = Request::new("/metrics").list(&ListParams::default())?;
+    let text = client
+        .request_text(request)
+        .await
+        .context("cannot read the API server's metrics")?;
+    let samples = prom::parse(&text);
+    let requests = "apiserver_request_total";
+    let binding = [
+        ("resource", "pods"),
+        ("subresource", "binding"),
+        ("verb", "POST"),
+    ];
+    let all = prom::sum(&samples, requests, &binding);
+    let created = prom::sum(
+        &samples,
+        requests,
+        &[binding[0], binding[1], binding[2], ("code", "201")],
+    );
+    let events = prom::sum(
+        &samples,
+        requests,
+        &[("resource", "events"), ("verb", "POST"), ("code", "201")],
+    );
+    Ok(ApiCounts {
+        bindings_created: created,
+        bindings_rejected: all - created,
+        events_created: events,
+    })
+}
+
+/// GET over plain HTTP (the schedulers' metrics endpoints).
+async fn http_get(url: &str) -> anyhow::Result<String> {
+    let rest = url
+        .strip_prefix("http://")
+        .context("only http:// URLs are supported")?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, path) = (host.to_string(), path.to_string());
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&host)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response.split_once("\r\n\r\n").context("no HTTP header")?;
+        anyhow::ensure!(
+            head.contains(" 200 "),
+            "{}",
+            head.lines().next().unwrap_or("")
+        );
+        Ok(body.to_string())
+    })
+    .await?
+}
+
+/// Starts `perf record` with `options` on `pid`, its output in `out`.
+fn start_perf(pid: u32, out: &std::path::Path, options: &str) -> anyhow::Result<Child> {
+    Command::new("perf")
+        .arg("record")
+        .args(options.split_whitespace())
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-o")
+        .arg(out)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start perf")
+}
+
+/// Stops `child` with SIGTERM (SIGINT for perf, which then writes its data), waits for it, and
+/// kills it after [`STOP_GRACE`].
+fn stop(mut child: Child, what: &str) {
+    let signal = if what == "perf" { "-INT" } else { "-TERM" };
+    let _ = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("cluster-bench: {what} ignored the signal for {STOP_GRACE:?}; killing it");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,259 @@
+//! `cluster-bench report`: the table of a set of runs (Markdown), gantry's ratios to the null
+//! binder and to kube-scheduler, and issue 4's targets checked against them.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::measure::RunResult;
+
+/// Arguments of `cluster-bench report`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Result files written by `cluster-bench run`.
+    #[arg(required = true)]
+    results: Vec<PathBuf>,
+}
+
+/// Prints the report.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut results = Vec::new();
+    for path in &args.results {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let r: RunResult = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a run result", path.display()))?;
+        results.push(r);
+    }
+    print!("{}", render(&results));
+    Ok(())
+}
+
+fn num(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+fn pair(a: Option<f64>, b: Option<f64>, decimals: usize) -> String {
+    if a.is_none() && b.is_none() {
+        return "-".to_string();
+    }
+    format!("{} / {}", num(a, decimals), num(b, decimals))
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    let (a, b) = (a?, b?);
+    (b > 0.0).then(|| a / b)
+}
+
+fn verdict(ok: Option<bool>) -> &'static str {
+    match ok {
+        Some(true) => "holds",
+        Some(false) => "misses",
+        None => "not measured",
+    }
+}
+
+/// The report of `results`, in their order; ratios and targets use the last run of each
+/// scheduler per cluster size and workload.
+pub fn render(results: &[RunResult]) -> String {
+    let mut out = String::new();
+    out.push_str(
+        "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | CPU ms/pod (all three) | CPU-bound pods/s | events by last binding | other CPU (s) | load | correct |\n",
+    );
+    out.push_str(
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in results {
+        let per_pod = r
+            .scheduler_cpu_s
+            .filter(|_| r.bound > 0)
+            .map(|s| s * 1e6 / r.bound as f64);
+        let server = match (r.apiserver_cpu_s, r.etcd_cpu_s) {
+            (Some(a), Some(e)) => Some(a + e),
+            _ => None,
+        };
+        let correct = if r.correct() {
+            "yes".to_string()
+        } else {
+            format!(
+                "NO: {}/{} bound, {} over-committed nodes, {} rebound{}",
+                r.check.bound,
+                r.pods,
+                r.check.overcommitted.len(),
+                r.rebound,
+                r.incomplete_reason
+                    .as_deref()
+                    .map(|why| format!(", {why}"))
+                    .unwrap_or_default()
+            )
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.nodes,
+            r.pods,
+            r.workload,
+            r.scheduler,
+            num(r.pods_per_s, 0),
+            num(r.first_binding_s, 2),
+            num(r.pods_per_s_after_first, 0),
+            num(r.peak_rss_mib, 0),
+            pair(r.sli_p50_s, r.sli_p99_s, 2),
+            pair(r.seen_p50_s, r.seen_p99_s, 2),
+            num(r.scheduler_cpu_s, 1),
+            num(per_pod, 0),
+            num(server, 1),
+            num(r.cpu_per_pod_s().map(|s| s * 1e3), 2),
+            num(r.cpu_bound_pods_per_s(), 0),
+            num(r.events_created, 0),
+            num(r.other_cpu_s, 1),
+            num(r.load_at_start, 1),
+            correct,
+        ));
+    }
+
+    let mut groups: Vec<(usize, usize, &str)> = Vec::new();
+    for r in results {
+        let key = (r.nodes, r.pods, r.workload.as_str());
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    out.push_str("\n| nodes | pods | workload | gantry / null binder | gantry / kube-scheduler | gantry RSS / kube-scheduler RSS | CPU-bound: gantry / null binder | CPU-bound: gantry / kube-scheduler |\n");
+    out.push_str("|---:|---:|---|---:|---:|---:|---:|---:|\n");
+    let mut targets = String::new();
+    for &(nodes, pods, workload) in &groups {
+        let last = |scheduler: &str| {
+            results.iter().rev().find(|r| {
+                r.nodes == nodes
+                    && r.pods == pods
+                    && r.workload == workload
+                    && r.scheduler == scheduler
+            })
+        };
+        let (gantry, null, kube) = (last("gantry"), last("null"), last("kube-scheduler"));
+        let rate = |r: Option<&RunResult>| r.and_then(|r| r.pods_per_s);
+        let rss = |r: Option<&RunResult>| r.and_then(|r| r.peak_rss_mib);
+        let to_null = ratio(rate(gantry), rate(null));
+        let to_kube = ratio(rate(gantry), rate(kube));
+        let rss_ratio = ratio(rss(gantry), rss(kube));
+        let bound = |r: Option<&RunResult>| r.and_then(RunResult::cpu_bound_pods_per_s);
+        out.push_str(&format!(
+            "| {nodes} | {pods} | {workload} | {} | {} | {} | {} | {} |\n",
+            num(to_null, 2),
+            num(to_kube, 2),
+            num(rss_ratio, 2),
+            num(ratio(bound(gantry), bound(null)), 2),
+            num(ratio(bound(gantry), bound(kube)), 2),
+        ));
+        let line = |what: &str, ok: Option<bool>| {
+            format!(
+                "- {nodes} nodes, {pods} pods, {workload}: {what}: {}\n",
+                verdict(ok)
+            )
+        };
+        if workload == "plain" {
+            targets.push_str(&line(
+                "gantry >= 0.9 x null binder",
+                to_null.map(|x| x >= 0.9),
+            ));
+            targets.push_str(&line(
+                "gantry >= 3 x kube-scheduler",
+                to_kube.map(|x| x >= 3.0),
+            ));
+        } else {
+            targets.push_str(&line(
+                "gantry >= 5 x kube-scheduler",
+                to_kube.map(|x| x >= 5.0),
+            ));
+        }
+        targets.push_str(&line(
+            "gantry's peak RSS <= 1/4 of kube-scheduler's",
+            rss_ratio.map(|x| x <= 0.25),
+        ));
+        targets.push_str(&line(
+            "gantry: every pod bound exactly once, no over-committed node",
+            gantry.map(RunResult::correct),
+        ));
+    }
+    out.push_str("\nIssue 4's targets:\n");
+    out.push_str(&targets);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(scheduler: &str, pods_per_s: f64, rss: f64) -> RunResult {
+        // CPU per pod: gantry 0.1 s, the null binder 0.2 s, kube-scheduler 0.4 s.
+        let cpu = match scheduler {
+            "gantry" => 0.5,
+            "null" => 1.0,
+            _ => 2.0,
+        };
+        RunResult {
+            scheduler_cpu_s: Some(cpu),
+            apiserver_cpu_s: Some(cpu / 2.0),
+            etcd_cpu_s: Some(cpu / 2.0),
+            cores: Some(2),
+            scheduler: scheduler.to_string(),
+            workload: "plain".to_string(),
+            nodes: 5000,
+            pods: 10,
+            bound: 10,
+            complete: true,
+            pods_per_s: Some(pods_per_s),
+            peak_rss_mib: Some(rss),
+            bindings_created: Some(10.0),
+            check: crate::check::Findings {
+                pods: 10,
+                bound: 10,
+                ..Default::default()
+            },
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn ratios_and_targets() {
+        let text = render(&[
+            result("null", 1000.0, 20.0),
+            result("gantry", 950.0, 100.0),
+            result("kube-scheduler", 300.0, 450.0),
+        ]);
+        assert!(
+            text.contains("| 5000 | 10 | plain | 0.95 | 3.17 | 0.22 |"),
+            "{text}"
+        );
+        assert!(text.contains("plain: gantry >= 0.9 x null binder: holds"));
+        assert!(text.contains("plain: gantry >= 3 x kube-scheduler: holds"));
+        assert!(text.contains("RSS <= 1/4 of kube-scheduler's: holds"));
+        assert!(text.contains("no over-committed node: holds"));
+    }
+
+    #[test]
+    fn a_missing_scheduler_is_not_measured_and_a_slow_one_misses() {
+        let text = render(&[result("gantry", 500.0, 100.0), result("null", 1000.0, 20.0)]);
+        assert!(
+            text.contains("plain: gantry >= 0.9 x null binder: misses"),
+            "{text}"
+        );
+        assert!(text.contains("plain: gantry >= 3 x kube-scheduler: not measured"));
+    }
+
+    #[test]
+    fn an_incorrect_run_says_why() {
+        let mut r = result("gantry", 950.0, 100.0);
+        r.check.overcommitted.push(crate::check::Overcommit {
+            node: "n1".to_string(),
+            used: Default::default(),
+            allocatable: Default::default(),
+        });
+        let text = render(&[r]);
+        assert!(
+            text.contains("NO: 10/10 bound, 1 over-committed nodes"),
+            "{text}"
+        );
+        assert!(text.contains("no over-committed node: misses"));
+    }
+}
