@@ -6,6 +6,7 @@
 //! and either confirms it when the binding is observed or forgets it when binding fails.
 
 mod node_info;
+mod pod_index;
 mod snapshot;
 mod workloads;
 
@@ -18,7 +19,8 @@ use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 
 pub use node_info::NodeInfo;
-pub use snapshot::Snapshot;
+pub use pod_index::{IndexedPod, PodIndex};
+pub use snapshot::{Snapshot, TopologyDomains};
 pub use workloads::Workloads;
 
 /// Label holding a node's zone.
@@ -68,6 +70,9 @@ pub struct Cache {
     dirty: HashSet<Arc<str>>,
     /// The node list itself changed (a node added or removed) since the last refresh.
     list_changed: bool,
+    /// Pods placed (true) or removed (false) since the last refresh, with their node, for
+    /// the snapshot's [`PodIndex`].
+    pod_changes: Vec<(Arc<PodInfo>, Arc<str>, bool)>,
 }
 
 impl Cache {
@@ -237,13 +242,16 @@ impl Cache {
     }
 
     fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
+        self.pod_changes.push((pod.clone(), node.clone(), true));
         self.touch(&node).add_pod(pod);
         self.pods.insert(key, PodEntry { node, assumed });
     }
 
     fn detach(&mut self, key: &(String, String), node: &Arc<str>) {
         self.pods.remove(key);
-        self.touch(node).remove_pod(&key.0, &key.1);
+        if let Some(pod) = self.touch(node).remove_pod(&key.0, &key.1) {
+            self.pod_changes.push((pod, node.clone(), false));
+        }
         let entry = &self.nodes[node];
         if !entry.present && entry.info.pods.is_empty() {
             self.nodes.remove(node);
@@ -347,12 +355,16 @@ impl Cache {
             self.rebuild(snapshot);
         } else {
             let mut affinity_changed = false;
+            let mut nodes_changed = false;
             for name in self.dirty.drain() {
                 let (Some(&i), Some(entry)) = (snapshot.index.get(&name), self.nodes.get(&name))
                 else {
                     continue;
                 };
                 let old = &snapshot.nodes[i];
+                let (was, is) = (&old.node, &entry.info.node);
+                nodes_changed |=
+                    !Arc::ptr_eq(was, is) && (was.labels != is.labels || was.taints != is.taints);
                 affinity_changed |= (old.pods_with_affinity > 0)
                     != (entry.info.pods_with_affinity > 0)
                     || (old.pods_with_required_anti_affinity > 0)
@@ -361,6 +373,16 @@ impl Cache {
             }
             if affinity_changed {
                 rebuild_affinity_lists(snapshot);
+            }
+            if nodes_changed {
+                snapshot.domains = Default::default();
+            }
+            for (pod, node, placed) in self.pod_changes.drain(..) {
+                match (placed, snapshot.index.get(&node)) {
+                    (true, Some(&i)) => snapshot.pods.insert(&pod, i),
+                    (false, Some(_)) => snapshot.pods.remove(&pod),
+                    (_, None) => {}
+                }
             }
         }
     }
@@ -379,6 +401,14 @@ impl Cache {
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
         rebuild_affinity_lists(snapshot);
+        snapshot.domains = Default::default();
+        self.pod_changes.clear();
+        snapshot.pods.clear();
+        for (i, n) in snapshot.nodes.iter().enumerate() {
+            for pod in &n.pods {
+                snapshot.pods.insert(pod, i);
+            }
+        }
     }
 }
 

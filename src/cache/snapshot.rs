@@ -1,12 +1,16 @@
 //! An immutable view of the cluster for one scheduling cycle.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
+
 use crate::model::Labels;
+use crate::model::taint::TaintEffect;
 
 use super::node_info::NodeInfo;
+use super::pod_index::PodIndex;
 use super::workloads::Workloads;
 
 /// The cluster as one cycle sees it: nodes (with their pods) in a fixed order that interleaves
@@ -21,6 +25,10 @@ pub struct Snapshot {
     pub(super) namespaces: Arc<HashMap<String, Labels>>,
     pub(super) workloads: Arc<Workloads>,
     pub(super) image_nodes: Arc<HashMap<String, usize>>,
+    pub(super) pods: PodIndex,
+    /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
+    /// may share it) whenever a node is added, removed or changed.
+    pub(super) domains: Arc<Mutex<FxHashMap<Vec<String>, Arc<TopologyDomains>>>>,
     pub(super) generation: u64,
     pub(super) now: Duration,
 }
@@ -63,6 +71,61 @@ impl Snapshot {
             .map(|&i| &self.nodes[i])
     }
 
+    /// The placed pods by label (see [`PodIndex`]), positions as in [`Snapshot::nodes`].
+    pub fn pod_index(&self) -> &PodIndex {
+        &self.pods
+    }
+
+    /// The topology domains of the nodes that carry every one of `keys`; computed once per
+    /// node set and label change, then shared by the cycles that ask for the same keys.
+    pub fn topology_domains(&self, keys: &[&str]) -> Arc<TopologyDomains> {
+        let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(d) = cache
+            .iter()
+            .find(|(k, _)| k.iter().eq(keys.iter()))
+            .map(|(_, d)| d)
+        {
+            return d.clone();
+        }
+        let mut nodes_per_value = vec![FxHashMap::<Box<str>, usize>::default(); keys.len()];
+        let mut tainted = Vec::new();
+        let mut values = Vec::with_capacity(keys.len());
+        'nodes: for (i, node) in self.nodes.iter().enumerate() {
+            values.clear();
+            for key in keys {
+                match node.node.labels.get(key) {
+                    Some(v) => values.push(v),
+                    None => continue 'nodes,
+                }
+            }
+            for (counts, value) in nodes_per_value.iter_mut().zip(&values) {
+                match counts.get_mut(*value) {
+                    Some(n) => *n += 1,
+                    None => {
+                        counts.insert((*value).into(), 1);
+                    }
+                }
+            }
+            if node
+                .node
+                .taints
+                .iter()
+                .any(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute))
+            {
+                tainted.push(i);
+            }
+        }
+        let domains = Arc::new(TopologyDomains {
+            nodes_per_value,
+            tainted,
+        });
+        cache.insert(
+            keys.iter().map(|k| k.to_string()).collect(),
+            domains.clone(),
+        );
+        domains
+    }
+
     /// Labels of a namespace (empty when the namespace is unknown).
     pub fn namespace_labels(&self, namespace: &str) -> &Labels {
         static EMPTY: std::sync::OnceLock<Labels> = std::sync::OnceLock::new();
@@ -101,4 +164,15 @@ impl Snapshot {
     pub fn set_now(&mut self, now: Duration) {
         self.now = now;
     }
+}
+
+/// The domains of some topology keys over the nodes that carry all of them (see
+/// [`Snapshot::topology_domains`]).
+#[derive(Debug, Default)]
+pub struct TopologyDomains {
+    /// For each key, in the order asked: each value with its number of nodes.
+    pub nodes_per_value: Vec<FxHashMap<Box<str>, usize>>,
+    /// Positions of those nodes with a `NoSchedule` or `NoExecute` taint, the only ones a
+    /// taint policy of `Honor` can leave out.
+    pub tainted: Vec<usize>,
 }

@@ -228,6 +228,15 @@ impl LabelSelector {
     pub fn matches(&self, labels: &Labels) -> bool {
         !self.nothing && self.requirements.iter().all(|r| r.matches(labels))
     }
+
+    /// The label keys the selector requires with a value from a list (`matchLabels`, `In`),
+    /// each with its values: a matching label set carries one of them for every such key.
+    pub fn required_values(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.requirements
+            .iter()
+            .filter(|r| r.operator == Operator::In)
+            .map(|r| (r.key.as_str(), r.values.as_slice()))
+    }
 }
 
 /// One compiled `NodeSelectorTerm`: label expressions and `metadata.name` field expressions,

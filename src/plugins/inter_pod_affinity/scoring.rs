@@ -50,24 +50,39 @@ impl PreScorePlugin for InterPodAffinity {
         let mut scorer = Scorer {
             pod,
             namespace_labels: snapshot.namespace_labels(&pod.namespace),
-            incoming: &incoming,
             hard_weight: i64::from(self.args.hard_pod_affinity_weight),
             scores: TopologyCounts::default(),
         };
-        if has_preferred {
-            // Every existing pod may match the incoming pod's terms.
-            for node in snapshot.nodes() {
-                for existing in &node.pods {
-                    scorer.process(existing, &node.node.labels);
+        let nodes = snapshot.nodes();
+        let index = snapshot.pod_index();
+        // Existing pods the incoming pod's terms are about: those the index names for each
+        // term's selector (or every pod, for a selector that requires no particular label).
+        for (term, weight) in &incoming {
+            let mut add = |existing: &PodInfo, node_labels: &Labels| {
+                if !node_labels.is_empty() && term.matches(existing) {
+                    scorer
+                        .scores
+                        .add_on(node_labels, term.topology_key(), *weight);
+                }
+            };
+            match index.candidates(&term.term.selector) {
+                Some(candidates) => {
+                    for p in candidates {
+                        add(&p.pod, &nodes[p.node].node.labels);
+                    }
+                }
+                None => {
+                    for node in nodes {
+                        for existing in &node.pods {
+                            add(existing, &node.node.labels);
+                        }
+                    }
                 }
             }
-        } else {
-            // Only existing pods' own terms can contribute.
-            for node in snapshot.nodes_with_affinity_pods() {
-                for existing in node.pods.iter().filter(|p| !p.affinity.is_empty()) {
-                    scorer.process(existing, &node.node.labels);
-                }
-            }
+        }
+        // Existing pods whose own terms may be about the incoming pod.
+        for p in index.term_candidates(&pod.labels) {
+            scorer.process(&p.pod, &nodes[p.node].node.labels);
         }
         if scorer.scores.is_empty() {
             return Status::skip();
@@ -83,22 +98,16 @@ impl PreScorePlugin for InterPodAffinity {
 struct Scorer<'a> {
     pod: &'a PodInfo,
     namespace_labels: &'a Labels,
-    incoming: &'a [(IncomingTerm<'a>, i64)],
     hard_weight: i64,
     scores: TopologyCounts,
 }
 
 impl Scorer<'_> {
-    /// Adds what `existing`, on a node with `node_labels`, contributes.
+    /// Adds what the terms of `existing`, on a node with `node_labels`, say about the
+    /// incoming pod.
     fn process(&mut self, existing: &PodInfo, node_labels: &Labels) {
         if node_labels.is_empty() {
             return;
-        }
-        for (term, weight) in self.incoming {
-            if term.matches(existing) {
-                self.scores
-                    .add_on(node_labels, term.topology_key(), *weight);
-            }
         }
         let (pod, ns_labels) = (self.pod, self.namespace_labels);
         let theirs = &existing.affinity;

@@ -1122,3 +1122,76 @@ fn score_without_prescore_state_is_an_error() {
     let s: Status = pl.normalize(&CycleState::new(), &p, &mut scores);
     assert_eq!(s.code(), Code::Error);
 }
+
+/// A preferred (anti-)affinity stanza about `app=web`, either as `matchLabels` (which the
+/// snapshot's pod index serves) or as expressions no index can serve.
+fn preferred_about_web(kind: &str, weight: i32, key: &str, indexed: bool) -> String {
+    let selector = if indexed {
+        "{matchLabels: {app: web}}".to_string()
+    } else {
+        "{matchExpressions: [{key: app, operator: Exists}, {key: app, operator: NotIn, values: [db, api]}]}"
+            .to_string()
+    };
+    format!(
+        r#"
+affinity:
+  {kind}:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: {weight}
+      podAffinityTerm:
+        labelSelector: {selector}
+        topologyKey: {key}
+"#
+    )
+}
+
+#[test]
+fn indexed_scores_equal_a_scan_of_every_pod() {
+    let nodes: Vec<NodeModel> = (0..9)
+        .map(|i| n(&format!("n{i}"), &format!("z{}", i % 3)))
+        .collect();
+    let apps = ["web", "db", "api"];
+    // The same cluster twice: existing pods' terms indexed, then not.
+    let cluster = |indexed: bool| {
+        let mut pods = Vec::new();
+        for i in 0..40usize {
+            let node = format!("n{}", (i * 5) % 8);
+            let mut p = pod(&format!("p{i}")).label("app", apps[i % 3]).on(&node);
+            if i % 4 == 0 {
+                p = p.spec_yaml(&preferred_about_web("podAntiAffinity", 7, HOST, indexed));
+            } else if i % 4 == 1 {
+                p = p.spec_yaml(&preferred_about_web("podAffinity", 3, ZONE, indexed));
+            }
+            pods.push(p.build());
+        }
+        snapshot(nodes.clone(), pods, &[])
+    };
+    let (indexed_cluster, scanned_cluster) = (cluster(true), cluster(false));
+    for (kind, key) in [("podAntiAffinity", HOST), ("podAffinity", ZONE)] {
+        let incoming = |indexed| {
+            pod("in")
+                .label("app", "web")
+                .spec_yaml(&preferred_about_web(kind, 10, key, indexed))
+                .build()
+        };
+        let expected = score(&plugin(), &incoming(false), &scanned_cluster);
+        assert!(expected.is_some());
+        assert_eq!(
+            score(&plugin(), &incoming(true), &indexed_cluster),
+            expected
+        );
+        assert_eq!(
+            score(&plugin(), &incoming(true), &scanned_cluster),
+            expected
+        );
+        assert_eq!(
+            score(&plugin(), &incoming(false), &indexed_cluster),
+            expected
+        );
+    }
+    // A pod without terms of its own: only the existing pods' terms count.
+    let plain = pod("in").label("app", "web").build();
+    let expected = score(&plugin(), &plain, &scanned_cluster);
+    assert!(expected.is_some());
+    assert_eq!(score(&plugin(), &plain, &indexed_cluster), expected);
+}

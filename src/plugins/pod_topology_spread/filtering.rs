@@ -5,12 +5,12 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
-use crate::model::PodInfo;
-use crate::model::pod::WhenUnsatisfiable;
+use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
+use crate::model::{Labels, PodInfo};
 
 use super::{
-    ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, Inclusion,
-    PodTopologySpread, count_matching,
+    Constraint, ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, Inclusion,
+    PodTopologySpread,
 };
 
 /// What Filter needs of one hard constraint, computed at PreFilter.
@@ -42,31 +42,13 @@ impl PodTopologySpread {
         if constraints.is_empty() {
             return None;
         }
-        let mut counts: Vec<HashMap<Box<str>, i64>> = vec![HashMap::default(); constraints.len()];
-        // The node's value for each constraint's key, looked up once per node.
-        let mut values: Vec<&str> = Vec::with_capacity(constraints.len());
-        'nodes: for node in snapshot.nodes() {
-            let model = &node.node;
-            values.clear();
-            for c in &constraints {
-                match model.labels.get(&c.spec.topology_key) {
-                    Some(v) => values.push(v),
-                    None => continue 'nodes,
-                }
-            }
-            let mut inclusion = Inclusion::new(pod, model);
-            for ((c, domains), &value) in constraints.iter().zip(counts.iter_mut()).zip(&values) {
-                if !inclusion.admits(c.spec.node_affinity_policy, c.spec.node_taints_policy) {
-                    continue;
-                }
-                let n = count_matching(&node.pods, &c.selector, &pod.namespace);
-                match domains.get_mut(value) {
-                    Some(total) => *total += n,
-                    None => {
-                        domains.insert(value.into(), n);
-                    }
-                }
-            }
+        let keys: Vec<&str> = constraints
+            .iter()
+            .map(|c| c.spec.topology_key.as_str())
+            .collect();
+        let mut counts = eligible_domains(pod, snapshot, &constraints, &keys);
+        for (c, domains) in constraints.iter().zip(counts.iter_mut()) {
+            count_pods(pod, snapshot, c, &keys, domains);
         }
         let constraints = constraints
             .into_iter()
@@ -93,6 +75,137 @@ impl PodTopologySpread {
             .collect();
         Some(PreFilterState { constraints })
     }
+}
+
+/// For each constraint, its eligible domains with a count of 0. The domains of the nodes
+/// that carry every key come from the snapshot's cache; the nodes the inclusion policies
+/// leave out are then taken away: with the pod's node affinity honoured, by looking at every
+/// node, else only at the tainted nodes, the only ones a taint policy can leave out.
+fn eligible_domains(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    constraints: &[Constraint<'_>],
+    keys: &[&str],
+) -> Vec<HashMap<Box<str>, i64>> {
+    let affinity_matters = (!pod.node_selector.is_empty() || pod.required_node_affinity.is_some())
+        && constraints
+            .iter()
+            .any(|c| c.spec.node_affinity_policy == InclusionPolicy::Honor);
+    if affinity_matters {
+        let mut counts = vec![HashMap::default(); constraints.len()];
+        let mut values: Vec<&str> = Vec::with_capacity(constraints.len());
+        for node in snapshot.nodes() {
+            if !node_values(&node.node.labels, keys, &mut values) {
+                continue;
+            }
+            let mut inclusion = Inclusion::new(pod, &node.node);
+            for ((c, domains), &value) in constraints.iter().zip(counts.iter_mut()).zip(&values) {
+                if inclusion.admits(c.spec.node_affinity_policy, c.spec.node_taints_policy)
+                    && !domains.contains_key(value)
+                {
+                    domains.insert(value.into(), 0);
+                }
+            }
+        }
+        return counts;
+    }
+    let topology = snapshot.topology_domains(keys);
+    constraints
+        .iter()
+        .zip(&topology.nodes_per_value)
+        .zip(keys)
+        .map(|((c, nodes_per_value), key)| {
+            let mut left: Option<HashMap<&str, usize>> = None;
+            if c.spec.node_taints_policy == InclusionPolicy::Honor {
+                for &i in &topology.tainted {
+                    let node = &snapshot.nodes()[i].node;
+                    if Inclusion::new(pod, node)
+                        .admits(InclusionPolicy::Ignore, InclusionPolicy::Honor)
+                    {
+                        continue;
+                    }
+                    if let Some(value) = node.labels.get(key) {
+                        let left = left.get_or_insert_with(|| {
+                            nodes_per_value.iter().map(|(v, n)| (&**v, *n)).collect()
+                        });
+                        if let Some(n) = left.get_mut(value) {
+                            *n -= 1;
+                        }
+                    }
+                }
+            }
+            match left {
+                Some(left) => left
+                    .into_iter()
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(v, _)| (v.into(), 0))
+                    .collect(),
+                None => nodes_per_value.keys().map(|v| (v.clone(), 0)).collect(),
+            }
+        })
+        .collect()
+}
+
+/// Adds to `domains` the pods matching the constraint on its eligible nodes: the pods the
+/// snapshot's index names for the selector, or every pod when the selector requires no
+/// particular label.
+fn count_pods(
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    c: &Constraint<'_>,
+    keys: &[&str],
+    domains: &mut HashMap<Box<str>, i64>,
+) {
+    let mut add = |existing: &PodInfo, node: &NodeInfo| {
+        if existing.terminating
+            || !c.selector.matches(&existing.labels)
+            || existing.namespace != pod.namespace
+        {
+            return;
+        }
+        let labels = &node.node.labels;
+        let Some(value) = labels.get(&c.spec.topology_key) else {
+            return;
+        };
+        if !keys.iter().all(|k| labels.contains_key(k)) {
+            return;
+        }
+        let Some(total) = domains.get_mut(value) else {
+            // Not an eligible domain.
+            return;
+        };
+        if Inclusion::new(pod, &node.node)
+            .admits(c.spec.node_affinity_policy, c.spec.node_taints_policy)
+        {
+            *total += 1;
+        }
+    };
+    match snapshot.pod_index().candidates(&c.selector) {
+        Some(candidates) => {
+            for p in candidates {
+                add(&p.pod, &snapshot.nodes()[p.node]);
+            }
+        }
+        None => {
+            for node in snapshot.nodes() {
+                for existing in &node.pods {
+                    add(existing, node);
+                }
+            }
+        }
+    }
+}
+
+/// Fills `values` with the node's value of each key; false when it lacks one.
+fn node_values<'a>(labels: &'a Labels, keys: &[&str], values: &mut Vec<&'a str>) -> bool {
+    values.clear();
+    for key in keys {
+        match labels.get(key) {
+            Some(v) => values.push(v),
+            None => return false,
+        }
+    }
+    true
 }
 
 impl PreFilterPlugin for PodTopologySpread {

@@ -1288,3 +1288,75 @@ fn score_without_pre_score_state_is_an_error() {
         Code::Error
     );
 }
+
+/// `app in (web)` written so that the snapshot's pod index cannot serve it: every pod is
+/// examined, as kube-scheduler does.
+fn app_web_unindexed() -> meta::LabelSelector {
+    let expr = |operator: &str, values: Option<Vec<&str>>| meta::LabelSelectorRequirement {
+        key: "app".to_string(),
+        operator: operator.to_string(),
+        values: values.map(|v| v.into_iter().map(str::to_string).collect()),
+    };
+    meta::LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![
+            expr("Exists", None),
+            expr("NotIn", Some(vec!["db", "api"])),
+        ]),
+    }
+}
+
+#[test]
+fn indexed_counts_equal_a_scan_of_every_pod_as_the_cluster_changes() {
+    let apps = ["web", "db", "api"];
+    let mut nodes = Vec::new();
+    for i in 0..12 {
+        let mut n = node(&format!("n{i}"))
+            .label(ZONE_LABEL, &format!("z{}", i % 4))
+            .label(HOSTNAME_LABEL, &format!("n{i}"));
+        if i % 5 == 0 {
+            n = n.taint("dedicated", "x", "NoSchedule");
+        }
+        nodes.push(n.build());
+    }
+    let mut pods = Vec::new();
+    for i in 0..60usize {
+        let node = format!("n{}", (i * 7) % 11);
+        pods.push(placed(&format!("p{i}"), &node, apps[i % 3]));
+    }
+    let mut c = cache(nodes, pods.clone());
+    let mut s = Snapshot::default();
+    c.update_snapshot(&mut s);
+    let names: Vec<String> = (0..12).map(|i| format!("n{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let check = |s: &Snapshot, round: usize| {
+        for (key, skew, taints) in [
+            (ZONE_LABEL, 1, None),
+            (HOSTNAME_LABEL, 1, None),
+            (ZONE_LABEL, 2, Some("Honor")),
+        ] {
+            let incoming = |selector| {
+                let mut t = tsc(skew, key, "DoNotSchedule", Some(selector));
+                t.node_taints_policy = taints.map(str::to_string);
+                web(vec![t])
+            };
+            let indexed = run_filter(&system(), &incoming(app("web")), s, &names);
+            let scanned = run_filter(&system(), &incoming(app_web_unindexed()), s, &names);
+            assert_eq!(indexed, scanned, "round {round}, {key}, taints {taints:?}");
+        }
+    };
+    check(&s, 0);
+    // Pods leave, others arrive, some are assumed: the snapshot is refreshed in place.
+    for round in 1..6 {
+        for p in pods.iter().skip(round).step_by(7) {
+            c.remove_pod(&p.namespace, &p.name);
+        }
+        for i in 0..5 {
+            let node = format!("n{}", (round * 3 + i) % 12);
+            let p = placed(&format!("r{round}-{i}"), &node, apps[(round + i) % 3]);
+            c.assume_pod(p).unwrap();
+        }
+        c.update_snapshot(&mut s);
+        check(&s, round);
+    }
+}
