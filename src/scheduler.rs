@@ -357,6 +357,12 @@ impl Scheduler {
             plan.annotations.retain(|(pk, _)| *pk != k);
             plan.annotations.push((k, v));
         }
+        // Only Unreserve reads the state from here on. Without Reserve plugins nothing will,
+        // and a binding may wait in the binder's queue for a while: the per-cycle counts of
+        // PreFilter and PreScore (maps by topology domain) are not kept that long.
+        if profile.reserve.is_empty() {
+            state = CycleState::new();
+        }
         Attempt::Scheduled(
             Box::new(BindTask {
                 queued,
