@@ -270,3 +270,284 @@ async fn readyz(State(w): State<Webhook>) -> (StatusCode, &'static str) {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::config::Share;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kube::core::PartialObjectMetaExt;
+    use kube::runtime::{reflector, watcher};
+    use serde_json::{Value, json};
+
+    fn webhook(share: &str, namespaces: &[(&str, &str)]) -> Webhook {
+        let (store, mut writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+        for (name, rollout) in namespaces {
+            let meta = ObjectMeta {
+                name: Some(name.to_string()),
+                annotations: Some([("gantry.io/rollout".to_string(), rollout.to_string())].into()),
+                ..Default::default()
+            };
+            writer.apply_watcher_event(&watcher::Event::Apply(meta.into_request_partial()));
+        }
+        Webhook {
+            config: Arc::new(RolloutConfig {
+                share: Share::parse(share).unwrap(),
+                scheduler_name: "gantry".into(),
+                excluded_namespaces: vec!["kube-system".into()],
+            }),
+            namespaces: Namespaces { store, api: None },
+            metrics: Arc::new(Metrics::new()),
+            ready: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    fn review(namespace: &str, operation: &str, pod: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": "",
+                "namespace": namespace,
+                "operation": operation,
+                "userInfo": {"username": "admin"},
+                "object": pod,
+                "oldObject": null,
+                "dryRun": false
+            }
+        }))
+        .unwrap()
+    }
+
+    fn pod(annotations: Value, scheduler: Option<&str>) -> Value {
+        let mut spec = json!({"containers": [{"name": "app", "image": "app"}]});
+        if let Some(s) = scheduler {
+            spec["schedulerName"] = json!(s);
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": "web-5d8f7c9b4-",
+                "labels": {"pod-template-hash": "5d8f7c9b4"},
+                "annotations": annotations,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-5d8f7c9b4", "uid": "1", "controller": true}]
+            },
+            "spec": spec
+        })
+    }
+
+    async fn answer(w: &Webhook, body: &[u8]) -> Value {
+        serde_json::to_value(w.review(body).await.unwrap()).unwrap()
+    }
+
+    /// The patch, written (like Go's `[]byte` may be) as an array of bytes.
+    fn patch(answer: &Value) -> Option<Value> {
+        let bytes: Vec<u8> =
+            serde_json::from_value(answer["response"].get("patch")?.clone()).unwrap();
+        Some(serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn routes_to_gantry_with_a_patch_and_echoes_the_uid() {
+        let w = webhook("100%", &[]);
+        let a = answer(
+            &w,
+            &review(
+                "apps",
+                "CREATE",
+                pod(json!(null), Some("default-scheduler")),
+            ),
+        )
+        .await;
+        assert_eq!(a["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(a["kind"], "AdmissionReview");
+        assert_eq!(a["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+        assert_eq!(a["response"]["allowed"], true);
+        assert_eq!(a["response"]["patchType"], "JSONPatch");
+        assert_eq!(
+            patch(&a),
+            Some(json!([{"op": "replace", "path": "/spec/schedulerName", "value": "gantry"}]))
+        );
+        assert_eq!(
+            a["response"]["auditAnnotations"]["decision"],
+            "gantry: Deployment/apps/web bucket 5126, share 100% from configuration"
+        );
+        // Without a schedulerName (not defaulted yet): added.
+        let a = answer(&w, &review("apps", "CREATE", pod(json!(null), None))).await;
+        assert_eq!(
+            patch(&a),
+            Some(json!([{"op": "add", "path": "/spec/schedulerName", "value": "gantry"}]))
+        );
+        assert!(w.metrics.render().contains(
+            "gantry_webhook_pods_routed_total{scheduler=\"gantry\",source=\"config\"} 2"
+        ));
+    }
+
+    #[tokio::test]
+    async fn leaves_the_rest_to_the_default_scheduler() {
+        let w = webhook("0%", &[]);
+        let a = answer(&w, &review("apps", "CREATE", pod(json!(null), None))).await;
+        assert_eq!(a["response"]["allowed"], true);
+        assert_eq!(patch(&a), None);
+        assert!(a["response"].get("patchType").is_none());
+        assert!(w.metrics.render().contains(
+            "gantry_webhook_pods_routed_total{scheduler=\"default\",source=\"config\"} 1"
+        ));
+    }
+
+    #[tokio::test]
+    async fn namespace_annotations_come_from_the_cache_and_pod_annotations_win() {
+        let w = webhook("0%", &[("all-in", "100%"), ("none", "0%")]);
+        let a = answer(&w, &review("all-in", "CREATE", pod(json!(null), None))).await;
+        assert!(patch(&a).is_some());
+        let a = answer(
+            &w,
+            &review(
+                "none",
+                "CREATE",
+                pod(
+                    json!({"scheduler.alpha.kubernetes.io/use-new-scheduler": "100%"}),
+                    None,
+                ),
+            ),
+        )
+        .await;
+        assert!(patch(&a).is_some());
+        let a = answer(
+            &w,
+            &review(
+                "all-in",
+                "CREATE",
+                pod(json!({"gantry.io/rollout": "0%"}), None),
+            ),
+        )
+        .await;
+        assert_eq!(patch(&a), None);
+        let text = w.metrics.render();
+        for series in [
+            "gantry_webhook_pods_routed_total{scheduler=\"gantry\",source=\"namespace\"} 1",
+            "gantry_webhook_pods_routed_total{scheduler=\"gantry\",source=\"pod\"} 1",
+            "gantry_webhook_pods_routed_total{scheduler=\"default\",source=\"pod\"} 1",
+        ] {
+            assert!(text.contains(series), "no {series} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn invalid_annotations_warn_and_fall_back() {
+        let w = webhook("100%", &[("bad", "lots")]);
+        let a = answer(
+            &w,
+            &review(
+                "bad",
+                "CREATE",
+                pod(json!({"gantry.io/rollout": "130%"}), None),
+            ),
+        )
+        .await;
+        assert!(patch(&a).is_some(), "the configuration's 100% applies");
+        assert_eq!(
+            a["response"]["warnings"],
+            json!([
+                "gantry rollout: ignoring pod annotation gantry.io/rollout: invalid share \"130%\": must be between 0% and 100%",
+                "gantry rollout: ignoring namespace annotation gantry.io/rollout: invalid share \"lots\": expected a percentage such as \"30%\""
+            ])
+        );
+        let text = w.metrics.render();
+        for series in [
+            "gantry_webhook_invalid_annotations_total{level=\"pod\",annotation=\"gantry.io/rollout\"} 1",
+            "gantry_webhook_invalid_annotations_total{level=\"namespace\",annotation=\"gantry.io/rollout\"} 1",
+        ] {
+            assert!(text.contains(series), "no {series} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn skips_are_allowed_unchanged_and_counted() {
+        let w = webhook("100%", &[]);
+        for (ns, op, scheduler) in [
+            ("apps", "CREATE", Some("other")),
+            ("apps", "CREATE", Some("gantry")),
+            ("kube-system", "CREATE", None),
+            ("apps", "UPDATE", None),
+        ] {
+            let a = answer(&w, &review(ns, op, pod(json!(null), scheduler))).await;
+            assert_eq!(a["response"]["allowed"], true, "{ns} {op} {scheduler:?}");
+            assert_eq!(patch(&a), None, "{ns} {op} {scheduler:?}");
+        }
+        let text = w.metrics.render();
+        for reason in [
+            "other_scheduler",
+            "already_gantry",
+            "excluded_namespace",
+            "not_a_pod_creation",
+        ] {
+            let series = format!("gantry_webhook_pods_skipped_total{{reason=\"{reason}\"}} 1");
+            assert!(text.contains(&series), "no {series} in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn dry_runs_are_answered_but_not_counted() {
+        let w = webhook("100%", &[]);
+        let mut body: Value =
+            serde_json::from_slice(&review("apps", "CREATE", pod(json!(null), None))).unwrap();
+        body["request"]["dryRun"] = json!(true);
+        let a = answer(&w, &serde_json::to_vec(&body).unwrap()).await;
+        assert!(patch(&a).is_some());
+        assert!(
+            !w.metrics
+                .render()
+                .contains("gantry_webhook_pods_routed_total{")
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_requests_are_errors() {
+        let w = webhook("100%", &[]);
+        let err = |body: &[u8]| {
+            let w = w.clone();
+            let body = body.to_vec();
+            async move { w.review(&body).await.unwrap_err().to_string() }
+        };
+        assert!(
+            err(b"not json")
+                .await
+                .starts_with("malformed AdmissionReview: expected ident")
+        );
+        assert_eq!(
+            err(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).await,
+            "malformed AdmissionReview: no request"
+        );
+        let mut body: Value =
+            serde_json::from_slice(&review("apps", "CREATE", pod(json!(null), None))).unwrap();
+        body["request"]["object"]["spec"]["containers"] = json!("nope");
+        assert!(
+            err(&serde_json::to_vec(&body).unwrap())
+                .await
+                .starts_with("malformed AdmissionReview: the object is not a pod: invalid type")
+        );
+        let router = router(w.clone());
+        let response = tower::ServiceExt::oneshot(
+            router,
+            axum::http::Request::post("/mutate")
+                .body(axum::body::Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(
+            w.metrics
+                .render()
+                .contains("gantry_webhook_malformed_requests_total 1")
+        );
+    }
+}
