@@ -272,6 +272,15 @@ fn test_pod(
     serde_json::from_value(p).expect("pod")
 }
 
+/// A precedence case: namespace, pod annotations, the pod's schedulerName, the expected
+/// schedulerName.
+type Case = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    Option<&'static str>,
+    &'static str,
+);
+
 /// Creates a pod and returns the stored pod's schedulerName.
 async fn create(client: &Client, pod: &Pod) -> String {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -428,7 +437,7 @@ excludedNamespaces: [kube-system, wh-excluded]
     )
     .await;
     create_namespace(&client, "wh-excluded").await;
-    let cases: [(&str, &[(&str, &str)], Option<&str>, &str); 8] = [
+    let cases: [Case; 8] = [
         ("wh-all", &[], None, "gantry"),
         ("wh-none", &[], None, "default-scheduler"),
         ("wh-none", &[("gantry.io/rollout", "100%")], None, "gantry"),
