@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use gantry::webhook::config::RolloutConfig;
 use gantry::webhook::decision::Workload;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -73,7 +74,13 @@ struct Webhook {
 }
 
 impl Webhook {
-    fn start(plane: &ControlPlane, config: &str, cert: &Path, key: &Path) -> Webhook {
+    fn start(
+        plane: &ControlPlane,
+        config: &str,
+        cert: &Path,
+        key: &Path,
+        kubeconfig: &Path,
+    ) -> Webhook {
         let dir = plane.dir();
         let config_file = dir.join("rollout.yaml");
         std::fs::write(&config_file, config).expect("write config");
@@ -89,7 +96,7 @@ impl Webhook {
             .arg(key)
             .args(["--bind-address", "127.0.0.1", "--port", &port.to_string()])
             .arg("--kubeconfig")
-            .arg(plane.kubeconfig())
+            .arg(kubeconfig)
             .args(["--log", "info,gantry=debug"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -319,7 +326,24 @@ schedulerName: gantry
 excludedNamespaces: [kube-system, wh-excluded]
 "
     );
-    let mut webhook = Webhook::start(&plane, &config, &cert, &key);
+    // The webhook runs as the user "gantry" bound to deploy/'s role for the webhook only.
+    let deploy = repo().join("deploy");
+    let file = |name: &str| deploy.join(name).display().to_string();
+    plane.kubectl(&[
+        "apply",
+        "-f",
+        &file("00-namespace.yaml"),
+        "-f",
+        &file("50-webhook-rbac.yaml"),
+    ]);
+    plane.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "gantry-webhook-user",
+        "--clusterrole=gantry-webhook",
+        "--user=gantry",
+    ]);
+    let mut webhook = Webhook::start(&plane, &config, &cert, &key, &plane.gantry_kubeconfig());
     webhook.wait_ready().await;
     register(&client, webhook.port, &ca).await;
 
@@ -523,6 +547,12 @@ excludedNamespaces: [kube-system, wh-excluded]
         "no log line for the invalid annotation"
     );
 
+    assert!(
+        !webhook.log_text().contains("forbidden"),
+        "a request was refused:\n{}",
+        webhook.log_text()
+    );
+
     // The webhook down: pods are still created (failurePolicy Ignore), left to the default
     // scheduler.
     assert_eq!(webhook.terminate(), Some(0), "{}", webhook.log_text());
@@ -539,4 +569,77 @@ excludedNamespaces: [kube-system, wh-excluded]
         .await
         .expect("the pod exists");
     assert_eq!(scheduler_of(&stored), "default-scheduler");
+
+    // A hung webhook (accepts connections, never answers) delays pod creation by at most the
+    // registration's timeoutSeconds (2 s).
+    let hung = std::net::TcpListener::bind(("127.0.0.1", webhook.port)).expect("bind the port");
+    let held = std::thread::spawn(move || {
+        if let Ok((connection, _)) = hung.accept() {
+            std::thread::sleep(Duration::from_secs(5));
+            drop(connection);
+        }
+    });
+    let started = Instant::now();
+    let pod = test_pod("wh-all", "webhook-hung", None, &[], &[], None);
+    assert_eq!(create(&client, &pod).await, "default-scheduler");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(5),
+        "pod creation took {took:?} with the webhook hung"
+    );
+    let _ = held.join();
+}
+
+/// The manifests of deploy/ for the webhook are accepted by the API server (server-side dry
+/// run; the PodDisruptionBudget is policy/v1, newer than the test's API server), and the
+/// ConfigMap holds a valid configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployed_manifests_are_valid() {
+    let plane = ControlPlane::start();
+    let deploy = repo().join("deploy");
+    let file = |name: &str| deploy.join(name).display().to_string();
+    plane.kubectl(&["apply", "-f", &file("00-namespace.yaml")]);
+    let out = plane.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        &file("50-webhook-rbac.yaml"),
+        "-f",
+        &file("60-webhook-configmap.yaml"),
+        "-f",
+        &file("70-webhook-deployment.yaml"),
+        "-f",
+        &file("80-webhook-configuration.yaml"),
+    ]);
+    for object in [
+        "serviceaccount/gantry-webhook",
+        "clusterrole.rbac.authorization.k8s.io/gantry-webhook",
+        "configmap/gantry-webhook-config",
+        "deployment.apps/gantry-webhook",
+        "service/gantry-webhook",
+        "mutatingwebhookconfiguration.admissionregistration.k8s.io/gantry-rollout",
+    ] {
+        assert!(out.contains(object), "{object} not in\n{out}");
+    }
+    let configmap: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy.join("60-webhook-configmap.yaml"))
+            .expect("deploy/60-webhook-configmap.yaml"),
+    )
+    .expect("ConfigMap YAML");
+    let config = RolloutConfig::parse(
+        configmap["data"]["rollout.yaml"]
+            .as_str()
+            .expect("data.rollout.yaml"),
+    )
+    .expect("valid configuration");
+    assert_eq!(config.scheduler_name, "gantry");
+    let registration: MutatingWebhookConfiguration = serde_yaml::from_str(
+        &std::fs::read_to_string(deploy.join("80-webhook-configuration.yaml"))
+            .expect("deploy/80-webhook-configuration.yaml"),
+    )
+    .expect("MutatingWebhookConfiguration");
+    let webhook = &registration.webhooks.expect("webhooks")[0];
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
+    assert_eq!(webhook.side_effects, "None");
+    assert_eq!(webhook.admission_review_versions, ["v1"]);
 }
