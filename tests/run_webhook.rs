@@ -29,9 +29,9 @@ const SHARE_PERCENT: u64 = 30;
 const OWNERS: usize = 50;
 const PODS_PER_OWNER: usize = 20;
 
-/// A CA and a serving certificate for 127.0.0.1 signed by it, written to `dir`:
-/// (CA PEM, certificate file, key file).
-fn certificates(dir: &Path) -> (String, PathBuf, PathBuf) {
+/// A CA and a serving certificate for 127.0.0.1 signed by it, written to `dir` as
+/// `<name>-ca.crt`, `<name>.crt` and `<name>.key`: (CA PEM, certificate file, key file).
+fn certificates(dir: &Path, name: &str) -> (String, PathBuf, PathBuf) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     };
@@ -57,10 +57,13 @@ fn certificates(dir: &Path) -> (String, PathBuf, PathBuf) {
     let cert = serving
         .signed_by(&key, &issuer)
         .expect("serving certificate");
-    let (cert_file, key_file) = (dir.join("webhook.crt"), dir.join("webhook.key"));
+    let (cert_file, key_file) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
     std::fs::write(&cert_file, cert.pem()).expect("write certificate");
     std::fs::write(&key_file, key.serialize_pem()).expect("write key");
-    let ca_file = dir.join("webhook-ca.crt");
+    let ca_file = dir.join(format!("{name}-ca.crt"));
     std::fs::write(&ca_file, ca_cert.pem()).expect("write CA");
     (ca_cert.pem(), cert_file, key_file)
 }
@@ -97,7 +100,12 @@ impl Webhook {
             .args(["--bind-address", "127.0.0.1", "--port", &port.to_string()])
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--log", "info,gantry=debug"])
+            .args([
+                "--log",
+                "info,gantry=debug",
+                "--tls-reload-interval",
+                "200ms",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("log file"))
@@ -117,9 +125,14 @@ impl Webhook {
 
     /// GET over HTTPS, verifying the server against the test CA: (status, body).
     fn get(&self, path: &str) -> Option<(u16, String)> {
+        self.get_verified_by(path, &self.ca_file)
+    }
+
+    /// GET over HTTPS, verifying the server against the CA in `ca_file`.
+    fn get_verified_by(&self, path: &str, ca_file: &Path) -> Option<(u16, String)> {
         let out = Command::new("curl")
             .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", "--cacert"])
-            .arg(&self.ca_file)
+            .arg(ca_file)
             .arg(format!("https://127.0.0.1:{}{path}", self.port))
             .output()
             .ok()?;
@@ -317,7 +330,7 @@ async fn create_all(client: &Client, pods: &[Pod]) -> Vec<String> {
 async fn routes_a_sticky_share_of_workloads_and_never_blocks_pod_creation() {
     let plane = ControlPlane::start();
     let client = plane.client().await;
-    let (ca, cert, key) = certificates(plane.dir());
+    let (ca, cert, key) = certificates(plane.dir(), "webhook");
     let config = format!(
         "apiVersion: gantry.io/v1alpha1
 kind: RolloutConfiguration
@@ -552,6 +565,24 @@ excludedNamespaces: [kube-system, wh-excluded]
         "a request was refused:\n{}",
         webhook.log_text()
     );
+
+    // A renewed certificate (here from another CA) is served without a restart.
+    let (_, renewed_cert, renewed_key) = certificates(plane.dir(), "renewed");
+    let renewed_ca = plane.dir().join("renewed-ca.crt");
+    assert_eq!(webhook.get_verified_by("/healthz", &renewed_ca), None);
+    std::fs::rename(&renewed_key, &key).expect("replace the key");
+    std::fs::rename(&renewed_cert, &cert).expect("replace the certificate");
+    eventually(
+        Duration::from_secs(10),
+        "the renewed certificate",
+        || async {
+            webhook
+                .get_verified_by("/healthz", &renewed_ca)
+                .filter(|r| r.0 == 200)
+        },
+    )
+    .await;
+    assert!(webhook.log_text().contains("TLS certificate reloaded"));
 
     // The webhook down: pods are still created (failurePolicy Ignore), left to the default
     // scheduler.

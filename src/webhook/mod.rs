@@ -37,8 +37,8 @@ use config::RolloutConfig;
 use metrics::Metrics;
 use server::{Namespaces, Webhook};
 
-/// How often the certificate files are checked for a change.
-const CERT_POLL: Duration = Duration::from_secs(10);
+/// How often the certificate files are checked for a change, by default.
+pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// How long in-flight admission requests may take to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -84,6 +84,8 @@ pub struct Options {
     pub tls_cert: PathBuf,
     /// Its private key (PEM).
     pub tls_key: PathBuf,
+    /// How often the two files are checked for a change.
+    pub tls_reload_interval: Duration,
 }
 
 /// Serves the webhook until SIGTERM or SIGINT, then finishes the requests in flight.
@@ -94,6 +96,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         address,
         tls_cert,
         tls_key,
+        tls_reload_interval,
     } = options;
     let tls_error = |source| WebhookError::Tls {
         cert: tls_cert.display().to_string(),
@@ -147,6 +150,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         tls.clone(),
         tls_cert.clone(),
         tls_key.clone(),
+        tls_reload_interval,
     ));
 
     let handle: Handle<SocketAddr> = Handle::new();
@@ -196,10 +200,10 @@ fn modified(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
 
 /// Reloads the certificate and key whenever either file changes; a pair that cannot be
 /// loaded (say, one file written and not yet the other) keeps the previous one in use.
-async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf) {
+async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf, every: Duration) {
     let mut seen = modified(&cert, &key);
     loop {
-        tokio::time::sleep(CERT_POLL).await;
+        tokio::time::sleep(every).await;
         let now = modified(&cert, &key);
         if now.is_none() || now == seen {
             continue;

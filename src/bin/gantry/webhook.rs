@@ -3,8 +3,10 @@
 use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
+use gantry::config::parse_go_duration;
 use gantry::webhook::config::RolloutConfig;
 use gantry::webhook::{self, Options};
 
@@ -21,6 +23,9 @@ pub struct Args {
     /// The serving certificate's private key (PEM).
     #[arg(long)]
     tls_private_key_file: PathBuf,
+    /// How often the certificate and key files are checked for a change (then reloaded).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    tls_reload_interval: Duration,
     /// The HTTPS port of /mutate, /metrics, /healthz, /livez and /readyz.
     #[arg(long, default_value_t = 8443)]
     port: u16,
@@ -58,6 +63,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         address: SocketAddr::new(args.bind_address, args.port),
         tls_cert: args.tls_cert_file,
         tls_key: args.tls_private_key_file,
+        tls_reload_interval: args.tls_reload_interval,
     };
     runtime.block_on(webhook::run(options))?;
     Ok(())
