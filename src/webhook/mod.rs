@@ -103,6 +103,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         key: tls_key.display().to_string(),
         source,
     };
+    has_certificate(&tls_cert).map_err(tls_error)?;
     let tls = RustlsConfig::from_pem_file(&tls_cert, &tls_key)
         .await
         .map_err(tls_error)?;
@@ -190,6 +191,20 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
     }
     tracing::info!("stopped");
     result
+}
+
+/// Fails unless `path` holds a PEM certificate (rustls would say "peer sent no certificates").
+fn has_certificate(path: &Path) -> std::io::Result<()> {
+    let text = std::fs::read(path)?;
+    let marker = b"-----BEGIN CERTIFICATE-----";
+    if text.windows(marker.len()).any(|w| w == marker) {
+        Ok(())
+    } else {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "no PEM certificate in the certificate file",
+        ))
+    }
 }
 
 /// The modification times of the two files, if both can be read.

@@ -127,7 +127,14 @@ impl Webhook {
             .unwrap_or_default();
         let annotations = self.namespaces.annotations(&namespace).await;
         let decision = decide(&self.config, &pod, &namespace, annotations.as_ref());
-        self.record(&decision, &request, &namespace);
+        let name = pod
+            .metadata
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or(pod.metadata.generate_name.as_deref())
+            .unwrap_or_default();
+        self.record(&decision, request.dry_run, &namespace, name);
         let mut response = response;
         if !decision.invalid.is_empty() {
             response.warnings = Some(decision.invalid.iter().map(ToString::to_string).collect());
@@ -168,16 +175,10 @@ impl Webhook {
     }
 
     /// Counts and logs a decision (dry runs are logged but not counted: no pod is made).
-    fn record(
-        &self,
-        decision: &Decision,
-        request: &AdmissionRequest<DynamicObject>,
-        namespace: &str,
-    ) {
-        let pod = request.name.as_str();
+    fn record(&self, decision: &Decision, dry_run: bool, namespace: &str, pod: &str) {
         for invalid in &decision.invalid {
             tracing::warn!(namespace, pod, "{invalid}");
-            if !request.dry_run {
+            if !dry_run {
                 self.metrics
                     .invalid
                     .get_or_create(&InvalidLabels {
@@ -190,7 +191,7 @@ impl Webhook {
         match &decision.route {
             Route::Skip(skip) => {
                 tracing::debug!(namespace, pod, reason = skip.reason(), "left alone");
-                self.count_skip(skip.reason(), request.dry_run);
+                self.count_skip(skip.reason(), dry_run);
             }
             Route::Split {
                 gantry,
@@ -200,7 +201,7 @@ impl Webhook {
                 source,
             } => {
                 tracing::debug!(namespace, pod, %workload, bucket, %share, %source, gantry, "routed");
-                if !request.dry_run {
+                if !dry_run {
                     self.metrics
                         .routed
                         .get_or_create(&RoutedLabels {
