@@ -15,3 +15,4 @@ pub mod scheduler;
 pub mod sim;
 pub mod synthetic;
 pub mod testing;
+pub mod webhook;

@@ -4,6 +4,7 @@ mod bench;
 mod openb;
 mod run;
 mod simulate;
+mod webhook;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Run(run::Args),
     /// Measure scheduling decisions per second on synthetic clusters (no API server).
     Bench(bench::Args),
+    /// Serve the canary admission webhook that routes a share of new pods to gantry.
+    Webhook(webhook::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(args),
+        Command::Webhook(args) => webhook::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
