@@ -19,6 +19,7 @@ use super::events::{
 use super::instrument::Instrumentation;
 use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
+use crate::decision::DecisionRecorder;
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::plugins::overcommit;
@@ -129,6 +130,8 @@ pub struct Driver {
     pub ready: Arc<AtomicBool>,
     /// How node load readings become samples.
     pub node_load: NodeLoadSettings,
+    /// Where each attempt's decision record goes.
+    pub decisions: DecisionRecorder,
 }
 
 struct Run {
@@ -199,6 +202,13 @@ impl Driver {
         let Some(attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
             return false;
         };
+        let took = attempt_start.elapsed();
+        let timestamp_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if !self.decisions.record(&attempt, timestamp_ms, took) {
+            self.metrics.decision_log_dropped();
+        }
         match attempt {
             Attempt::Scheduled(task, _) => {
                 self.recorder.record(Record::Binding {
@@ -231,7 +241,7 @@ impl Driver {
                     message,
                 });
             }
-            Attempt::Failed { pod, status } => {
+            Attempt::Failed { pod, status, .. } => {
                 self.metrics
                     .attempt(RESULT_ERROR, &pod.scheduler_name, attempt_start.elapsed());
                 tracing::warn!(pod = %pod.key(), %status, "scheduling attempt failed");
@@ -456,6 +466,7 @@ pub fn pod_ref(pod: &PodInfo) -> PodRef {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::decision::DecisionStore;
     use crate::plugins;
     use crate::testing::{node, pod};
     use std::sync::mpsc::{Sender, channel};
@@ -490,6 +501,7 @@ mod tests {
             watchers: ["nodes", "pods"].into_iter().collect(),
             ready: ready.clone(),
             node_load,
+            decisions: DecisionRecorder::new(DecisionStore::shared(100), None, false),
         };
         let thread = std::thread::spawn(move || driver.run());
         Harness {

@@ -3,10 +3,12 @@
 //! the API server: the end-to-end benchmark against a real control plane is separate.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use gantry::config::Config;
+use gantry::decision::store::DEFAULT_CAPACITY;
+use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::model::{NodeModel, PodInfo};
 use gantry::plugins;
 use gantry::scheduler::{Attempt, Scheduler};
@@ -30,6 +32,21 @@ pub struct Args {
     /// percentageOfNodesToScore values: 0 is kube-scheduler's adaptive default.
     #[arg(long, value_delimiter = ',', default_value = "0,100")]
     percentage: Vec<u32>,
+    /// Decision recording: `on` records every attempt into an in-memory store as `gantry run`
+    /// does; `off,on` measures both, one after the other, for each combination.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    record: Vec<Recording>,
+    /// Times to run the whole set of combinations (with `--record off,on`, the two
+    /// alternate this many times).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+}
+
+/// Decision recording in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Recording {
+    Off,
+    On,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -42,12 +59,13 @@ enum WorkloadArg {
 /// the CPU time per pod (all threads).
 pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
-        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10} {:>9} {:>11} {:>9} {:>7}",
+        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>9} {:>7}",
         "nodes",
         "pods",
         "workload",
         "pct",
         "threads",
+        "record",
         "pods/s",
         "us/pod",
         "cpu-us/pod",
@@ -69,26 +87,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .iter()
                     .map(|p| PodInfo::from_api(p).map(Arc::new))
                     .collect::<Result<_, _>>()?;
-            for &pct in &args.percentage {
-                for &threads in &args.threads {
-                    let r = run_one(&node_models, &pods, pct, threads)?;
-                    println!(
-                        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
-                        nodes,
-                        pods.len(),
-                        label,
-                        if pct == 0 {
-                            "auto".to_string()
-                        } else {
-                            pct.to_string()
-                        },
-                        threads,
-                        pods.len() as f64 / r.elapsed.as_secs_f64(),
-                        r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
-                        r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
-                        r.scheduled,
-                        r.pending
-                    );
+            for _ in 0..args.rounds {
+                for &pct in &args.percentage {
+                    for &threads in &args.threads {
+                        for &record in &args.record {
+                            let r = run_one(&node_models, &pods, pct, threads, record)?;
+                            println!(
+                                "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
+                                nodes,
+                                pods.len(),
+                                label,
+                                if pct == 0 {
+                                    "auto".to_string()
+                                } else {
+                                    pct.to_string()
+                                },
+                                threads,
+                                if record == Recording::On { "on" } else { "off" },
+                                pods.len() as f64 / r.elapsed.as_secs_f64(),
+                                r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
+                                r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
+                                r.scheduled,
+                                r.pending
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -110,6 +133,7 @@ fn run_one(
     pods: &[Arc<PodInfo>],
     percentage: u32,
     threads: usize,
+    record: Recording,
 ) -> anyhow::Result<RunResult> {
     let registry = plugins::registry();
     let mut config = Config::default_with(&registry)?;
@@ -125,6 +149,10 @@ fn run_one(
         None
     };
     let mut sched = Scheduler::new(config, pool);
+    let recorder = (record == Recording::On).then(|| {
+        sched.set_explain(true);
+        DecisionRecorder::new(DecisionStore::shared(DEFAULT_CAPACITY), None, false)
+    });
     let now = Duration::ZERO;
     for n in nodes {
         sched.upsert_node(n.clone(), now);
@@ -135,7 +163,19 @@ fn run_one(
     let (mut scheduled, mut pending) = (0, 0);
     let start = Instant::now();
     let cpu_start = cpu_time::ProcessTime::now();
-    while let Some(attempt) = sched.schedule_next(now) {
+    loop {
+        // Timed and stamped as the scheduling thread of `gantry run` does.
+        let attempt_start = Instant::now();
+        let Some(attempt) = sched.schedule_next(now) else {
+            break;
+        };
+        if let Some(r) = &recorder {
+            let took = attempt_start.elapsed();
+            let timestamp_ms = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            r.record(&attempt, timestamp_ms, took);
+        }
         match attempt {
             Attempt::Scheduled(task, _) => {
                 sched.binding_succeeded(&task, now)?;

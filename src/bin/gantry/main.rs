@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod explain;
 mod openb;
 mod run;
 mod simulate;
@@ -23,6 +24,8 @@ enum Command {
     Run(run::Args),
     /// Measure scheduling decisions per second on synthetic clusters (no API server).
     Bench(bench::Args),
+    /// Show a pod's latest scheduling attempts: where it went and why, or why it is pending.
+    Explain(explain::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(args),
+        Command::Explain(args) => explain::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

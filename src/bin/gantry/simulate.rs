@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gantry::config::Config;
+use gantry::decision::file::DecisionLog;
+use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::plugins;
 use gantry::sim::{self, ClusterInput};
 
@@ -32,6 +34,9 @@ pub struct Args {
     /// The openb GPU trace experiment.
     #[command(flatten)]
     openb: crate::openb::Args,
+    /// The decision log: every attempt's record, as `gantry run` writes it.
+    #[command(flatten)]
+    decision_log: crate::explain::DecisionLogArgs,
 }
 
 /// Runs the simulation and prints the report.
@@ -57,7 +62,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .num_threads(config.parallelism)
         .build()
         .context("cannot start the scheduling threads")?;
-    let report = sim::simulate(&input, config, Some(Arc::new(pool)));
+    let recorder = match args.decision_log.rotation() {
+        Some(rotation) => Some(DecisionRecorder::new(
+            // The file is the output: the store needs to hold nothing.
+            DecisionStore::shared(1),
+            Some(DecisionLog::start(rotation)?),
+            true,
+        )),
+        None => None,
+    };
+    let report = sim::simulate_recorded(&input, config, Some(Arc::new(pool)), recorder.as_ref());
+    if let Some(r) = recorder {
+        r.close();
+    }
     match args.output {
         Output::Table => print!("{}", report.to_table()),
         Output::Json => println!("{}", report.to_json()),
