@@ -139,8 +139,10 @@ pub fn explain_record(r: &DecisionRecord, out: &mut String) {
 /// Why the chosen node won: its total against the runner-up, and the score table.
 fn explain_choice(r: &DecisionRecord, out: &mut String) {
     let Some(node) = &r.node else { return };
-    match r.top_nodes.as_slice() {
-        [] => {
+    let chosen = r.top_nodes.iter().find(|n| n.node == *node);
+    let runner_up = r.top_nodes.iter().find(|n| n.node != *node);
+    match (chosen, runner_up) {
+        (None, _) if r.top_nodes.is_empty() => {
             let _ = writeln!(
                 out,
                 "  Why {node}: the only feasible node among the {} evaluated (no scoring needed)",
@@ -148,28 +150,34 @@ fn explain_choice(r: &DecisionRecord, out: &mut String) {
             );
             return;
         }
-        [best] => {
+        (None, _) => {
+            let _ = writeln!(
+                out,
+                "  Why {node}: chosen among the best-scored nodes below"
+            );
+        }
+        (Some(best), None) => {
             let _ = writeln!(out, "  Why {node}: highest total score {}", best.total);
         }
-        [best, second, ..] => {
-            let mut diffs: Vec<(i64, &str)> = best
-                .scores
-                .iter()
-                .zip(&second.scores)
-                .zip(&r.score_plugins)
-                .map(|((a, b), p)| (a - b, &**p))
-                .filter(|(d, _)| *d != 0)
-                .collect();
-            diffs.sort_by(|a, b| b.0.abs().cmp(&a.0.abs()).then_with(|| a.1.cmp(b.1)));
-            let detail: Vec<String> = diffs.iter().map(|(d, p)| format!("{p} {d:+}")).collect();
+        (Some(best), Some(second)) => {
             let lead = best.total - second.total;
-            if lead == 0 {
+            if lead <= 0 {
                 let _ = writeln!(
                     out,
                     "  Why {node}: tied with {} at {}; ties are broken by a hash of the pod and node names",
                     second.node, best.total
                 );
             } else {
+                let mut diffs: Vec<(i64, &str)> = best
+                    .scores
+                    .iter()
+                    .zip(&second.scores)
+                    .zip(&r.score_plugins)
+                    .map(|((a, b), p)| (a - b, &**p))
+                    .filter(|(d, _)| *d != 0)
+                    .collect();
+                diffs.sort_by(|a, b| b.0.abs().cmp(&a.0.abs()).then_with(|| a.1.cmp(b.1)));
+                let detail: Vec<String> = diffs.iter().map(|(d, p)| format!("{p} {d:+}")).collect();
                 let _ = writeln!(
                     out,
                     "  Why {node}: highest total score {}, {lead} more than {}{}",
@@ -335,14 +343,15 @@ mod tests {
                 .contains("Why node-2: the only feasible node among the 5 evaluated")
         );
         r.score_plugins = vec![Cow::Borrowed("NodeResourcesFit")];
+        // The chosen node need not come first among equals.
         r.top_nodes = vec![
             TopNode {
-                node: "node-2".into(),
+                node: "node-1".into(),
                 scores: vec![50],
                 total: 50,
             },
             TopNode {
-                node: "node-1".into(),
+                node: "node-2".into(),
                 scores: vec![50],
                 total: 50,
             },

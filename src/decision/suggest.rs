@@ -46,9 +46,6 @@ pub enum Suggestion {
         plugin: Cow<'static, str>,
         /// Its reasons, as it worded them.
         reasons: Vec<Cow<'static, str>>,
-        /// How many nodes that plugin alone rejects (this one and others like it), among
-        /// those checked.
-        nodes: usize,
     },
 }
 
@@ -92,18 +89,11 @@ impl fmt::Display for Suggestion {
                 node,
                 plugin,
                 reasons,
-                nodes,
-            } => {
-                write!(
-                    f,
-                    "{node} is rejected only by {plugin}: {}",
-                    reasons.join(", ")
-                )?;
-                if *nodes > 1 {
-                    write!(f, " (like {} other node(s))", nodes - 1)?;
-                }
-                Ok(())
-            }
+            } => write!(
+                f,
+                "{node} is rejected only by {plugin}: {}",
+                reasons.join(", ")
+            ),
         }
     }
 }
@@ -259,21 +249,16 @@ pub fn suggest(
                 .0
                 .cmp(&diagnosis.node_statuses[b].0)
         });
-        let mut found = None;
-        let mut alone = 0;
-        for &i in nodes.iter().take(MAX_CHECKS) {
-            if checker.only_rejected_by(&diagnosis.node_statuses[i].0, plugin) {
-                alone += 1;
-                found.get_or_insert(i);
-            }
-        }
-        if let Some(i) = found {
+        let found = nodes
+            .iter()
+            .take(MAX_CHECKS)
+            .find(|&&i| checker.only_rejected_by(&diagnosis.node_statuses[i].0, plugin));
+        if let Some(&i) = found {
             let (node, status) = &diagnosis.node_statuses[i];
             out.push(Suggestion::OnlyPlugin {
                 node: node.clone(),
                 plugin: Cow::Borrowed(plugin),
                 reasons: status.reasons().to_vec(),
-                nodes: alone,
             });
         }
     }
@@ -449,7 +434,7 @@ mod tests {
             vec![
                 "n1 would fit with 1 more cpu",
                 "n3 is rejected only by TaintToleration: node(s) had untolerated taint \
-                 {dedicated: gpu} (like 1 other node(s))",
+                 {dedicated: gpu}",
             ]
         );
     }
