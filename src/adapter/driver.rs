@@ -199,14 +199,14 @@ impl Driver {
     fn schedule_one(&mut self, run: &mut Run) -> bool {
         self.instrumentation.begin_cycle();
         let attempt_start = Instant::now();
-        let Some(attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
+        let Some(mut attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
             return false;
         };
         let took = attempt_start.elapsed();
         let timestamp_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        if !self.decisions.record(&attempt, timestamp_ms, took) {
+        if !self.decisions.record(&mut attempt, timestamp_ms, took) {
             self.metrics.decision_log_dropped();
         }
         match attempt {

@@ -161,9 +161,9 @@ mod tests {
         s.upsert_pod(pod("big").req("cpu", "2").build(), Duration::ZERO)
             .unwrap();
         let store = DecisionStore::shared(100);
-        let attempt = s.schedule_next(Duration::ZERO).unwrap();
+        let mut attempt = s.schedule_next(Duration::ZERO).unwrap();
         for t in [1, 2] {
-            let r = DecisionRecord::from_attempt(&attempt, t, Duration::ZERO);
+            let r = DecisionRecord::from_attempt(&mut attempt, t, Duration::ZERO);
             store.lock().unwrap().push(Arc::new(r));
         }
         let health = Health {

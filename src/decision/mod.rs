@@ -80,11 +80,12 @@ impl DecisionRecorder {
         &self.store
     }
 
-    /// Records `attempt`, made at `timestamp_ms` and lasting `took`; false when the record
-    /// could not be queued for the file (it is in the store all the same).
+    /// Records `attempt`, made at `timestamp_ms` and lasting `took` (moving its scores and
+    /// suggestions into the record, see [`DecisionRecord::from_attempt`]); false when the
+    /// record could not be queued for the file (it is in the store all the same).
     pub fn record(
         &self,
-        attempt: &crate::scheduler::Attempt,
+        attempt: &mut crate::scheduler::Attempt,
         timestamp_ms: u64,
         took: std::time::Duration,
     ) -> bool {

@@ -124,8 +124,10 @@ fn rejections(counts: &[RejectionCount]) -> Vec<Rejection> {
 
 impl DecisionRecord {
     /// The record of `attempt`, made at `timestamp_ms` and lasting `took` (both measured by
-    /// the caller: the core has no clock).
-    pub fn from_attempt(attempt: &Attempt, timestamp_ms: u64, took: Duration) -> Self {
+    /// the caller: the core has no clock). The best nodes' scores and the suggestions are
+    /// moved out of the attempt rather than copied (front ends need nothing else from them):
+    /// recording allocates little on the scheduling thread.
+    pub fn from_attempt(attempt: &mut Attempt, timestamp_ms: u64, took: Duration) -> Self {
         let duration_micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         match attempt {
             Attempt::Scheduled(task, summary) => DecisionRecord {
@@ -146,12 +148,11 @@ impl DecisionRecord {
                     .iter()
                     .map(|&p| Cow::Borrowed(p))
                     .collect(),
-                top_nodes: summary
-                    .scores
-                    .iter()
+                top_nodes: std::mem::take(&mut summary.scores)
+                    .into_iter()
                     .map(|s| TopNode {
-                        node: s.node.clone(),
-                        scores: s.weighted.clone(),
+                        node: s.node,
+                        scores: s.weighted,
                         total: s.total,
                     })
                     .collect(),
@@ -184,7 +185,7 @@ impl DecisionRecord {
                 rejections: rejections(&diagnosis.rejection_counts()),
                 score_plugins: Vec::new(),
                 top_nodes: Vec::new(),
-                suggestions: suggestions.clone(),
+                suggestions: std::mem::take(suggestions),
                 duration_micros,
             },
             Attempt::Failed {
@@ -249,8 +250,8 @@ mod tests {
         );
         s.upsert_pod(pod("web").req("cpu", "1").build(), now)
             .unwrap();
-        let attempt = s.schedule_next(now).expect("an attempt");
-        let r = DecisionRecord::from_attempt(&attempt, 1234, Duration::from_micros(56));
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 1234, Duration::from_micros(56));
         assert_eq!(
             (r.namespace.as_str(), r.pod.as_str(), r.profile.as_str()),
             ("default", "web", "default-scheduler")
@@ -296,8 +297,8 @@ mod tests {
         s.upsert_node(node("n2").capacity("1800m", "8Gi").build(), now);
         s.upsert_pod(pod("big").req("cpu", "2").build(), now)
             .unwrap();
-        let attempt = s.schedule_next(now).expect("an attempt");
-        let r = DecisionRecord::from_attempt(&attempt, 0, Duration::ZERO);
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 0, Duration::ZERO);
         assert_eq!(r.result, Outcome::Unschedulable);
         assert_eq!(
             r.message.as_deref(),
@@ -323,8 +324,8 @@ mod tests {
         s.upsert_node(node("n1").capacity("1", "8Gi").build(), now);
         s.upsert_pod(pod("big").req("cpu", "2").build(), now)
             .unwrap();
-        let attempt = s.schedule_next(now).expect("an attempt");
-        let r = DecisionRecord::from_attempt(&attempt, 7, Duration::from_millis(2));
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 7, Duration::from_millis(2));
         let json = serde_json::to_value(&r).unwrap();
         for field in [
             "timestampMs",

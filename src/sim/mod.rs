@@ -145,12 +145,12 @@ fn run_queue(
     loop {
         loop {
             let start = Instant::now();
-            let Some(attempt) = sched.schedule_next(now) else {
+            let Some(mut attempt) = sched.schedule_next(now) else {
                 break;
             };
             if let Some(d) = decisions {
                 let at = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
-                d.record(&attempt, at, start.elapsed());
+                d.record(&mut attempt, at, start.elapsed());
             }
             match attempt {
                 Attempt::Scheduled(task, _) => {

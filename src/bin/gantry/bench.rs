@@ -7,7 +7,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use gantry::config::Config;
-use gantry::decision::store::DEFAULT_CAPACITY;
 use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::model::{NodeModel, PodInfo};
 use gantry::plugins;
@@ -36,6 +35,10 @@ pub struct Args {
     /// does; `off,on` measures both, one after the other, for each combination.
     #[arg(long, value_delimiter = ',', default_value = "off")]
     record: Vec<Recording>,
+    /// Records the in-memory store keeps with `--record on`; below `--pods`, most records
+    /// evict an older one, as in a long-running `gantry run`.
+    #[arg(long, default_value_t = 2000)]
+    decision_records: usize,
     /// Times to run the whole set of combinations (with `--record off,on`, the two
     /// alternate this many times).
     #[arg(long, default_value_t = 1)]
@@ -47,6 +50,20 @@ pub struct Args {
 enum Recording {
     Off,
     On,
+}
+
+impl Recording {
+    fn label(self) -> &'static str {
+        match self {
+            Recording::Off => "off",
+            Recording::On => "on",
+        }
+    }
+
+    /// `value` when recording is on.
+    fn then_some<T>(self, value: T) -> Option<T> {
+        (self == Recording::On).then_some(value)
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -91,7 +108,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 for &pct in &args.percentage {
                     for &threads in &args.threads {
                         for &record in &args.record {
-                            let r = run_one(&node_models, &pods, pct, threads, record)?;
+                            let r = run_one(
+                                &node_models,
+                                &pods,
+                                pct,
+                                threads,
+                                record.then_some(args.decision_records),
+                            )?;
                             println!(
                                 "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
                                 nodes,
@@ -103,7 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                     pct.to_string()
                                 },
                                 threads,
-                                if record == Recording::On { "on" } else { "off" },
+                                record.label(),
                                 pods.len() as f64 / r.elapsed.as_secs_f64(),
                                 r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
                                 r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
@@ -133,7 +156,7 @@ fn run_one(
     pods: &[Arc<PodInfo>],
     percentage: u32,
     threads: usize,
-    record: Recording,
+    record: Option<usize>,
 ) -> anyhow::Result<RunResult> {
     let registry = plugins::registry();
     let mut config = Config::default_with(&registry)?;
@@ -149,9 +172,9 @@ fn run_one(
         None
     };
     let mut sched = Scheduler::new(config, pool);
-    let recorder = (record == Recording::On).then(|| {
+    let recorder = record.map(|capacity| {
         sched.set_explain(true);
-        DecisionRecorder::new(DecisionStore::shared(DEFAULT_CAPACITY), None, false)
+        DecisionRecorder::new(DecisionStore::shared(capacity), None, false)
     });
     let now = Duration::ZERO;
     for n in nodes {
@@ -166,7 +189,7 @@ fn run_one(
     loop {
         // Timed and stamped as the scheduling thread of `gantry run` does.
         let attempt_start = Instant::now();
-        let Some(attempt) = sched.schedule_next(now) else {
+        let Some(mut attempt) = sched.schedule_next(now) else {
             break;
         };
         if let Some(r) = &recorder {
@@ -174,7 +197,7 @@ fn run_one(
             let timestamp_ms = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            r.record(&attempt, timestamp_ms, took);
+            r.record(&mut attempt, timestamp_ms, took);
         }
         match attempt {
             Attempt::Scheduled(task, _) => {
