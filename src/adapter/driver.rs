@@ -477,6 +477,7 @@ mod tests {
         binds: UnboundedReceiver<BindRequest>,
         records: UnboundedReceiver<Record>,
         ready: Arc<AtomicBool>,
+        decisions: crate::decision::SharedStore,
         thread: std::thread::JoinHandle<()>,
     }
 
@@ -491,6 +492,7 @@ mod tests {
         let (bind_tx, binds) = unbounded_channel();
         let (recorder, records) = Recorder::channel();
         let ready = Arc::new(AtomicBool::new(false));
+        let decisions = DecisionStore::shared(100);
         let driver = Driver {
             scheduler: Scheduler::new(config, None),
             inputs: rx,
@@ -501,7 +503,7 @@ mod tests {
             watchers: ["nodes", "pods"].into_iter().collect(),
             ready: ready.clone(),
             node_load,
-            decisions: DecisionRecorder::new(DecisionStore::shared(100), None, false),
+            decisions: DecisionRecorder::new(decisions.clone(), None, false),
         };
         let thread = std::thread::spawn(move || driver.run());
         Harness {
@@ -509,6 +511,7 @@ mod tests {
             binds,
             records,
             ready,
+            decisions,
             thread,
         }
     }
@@ -584,6 +587,43 @@ profiles:
         for input in [Input::Synced("nodes"), Input::Synced("pods"), Input::Lead] {
             h.inputs.send(input).unwrap();
         }
+    }
+
+    #[test]
+    fn every_attempt_leaves_a_decision_record() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("big").req("cpu", "3").build()))
+            .unwrap();
+        warm_and_lead(&h);
+        let bind = next(&mut h.binds).expect("a binding");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let latest =
+            |name: &str| crate::decision::store::latest_shared(&h.decisions, "default", name, 5);
+        while latest("big").is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let placed = latest("a");
+        assert_eq!(placed.len(), 1);
+        assert_eq!(placed[0].node.as_deref(), Some("n1"));
+        let stuck = latest("big");
+        assert_eq!(stuck.len(), 1);
+        assert_eq!(stuck[0].result, crate::decision::Outcome::Unschedulable);
+        assert_eq!(
+            stuck[0].message.as_deref(),
+            Some("0/1 nodes are available: 1 Insufficient cpu.")
+        );
+        h.inputs
+            .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
+            .unwrap();
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
     }
 
     #[test]
