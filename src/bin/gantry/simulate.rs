@@ -42,6 +42,9 @@ pub struct Args {
 /// Runs the simulation and prints the report.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.openb.is_set() {
+        if args.decision_log.decision_log.is_some() {
+            anyhow::bail!("--decision-log is not available for the openb experiment");
+        }
         return crate::openb::run(args.openb, args.output);
     }
     let registry = plugins::registry();
