@@ -7,6 +7,7 @@ pub mod adapter;
 pub mod cache;
 pub mod config;
 pub mod cycle;
+pub mod decision;
 pub mod framework;
 pub mod model;
 pub mod plugins;

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use crate::cache::{Cache, CacheError, Snapshot};
 use crate::config::Config;
-use crate::cycle::{self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores};
+use crate::cycle::{
+    self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
+};
+use crate::decision::suggest::{self, Suggestion};
 use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
 use crate::model::load::LoadSample;
 use crate::model::{NodeModel, PodInfo};
@@ -35,6 +38,8 @@ pub struct BindTask {
 /// How the cycle went, for the decision log and metrics.
 #[derive(Debug, Clone, Default)]
 pub struct CycleSummary {
+    /// Nodes in the cluster.
+    pub nodes: usize,
     /// Nodes examined by filters.
     pub evaluated: usize,
     /// Nodes that passed.
@@ -43,6 +48,8 @@ pub struct CycleSummary {
     pub score_plugins: Vec<&'static str>,
     /// Scores of the best feasible nodes, best first (at most [`TOP_SCORES`]).
     pub scores: Vec<NodeScores>,
+    /// The examined nodes filters rejected, per plugin and reason.
+    pub rejections: Vec<RejectionCount>,
 }
 
 /// The outcome of one [`Scheduler::schedule_next`].
@@ -54,15 +61,22 @@ pub enum Attempt {
     Unschedulable {
         /// The pod.
         pod: Arc<PodInfo>,
+        /// Its attempt number (1 for the first).
+        attempt: u32,
         /// Why, per node.
         diagnosis: Diagnosis,
         /// kube-scheduler's message for it.
         message: String,
+        /// Single changes that would let it fit (see [`suggest::suggest`]); computed only
+        /// when [`Scheduler::set_explain`] asked for them.
+        suggestions: Vec<Suggestion>,
     },
     /// Something failed (a plugin error); the pod retries after backoff.
     Failed {
         /// The pod.
         pod: Arc<PodInfo>,
+        /// Its attempt number (1 for the first).
+        attempt: u32,
         /// What failed.
         status: Status,
     },
@@ -76,6 +90,7 @@ pub struct Scheduler {
     snapshot: Snapshot,
     memory: CycleMemory,
     pool: Option<Arc<rayon::ThreadPool>>,
+    explain: bool,
 }
 
 impl Scheduler {
@@ -93,7 +108,14 @@ impl Scheduler {
             snapshot: Snapshot::default(),
             memory: CycleMemory::default(),
             pool,
+            explain: false,
         }
+    }
+
+    /// With `true`, unschedulable attempts come with the single changes that would let the
+    /// pod fit (for the decision log); this re-runs some filters, so it is off by default.
+    pub fn set_explain(&mut self, explain: bool) {
+        self.explain = explain;
     }
 
     /// The configuration.
@@ -224,10 +246,12 @@ impl Scheduler {
         match result {
             Ok(placement) => {
                 let summary = CycleSummary {
+                    nodes: self.snapshot.len(),
                     evaluated: placement.evaluated,
                     feasible: placement.feasible,
                     score_plugins: placement.score_plugins,
                     scores: placement.scores,
+                    rejections: placement.rejections,
                 };
                 Some(self.reserve_and_plan(
                     &profile,
@@ -240,7 +264,12 @@ impl Scheduler {
             }
             Err(CycleError::Unschedulable(diagnosis)) => {
                 let message = diagnosis.message();
-                let pod = queued.pod.clone();
+                let suggestions = if self.explain {
+                    suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
+                } else {
+                    Vec::new()
+                };
+                let (pod, attempt) = (queued.pod.clone(), queued.attempts);
                 self.queue.requeue_unschedulable(
                     queued,
                     diagnosis.unschedulable_plugins.clone(),
@@ -248,14 +277,20 @@ impl Scheduler {
                 );
                 Some(Attempt::Unschedulable {
                     pod,
+                    attempt,
                     diagnosis,
                     message,
+                    suggestions,
                 })
             }
             Err(CycleError::Error(status)) => {
-                let pod = queued.pod.clone();
+                let (pod, attempt) = (queued.pod.clone(), queued.attempts);
                 self.queue.requeue_backoff(queued, now);
-                Some(Attempt::Failed { pod, status })
+                Some(Attempt::Failed {
+                    pod,
+                    attempt,
+                    status,
+                })
             }
         }
     }
@@ -273,19 +308,25 @@ impl Scheduler {
         let mut assumed = (*queued.pod).clone();
         assumed.node_name = Some(node.clone());
         let fail = |this: &mut Self, queued: QueuedPod, status: Status| {
-            let pod = queued.pod.clone();
+            let (pod, attempt) = (queued.pod.clone(), queued.attempts);
             if status.is_rejected() {
                 let plugins: BTreeSet<&'static str> = status.plugin().into_iter().collect();
                 this.queue.requeue_unschedulable(queued, plugins, now);
                 let message = status.message();
                 Attempt::Unschedulable {
                     pod,
+                    attempt,
                     diagnosis: Diagnosis::default(),
                     message,
+                    suggestions: Vec::new(),
                 }
             } else {
                 this.queue.requeue_backoff(queued, now);
-                Attempt::Failed { pod, status }
+                Attempt::Failed {
+                    pod,
+                    attempt,
+                    status,
+                }
             }
         };
         let Some(node_info) = self.snapshot.get(&node) else {

@@ -19,6 +19,7 @@ use super::events::{
 use super::instrument::Instrumentation;
 use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
+use crate::decision::DecisionRecorder;
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::plugins::overcommit;
@@ -129,6 +130,8 @@ pub struct Driver {
     pub ready: Arc<AtomicBool>,
     /// How node load readings become samples.
     pub node_load: NodeLoadSettings,
+    /// Where each attempt's decision record goes.
+    pub decisions: DecisionRecorder,
 }
 
 struct Run {
@@ -196,9 +199,16 @@ impl Driver {
     fn schedule_one(&mut self, run: &mut Run) -> bool {
         self.instrumentation.begin_cycle();
         let attempt_start = Instant::now();
-        let Some(attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
+        let Some(mut attempt) = self.scheduler.schedule_next(run.start.elapsed()) else {
             return false;
         };
+        let took = attempt_start.elapsed();
+        let timestamp_ms = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if !self.decisions.record(&mut attempt, timestamp_ms, took) {
+            self.metrics.decision_log_dropped();
+        }
         match attempt {
             Attempt::Scheduled(task, _) => {
                 self.recorder.record(Record::Binding {
@@ -232,7 +242,7 @@ impl Driver {
                     message,
                 });
             }
-            Attempt::Failed { pod, status } => {
+            Attempt::Failed { pod, status, .. } => {
                 self.metrics
                     .attempt(RESULT_ERROR, &pod.scheduler_name, attempt_start.elapsed());
                 tracing::warn!(pod = %pod.key(), %status, "scheduling attempt failed");
@@ -464,6 +474,7 @@ pub fn pod_ref(pod: &PodInfo) -> PodRef {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::decision::DecisionStore;
     use crate::plugins;
     use crate::testing::{node, pod};
     use std::sync::mpsc::{Sender, channel};
@@ -474,6 +485,7 @@ mod tests {
         binds: UnboundedReceiver<BindRequest>,
         records: UnboundedReceiver<Record>,
         ready: Arc<AtomicBool>,
+        decisions: crate::decision::SharedStore,
         thread: std::thread::JoinHandle<()>,
     }
 
@@ -488,6 +500,7 @@ mod tests {
         let (bind_tx, binds) = unbounded_channel();
         let (recorder, records) = Recorder::channel();
         let ready = Arc::new(AtomicBool::new(false));
+        let decisions = DecisionStore::shared(100);
         let driver = Driver {
             scheduler: Scheduler::new(config, None),
             inputs: rx,
@@ -498,6 +511,7 @@ mod tests {
             watchers: ["nodes", "pods"].into_iter().collect(),
             ready: ready.clone(),
             node_load,
+            decisions: DecisionRecorder::new(decisions.clone(), None, false),
         };
         let thread = std::thread::spawn(move || driver.run());
         Harness {
@@ -505,6 +519,7 @@ mod tests {
             binds,
             records,
             ready,
+            decisions,
             thread,
         }
     }
@@ -580,6 +595,43 @@ profiles:
         for input in [Input::Synced("nodes"), Input::Synced("pods"), Input::Lead] {
             h.inputs.send(input).unwrap();
         }
+    }
+
+    #[test]
+    fn every_attempt_leaves_a_decision_record() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("big").req("cpu", "3").build()))
+            .unwrap();
+        warm_and_lead(&h);
+        let bind = next(&mut h.binds).expect("a binding");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let latest =
+            |name: &str| crate::decision::store::latest_shared(&h.decisions, "default", name, 5);
+        while latest("big").is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let placed = latest("a");
+        assert_eq!(placed.len(), 1);
+        assert_eq!(placed[0].node.as_deref(), Some("n1"));
+        let stuck = latest("big");
+        assert_eq!(stuck.len(), 1);
+        assert_eq!(stuck[0].result, crate::decision::Outcome::Unschedulable);
+        assert_eq!(
+            stuck[0].message.as_deref(),
+            Some("0/1 nodes are available: 1 Insufficient cpu.")
+        );
+        h.inputs
+            .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
+            .unwrap();
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
     }
 
     #[test]

@@ -1,17 +1,23 @@
 //! The HTTP endpoints: `/metrics` (Prometheus), `/healthz` and `/livez` (the process is up),
-//! `/readyz` (the caches are warm).
+//! `/readyz` (the caches are warm), `/debug/decisions/<namespace>/<pod>` (the pod's latest
+//! scheduling attempts, as decision records in JSON).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
 use super::metrics::Metrics;
+use crate::decision::SharedStore;
+use crate::decision::store::latest_shared;
+
+/// Attempts `/debug/decisions` returns when the query does not say (`?attempts=N`).
+pub const DEFAULT_ATTEMPTS: usize = 10;
 
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -23,6 +29,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// True once every watcher has listed.
     pub ready: Arc<AtomicBool>,
+    /// The latest decision records.
+    pub decisions: SharedStore,
 }
 
 /// The router serving the endpoints.
@@ -32,6 +40,7 @@ pub fn router(health: Health) -> Router {
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
+        .route("/debug/decisions/{namespace}/{pod}", get(decisions))
         .with_state(health)
 }
 
@@ -63,5 +72,128 @@ async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+/// The pod's latest attempts, newest first, as a JSON array of decision records; 404 when
+/// none is recorded, 400 for a bad `attempts`.
+async fn decisions(
+    State(h): State<Health>,
+    Path((namespace, pod)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+) -> (StatusCode, [(header::HeaderName, &'static str); 1], String) {
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    let mut attempts = DEFAULT_ATTEMPTS;
+    for (key, value) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
+        if key == "attempts" {
+            match value.parse::<usize>() {
+                Ok(n) if n > 0 => attempts = n,
+                _ => {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        text,
+                        format!("attempts must be a positive number, got {value:?}\n"),
+                    );
+                }
+            }
+        }
+    }
+    let records = latest_shared(&h.decisions, &namespace, &pod, attempts);
+    if records.is_empty() {
+        let capacity = h
+            .decisions
+            .lock()
+            .map(|s| s.capacity())
+            .unwrap_or_else(|e| e.into_inner().capacity());
+        return (
+            StatusCode::NOT_FOUND,
+            text,
+            format!(
+                "no scheduling attempt of pod {namespace}/{pod} is recorded (this gantry keeps \
+                 the latest {capacity} attempts of all pods it schedules)\n"
+            ),
+        );
+    }
+    let records: Vec<&crate::decision::DecisionRecord> = records.iter().map(|r| &**r).collect();
+    match serde_json::to_string(&records) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        ),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            text,
+            format!("cannot encode the records: {e}\n"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::decision::{DecisionRecord, DecisionStore};
+    use crate::scheduler::Scheduler;
+    use crate::testing::{node, pod};
+
+    async fn get(health: &Health, uri: &str) -> (StatusCode, String) {
+        let response = router(health.clone())
+            .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn decisions_of_a_pod_are_served_newest_first() {
+        let config = crate::config::Config::default_with(&crate::plugins::registry()).unwrap();
+        let mut s = Scheduler::new(config, None);
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("big").req("cpu", "2").build(), Duration::ZERO)
+            .unwrap();
+        let store = DecisionStore::shared(100);
+        let mut attempt = s.schedule_next(Duration::ZERO).unwrap();
+        for t in [1, 2] {
+            let r = DecisionRecord::from_attempt(&mut attempt, t, Duration::ZERO);
+            store.lock().unwrap().push(Arc::new(r));
+        }
+        let health = Health {
+            metrics: Arc::new(Metrics::new()),
+            ready: Arc::new(AtomicBool::new(true)),
+            decisions: store,
+        };
+        let (status, body) = get(&health, "/debug/decisions/default/big").await;
+        assert_eq!(status, StatusCode::OK);
+        let records: Vec<DecisionRecord> = serde_json::from_str(&body).unwrap();
+        let times: Vec<u64> = records.iter().map(|r| r.timestamp_ms).collect();
+        assert_eq!(times, vec![2, 1]);
+        let (_, body) = get(&health, "/debug/decisions/default/big?attempts=1").await;
+        assert_eq!(
+            serde_json::from_str::<Vec<DecisionRecord>>(&body)
+                .unwrap()
+                .len(),
+            1
+        );
+        let (status, body) = get(&health, "/debug/decisions/default/other").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(
+            body.starts_with("no scheduling attempt of pod default/other is recorded"),
+            "{body}"
+        );
+        let (status, body) = get(&health, "/debug/decisions/default/big?attempts=x").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body.contains("attempts must be a positive number"),
+            "{body}"
+        );
     }
 }

@@ -124,6 +124,7 @@ pub struct Metrics {
     extension_point_duration: HistogramFamily<ExtensionPointLabels>,
     plugin_duration: HistogramFamily<PluginLabels>,
     goroutines: Family<OperationLabels, Gauge>,
+    decision_log_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -194,6 +195,12 @@ impl Metrics {
             "Number of running goroutines split by the work they do such as binding",
             goroutines.clone(),
         );
+        let decision_log_dropped = Counter::default();
+        registry.register(
+            "gantry_decision_log_dropped_records",
+            "Decision records left out of the decision log file because its writer fell behind (they stay in memory)",
+            decision_log_dropped.clone(),
+        );
         let metrics = Metrics {
             registry,
             schedule_attempts,
@@ -205,6 +212,7 @@ impl Metrics {
             extension_point_duration,
             plugin_duration,
             goroutines,
+            decision_log_dropped,
         };
         // Series that exist from the start, so that a scrape sees them before any pod.
         metrics.set_pending(0, 0, 0, 0);
@@ -314,6 +322,11 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// A decision record did not reach the decision log file.
+    pub fn decision_log_dropped(&self) {
+        self.decision_log_dropped.inc();
+    }
+
     /// The metrics in the Prometheus (OpenMetrics) text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -353,6 +366,7 @@ mod tests {
         m.set_pending(1, 2, 3, 4);
         m.plugin_series("NodeResourcesFit", "Filter", Code::Unschedulable)
             .observe(0.001);
+        m.decision_log_dropped();
         let text = m.render();
         for line in [
             "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"gantry\"} 1",
@@ -364,6 +378,7 @@ mod tests {
             "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",
+            "gantry_decision_log_dropped_records_total 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

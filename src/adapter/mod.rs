@@ -41,6 +41,8 @@ use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::config::{ClientConnection, Config};
+use crate::decision::file::{DecisionLog, LogError, Rotation};
+use crate::decision::{DecisionRecorder, DecisionStore};
 use crate::scheduler::Scheduler;
 use driver::{Driver, Input};
 use health::Health;
@@ -84,6 +86,27 @@ pub enum AdapterError {
     /// The lease could not be renewed: another replica may lead now.
     #[error("leader election lost")]
     LeadershipLost,
+    /// The decision log file cannot be opened.
+    #[error(transparent)]
+    DecisionLog(#[from] LogError),
+}
+
+/// Where `gantry run` keeps its decision records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionSettings {
+    /// Records kept in memory (served at `/debug/decisions/<namespace>/<pod>`).
+    pub capacity: usize,
+    /// The JSON-lines file the records are also appended to, if any.
+    pub file: Option<Rotation>,
+}
+
+impl Default for DecisionSettings {
+    fn default() -> Self {
+        DecisionSettings {
+            capacity: crate::decision::store::DEFAULT_CAPACITY,
+            file: None,
+        }
+    }
 }
 
 /// What `gantry run` needs.
@@ -93,12 +116,14 @@ pub struct Options {
     /// A kubeconfig; `clientConnection.kubeconfig`, then the usual places (`KUBECONFIG`,
     /// `~/.kube/config`, in-cluster) when absent.
     pub kubeconfig: Option<PathBuf>,
-    /// Where to serve `/metrics`, `/healthz`, `/readyz` and `/livez`.
+    /// Where to serve `/metrics`, `/healthz`, `/readyz`, `/livez` and `/debug/decisions`.
     pub address: SocketAddr,
     /// The filtering and scoring thread pool.
     pub pool: Option<Arc<rayon::ThreadPool>>,
     /// Where node load comes from.
     pub node_load: NodeLoadSettings,
+    /// Where decision records go.
+    pub decisions: DecisionSettings,
 }
 
 /// A client for the API server, throttled as `clientConnection` says.
@@ -138,7 +163,10 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         address,
         pool,
         node_load,
+        decisions,
     } = options;
+    let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
+    let decision_store = DecisionStore::shared(decisions.capacity);
     let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;
     let metrics = Arc::new(Metrics::new());
     let instrumentation = Instrumentation::new(metrics.clone());
@@ -157,6 +185,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        decisions: decision_store.clone(),
     };
     let (served, _server) = health::serve(address, health)
         .await
@@ -187,8 +216,10 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     };
     let election = config.leader_election.clone();
     let runner = pool.clone();
+    let mut scheduler = Scheduler::new(config, pool);
+    scheduler.set_explain(true);
     let driver = Driver {
-        scheduler: Scheduler::new(config, pool),
+        scheduler,
         inputs: inputs_rx,
         binder: bind_tx,
         recorder,
@@ -197,6 +228,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         watchers: watch::WATCHERS.into_iter().collect(),
         ready,
         node_load,
+        decisions: DecisionRecorder::new(decision_store, decision_log, false),
     };
     let thread = std::thread::Builder::new()
         .name("scheduler".to_string())

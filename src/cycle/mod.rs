@@ -2,6 +2,7 @@
 //! diagnosis of why no node fits. Pure: no clock, no I/O, and threads only from the pool the
 //! caller passes in.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -94,6 +95,9 @@ pub struct Placement {
     /// Scores of the best feasible nodes (up to `CycleOptions::top_scores`), best first;
     /// empty when only one node was feasible and scoring was skipped.
     pub scores: Vec<NodeScores>,
+    /// The examined nodes that filters rejected, counted per plugin and reason (for the
+    /// decision log: a placed pod's record also says what was ruled out on the way).
+    pub rejections: Vec<RejectionCount>,
     /// Per-cycle plugin state, for Reserve, Permit and Bind.
     pub state: CycleState,
 }
@@ -113,7 +117,47 @@ pub struct Diagnosis {
     pub unschedulable_plugins: BTreeSet<&'static str>,
 }
 
+/// How many nodes one plugin rejected with one reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectionCount {
+    /// The plugin; `None` for the nodes a PreFilter plugin left out of the search.
+    pub plugin: Option<&'static str>,
+    /// The reason, as the plugin worded it.
+    pub reason: Cow<'static, str>,
+    /// Nodes rejected so.
+    pub nodes: usize,
+}
+
 impl Diagnosis {
+    /// The rejected nodes counted per (plugin, reason), most nodes first, then by plugin and
+    /// reason: one entry per distinct reason, no per-node string.
+    pub fn rejection_counts(&self) -> Vec<RejectionCount> {
+        let mut counts: Vec<RejectionCount> = Vec::new();
+        for (_, status) in &self.node_statuses {
+            let plugin = status.plugin();
+            for reason in status.reasons() {
+                match counts
+                    .iter_mut()
+                    .find(|c| c.plugin == plugin && c.reason == *reason)
+                {
+                    Some(c) => c.nodes += 1,
+                    None => counts.push(RejectionCount {
+                        plugin,
+                        reason: reason.clone(),
+                        nodes: 1,
+                    }),
+                }
+            }
+        }
+        counts.sort_by(|a, b| {
+            b.nodes
+                .cmp(&a.nodes)
+                .then_with(|| a.plugin.cmp(&b.plugin))
+                .then_with(|| a.reason.cmp(&b.reason))
+        });
+        counts
+    }
+
     /// kube-scheduler's message: `0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had
     /// untolerated taint {dedicated: gpu}.`, reasons counted and sorted as strings.
     pub fn message(&self) -> String {
@@ -352,6 +396,7 @@ pub fn schedule_one(
         return Err(CycleError::Unschedulable(diagnosis));
     }
     let evaluated = processed + num_all_nodes - candidates.len();
+    let rejections = diagnosis.rejection_counts();
     if feasible.len() == 1 {
         return Ok(Placement {
             node: feasible[0].node.name.clone(),
@@ -359,6 +404,7 @@ pub fn schedule_one(
             feasible: 1,
             score_plugins: Vec::new(),
             scores: Vec::new(),
+            rejections,
             state,
         });
     }
@@ -380,6 +426,7 @@ pub fn schedule_one(
         feasible: feasible.len(),
         score_plugins,
         scores,
+        rejections,
         state,
     })
 }

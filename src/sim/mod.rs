@@ -7,10 +7,11 @@ mod report;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cache::Cache;
 use crate::config::Config;
+use crate::decision::DecisionRecorder;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
@@ -28,7 +29,19 @@ pub fn simulate(
     config: Config,
     pool: Option<Arc<rayon::ThreadPool>>,
 ) -> Report {
+    simulate_recorded(input, config, pool, None)
+}
+
+/// [`simulate`], recording every attempt's decision into `decisions` (stamped with the
+/// simulated time, in milliseconds from the start).
+pub fn simulate_recorded(
+    input: &ClusterInput,
+    config: Config,
+    pool: Option<Arc<rayon::ThreadPool>>,
+    decisions: Option<&DecisionRecorder>,
+) -> Report {
     let mut sched = Scheduler::new(config, pool);
+    sched.set_explain(decisions.is_some());
     let mut report = Report {
         ignored: input.ignored.clone(),
         ..Default::default()
@@ -111,7 +124,7 @@ pub fn simulate(
         let _ = sched.upsert_pod(pod, now);
     }
 
-    run_queue(&mut sched, &mut report, &outcome_index);
+    run_queue(&mut sched, &mut report, &outcome_index, decisions);
     for (queued, _) in sched.waiting() {
         if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
             report.pods[i].message = Some(status.message());
@@ -122,10 +135,23 @@ pub fn simulate(
 }
 
 /// Schedules until nothing is due; advances the virtual clock over backoffs.
-fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String, usize>) {
+fn run_queue(
+    sched: &mut Scheduler,
+    report: &mut Report,
+    index: &HashMap<String, usize>,
+    decisions: Option<&DecisionRecorder>,
+) {
     let mut now = Duration::ZERO;
     loop {
-        while let Some(attempt) = sched.schedule_next(now) {
+        loop {
+            let start = Instant::now();
+            let Some(mut attempt) = sched.schedule_next(now) else {
+                break;
+            };
+            if let Some(d) = decisions {
+                let at = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+                d.record(&mut attempt, at, start.elapsed());
+            }
             match attempt {
                 Attempt::Scheduled(task, _) => {
                     let key = task.assumed.key();
@@ -147,7 +173,7 @@ fn run_queue(sched: &mut Scheduler, report: &mut Report, index: &HashMap<String,
                         report.pods[i].message = Some(message);
                     }
                 }
-                Attempt::Failed { pod, status } => {
+                Attempt::Failed { pod, status, .. } => {
                     if let Some(&i) = index.get(&pod.key()) {
                         report.pods[i].message = Some(format!("error: {status}"));
                     }

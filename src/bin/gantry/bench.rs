@@ -3,10 +3,11 @@
 //! the API server: the end-to-end benchmark against a real control plane is separate.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use gantry::config::Config;
+use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::model::{NodeModel, PodInfo};
 use gantry::plugins;
 use gantry::scheduler::{Attempt, Scheduler};
@@ -30,6 +31,39 @@ pub struct Args {
     /// percentageOfNodesToScore values: 0 is kube-scheduler's adaptive default.
     #[arg(long, value_delimiter = ',', default_value = "0,100")]
     percentage: Vec<u32>,
+    /// Decision recording: `on` records every attempt into an in-memory store as `gantry run`
+    /// does; `off,on` measures both, one after the other, for each combination.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    record: Vec<Recording>,
+    /// Records the in-memory store keeps with `--record on`; below `--pods`, most records
+    /// evict an older one, as in a long-running `gantry run`.
+    #[arg(long, default_value_t = 2000)]
+    decision_records: usize,
+    /// Times to run the whole set of combinations (with `--record off,on`, the two
+    /// alternate this many times).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+}
+
+/// Decision recording in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Recording {
+    Off,
+    On,
+}
+
+impl Recording {
+    fn label(self) -> &'static str {
+        match self {
+            Recording::Off => "off",
+            Recording::On => "on",
+        }
+    }
+
+    /// `value` when recording is on.
+    fn then_some<T>(self, value: T) -> Option<T> {
+        (self == Recording::On).then_some(value)
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -42,12 +76,13 @@ enum WorkloadArg {
 /// the CPU time per pod (all threads).
 pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
-        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10} {:>9} {:>11} {:>9} {:>7}",
+        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>9} {:>7}",
         "nodes",
         "pods",
         "workload",
         "pct",
         "threads",
+        "record",
         "pods/s",
         "us/pod",
         "cpu-us/pod",
@@ -69,26 +104,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .iter()
                     .map(|p| PodInfo::from_api(p).map(Arc::new))
                     .collect::<Result<_, _>>()?;
-            for &pct in &args.percentage {
-                for &threads in &args.threads {
-                    let r = run_one(&node_models, &pods, pct, threads)?;
-                    println!(
-                        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
-                        nodes,
-                        pods.len(),
-                        label,
-                        if pct == 0 {
-                            "auto".to_string()
-                        } else {
-                            pct.to_string()
-                        },
-                        threads,
-                        pods.len() as f64 / r.elapsed.as_secs_f64(),
-                        r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
-                        r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
-                        r.scheduled,
-                        r.pending
-                    );
+            for _ in 0..args.rounds {
+                for &pct in &args.percentage {
+                    for &threads in &args.threads {
+                        for &record in &args.record {
+                            let r = run_one(
+                                &node_models,
+                                &pods,
+                                pct,
+                                threads,
+                                record.then_some(args.decision_records),
+                            )?;
+                            println!(
+                                "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
+                                nodes,
+                                pods.len(),
+                                label,
+                                if pct == 0 {
+                                    "auto".to_string()
+                                } else {
+                                    pct.to_string()
+                                },
+                                threads,
+                                record.label(),
+                                pods.len() as f64 / r.elapsed.as_secs_f64(),
+                                r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
+                                r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
+                                r.scheduled,
+                                r.pending
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -110,6 +156,7 @@ fn run_one(
     pods: &[Arc<PodInfo>],
     percentage: u32,
     threads: usize,
+    record: Option<usize>,
 ) -> anyhow::Result<RunResult> {
     let registry = plugins::registry();
     let mut config = Config::default_with(&registry)?;
@@ -126,6 +173,10 @@ fn run_one(
     };
     let runner = pool.clone();
     let mut sched = Scheduler::new(config, pool);
+    let recorder = record.map(|capacity| {
+        sched.set_explain(true);
+        DecisionRecorder::new(DecisionStore::shared(capacity), None, false)
+    });
     let now = Duration::ZERO;
     for n in nodes {
         sched.upsert_node(n.clone(), now);
@@ -137,7 +188,19 @@ fn run_one(
         let (mut scheduled, mut pending) = (0, 0);
         let start = Instant::now();
         let cpu_start = cpu_time::ProcessTime::now();
-        while let Some(attempt) = sched.schedule_next(now) {
+        loop {
+            // Timed and stamped as the scheduling thread of `gantry run` does.
+            let attempt_start = Instant::now();
+            let Some(mut attempt) = sched.schedule_next(now) else {
+                break;
+            };
+            if let Some(r) = &recorder {
+                let took = attempt_start.elapsed();
+                let timestamp_ms = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                r.record(&mut attempt, timestamp_ms, took);
+            }
             match attempt {
                 Attempt::Scheduled(task, _) => {
                     sched.binding_succeeded(&task, now)?;

@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod explain;
 mod openb;
 mod run;
 mod simulate;
@@ -26,6 +27,8 @@ enum Command {
     Bench(bench::Args),
     /// Serve the canary admission webhook that routes a share of new pods to gantry.
     Webhook(webhook::Args),
+    /// Show a pod's latest scheduling attempts: where it went and why, or why it is pending.
+    Explain(explain::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(args),
         Command::Webhook(args) => webhook::run(args),
+        Command::Explain(args) => explain::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

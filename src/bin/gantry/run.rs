@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
-use gantry::adapter::{self, Options};
+use gantry::adapter::{self, DecisionSettings, Options};
 use gantry::config::{Config, parse_go_duration};
 use gantry::plugins;
 
@@ -22,7 +22,8 @@ pub struct Args {
     /// `~/.kube/config` or the in-cluster service account.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Where to serve /metrics, /healthz, /readyz and /livez (plain HTTP).
+    /// Where to serve /metrics, /healthz, /readyz, /livez and
+    /// /debug/decisions/<namespace>/<pod> (plain HTTP).
     #[arg(long, default_value = "0.0.0.0:10251")]
     address: SocketAddr,
     /// Log filter (tracing-subscriber's `EnvFilter` syntax, e.g. `info` or `gantry=debug`).
@@ -31,6 +32,14 @@ pub struct Args {
     /// Where node load comes from.
     #[command(flatten)]
     load: LoadArgs,
+    /// Scheduling attempts whose decision records are kept in memory (all pods together;
+    /// the oldest go first), for /debug/decisions and `gantry explain --server`.
+    #[arg(long, default_value_t = crate::explain::DEFAULT_RECORDS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    decision_records: usize,
+    /// The decision log file.
+    #[command(flatten)]
+    decision_log: crate::explain::DecisionLogArgs,
 }
 
 /// Where LoadAware and Overcommit get node load from.
@@ -156,6 +165,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         address: args.address,
         pool,
         node_load,
+        decisions: DecisionSettings {
+            capacity: args.decision_records,
+            file: args.decision_log.rotation(),
+        },
     };
     runtime.block_on(adapter::run(options))?;
     Ok(())

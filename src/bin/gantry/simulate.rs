@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use gantry::config::Config;
+use gantry::decision::file::DecisionLog;
+use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::plugins;
 use gantry::sim::{self, ClusterInput};
 
@@ -32,11 +34,17 @@ pub struct Args {
     /// The openb GPU trace experiment.
     #[command(flatten)]
     openb: crate::openb::Args,
+    /// The decision log: every attempt's record, as `gantry run` writes it.
+    #[command(flatten)]
+    decision_log: crate::explain::DecisionLogArgs,
 }
 
 /// Runs the simulation and prints the report.
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.openb.is_set() {
+        if args.decision_log.decision_log.is_some() {
+            anyhow::bail!("--decision-log is not available for the openb experiment");
+        }
         return crate::openb::run(args.openb, args.output);
     }
     let registry = plugins::registry();
@@ -58,8 +66,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .build()
         .context("cannot start the scheduling threads")?;
     let pool = Arc::new(pool);
+    let recorder = match args.decision_log.rotation() {
+        Some(rotation) => Some(DecisionRecorder::new(
+            // The file is the output: the store needs to hold nothing.
+            DecisionStore::shared(1),
+            Some(DecisionLog::start(rotation)?),
+            true,
+        )),
+        None => None,
+    };
     // Driven from inside the pool, parallel steps need no cross-thread wake-up of the caller.
-    let report = pool.install(|| sim::simulate(&input, config, Some(pool.clone())));
+    let report = pool
+        .install(|| sim::simulate_recorded(&input, config, Some(pool.clone()), recorder.as_ref()));
+    if let Some(r) = recorder {
+        r.close();
+    }
     match args.output {
         Output::Table => print!("{}", report.to_table()),
         Output::Json => println!("{}", report.to_json()),

@@ -1,0 +1,355 @@
+//! The decision record: what one scheduling attempt decided and why, built from the
+//! attempt's own data. Names, plugins and reasons are shared or borrowed, not formatted;
+//! text is made only when a record is serialized or explained.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::suggest::Suggestion;
+use crate::cycle::RejectionCount;
+use crate::scheduler::Attempt;
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// A node was chosen (the binding follows).
+    Scheduled,
+    /// No node fits.
+    Unschedulable,
+    /// Something failed (a plugin error); the pod is retried after backoff.
+    Error,
+}
+
+impl Outcome {
+    /// The JSON name, for tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Scheduled => "scheduled",
+            Outcome::Unschedulable => "unschedulable",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Nodes one filter plugin rejected with one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejection {
+    /// The plugin; absent for the nodes a PreFilter plugin left out of the search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plugin: Option<Cow<'static, str>>,
+    /// The reason, in the plugin's words (`Insufficient cpu`).
+    pub reason: Cow<'static, str>,
+    /// How many nodes.
+    pub nodes: usize,
+}
+
+/// One of the best-scored nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopNode {
+    /// The node.
+    #[serde(with = "super::arc_str")]
+    pub node: Arc<str>,
+    /// Each score plugin's normalized score times its weight, in the order of
+    /// [`DecisionRecord::score_plugins`].
+    pub scores: Vec<i64>,
+    /// The sum: the node with the highest total wins.
+    pub total: i64,
+}
+
+/// What one scheduling attempt decided, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRecord {
+    /// When the attempt was made, in milliseconds: Unix time in `gantry run`, time since the
+    /// start of the simulation in `gantry simulate`.
+    pub timestamp_ms: u64,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub pod: String,
+    /// The profile (scheduler name) that scheduled it.
+    pub profile: String,
+    /// The attempt number, 1 for the first.
+    pub attempt: u32,
+    /// How it ended.
+    pub result: Outcome,
+    /// The chosen node, when scheduled.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "super::arc_str::option"
+    )]
+    pub node: Option<Arc<str>>,
+    /// kube-scheduler's message, when unschedulable (`0/5 nodes are available: ...`) or
+    /// failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Nodes in the cluster.
+    pub nodes_total: usize,
+    /// Nodes the filters examined (kube-scheduler stops once it has found enough feasible
+    /// ones: `percentageOfNodesToScore`).
+    pub nodes_evaluated: usize,
+    /// Examined nodes that passed every filter.
+    pub nodes_feasible: usize,
+    /// Examined nodes that filters rejected, per plugin and reason, most nodes first.
+    pub rejections: Vec<Rejection>,
+    /// The score plugins, in the order of [`TopNode::scores`].
+    pub score_plugins: Vec<Cow<'static, str>>,
+    /// The best-scored feasible nodes, best first; empty when only one node was feasible
+    /// (scoring is skipped then).
+    pub top_nodes: Vec<TopNode>,
+    /// For an unschedulable pod, single changes that would let it fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggestions: Vec<Suggestion>,
+    /// How long the attempt took, in microseconds, as measured by the caller.
+    pub duration_micros: u64,
+}
+
+fn rejections(counts: &[RejectionCount]) -> Vec<Rejection> {
+    counts
+        .iter()
+        .map(|c| Rejection {
+            plugin: c.plugin.map(Cow::Borrowed),
+            reason: c.reason.clone(),
+            nodes: c.nodes,
+        })
+        .collect()
+}
+
+impl DecisionRecord {
+    /// The record of `attempt`, made at `timestamp_ms` and lasting `took` (both measured by
+    /// the caller: the core has no clock). The best nodes' scores and the suggestions are
+    /// moved out of the attempt rather than copied (front ends need nothing else from them):
+    /// recording allocates little on the scheduling thread.
+    pub fn from_attempt(attempt: &mut Attempt, timestamp_ms: u64, took: Duration) -> Self {
+        let duration_micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        match attempt {
+            Attempt::Scheduled(task, summary) => DecisionRecord {
+                timestamp_ms,
+                namespace: task.assumed.namespace.clone(),
+                pod: task.assumed.name.clone(),
+                profile: task.profile.clone(),
+                attempt: task.queued.attempts,
+                result: Outcome::Scheduled,
+                node: Some(task.plan.node.clone()),
+                message: None,
+                nodes_total: summary.nodes,
+                nodes_evaluated: summary.evaluated,
+                nodes_feasible: summary.feasible,
+                rejections: rejections(&summary.rejections),
+                score_plugins: summary
+                    .score_plugins
+                    .iter()
+                    .map(|&p| Cow::Borrowed(p))
+                    .collect(),
+                top_nodes: std::mem::take(&mut summary.scores)
+                    .into_iter()
+                    .map(|s| TopNode {
+                        node: s.node,
+                        scores: s.weighted,
+                        total: s.total,
+                    })
+                    .collect(),
+                suggestions: Vec::new(),
+                duration_micros,
+            },
+            Attempt::Unschedulable {
+                pod,
+                attempt,
+                diagnosis,
+                message,
+                suggestions,
+            } => DecisionRecord {
+                timestamp_ms,
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                profile: pod.scheduler_name.clone(),
+                attempt: *attempt,
+                result: Outcome::Unschedulable,
+                node: None,
+                message: Some(message.clone()),
+                nodes_total: diagnosis.num_all_nodes,
+                // A PreFilter rejection rules every node out before any is examined.
+                nodes_evaluated: if diagnosis.pre_filter_msg.is_some() {
+                    0
+                } else {
+                    diagnosis.node_statuses.len()
+                },
+                nodes_feasible: 0,
+                rejections: rejections(&diagnosis.rejection_counts()),
+                score_plugins: Vec::new(),
+                top_nodes: Vec::new(),
+                suggestions: std::mem::take(suggestions),
+                duration_micros,
+            },
+            Attempt::Failed {
+                pod,
+                attempt,
+                status,
+            } => DecisionRecord {
+                timestamp_ms,
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                profile: pod.scheduler_name.clone(),
+                attempt: *attempt,
+                result: Outcome::Error,
+                node: None,
+                message: Some(status.to_string()),
+                nodes_total: 0,
+                nodes_evaluated: 0,
+                nodes_feasible: 0,
+                rejections: Vec::new(),
+                score_plugins: Vec::new(),
+                top_nodes: Vec::new(),
+                suggestions: Vec::new(),
+                duration_micros,
+            },
+        }
+    }
+
+    /// `namespace/pod`.
+    pub fn pod_key(&self) -> String {
+        format!("{}/{}", self.namespace, self.pod)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::plugins;
+    use crate::scheduler::Scheduler;
+    use crate::testing::{node, pod};
+
+    fn scheduler() -> Scheduler {
+        let config = Config::default_with(&plugins::registry()).expect("defaults");
+        let mut s = Scheduler::new(config, None);
+        s.set_explain(true);
+        s
+    }
+
+    #[test]
+    fn a_placed_pod_records_its_node_scores_and_the_nodes_ruled_out() {
+        let mut s = scheduler();
+        let now = Duration::ZERO;
+        s.upsert_node(node("big").capacity("4", "8Gi").build(), now);
+        s.upsert_node(node("mid").capacity("2", "8Gi").build(), now);
+        s.upsert_node(node("small").capacity("500m", "8Gi").build(), now);
+        s.upsert_node(
+            node("gpu")
+                .capacity("8", "8Gi")
+                .taint("dedicated", "gpu", "NoSchedule")
+                .build(),
+            now,
+        );
+        s.upsert_pod(pod("web").req("cpu", "1").build(), now)
+            .unwrap();
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 1234, Duration::from_micros(56));
+        assert_eq!(
+            (r.namespace.as_str(), r.pod.as_str(), r.profile.as_str()),
+            ("default", "web", "default-scheduler")
+        );
+        assert_eq!((r.attempt, r.result), (1, Outcome::Scheduled));
+        assert_eq!(r.node.as_deref(), Some("big"));
+        assert_eq!(
+            (r.nodes_total, r.nodes_evaluated, r.nodes_feasible),
+            (4, 4, 2)
+        );
+        assert_eq!(
+            r.rejections,
+            vec![
+                Rejection {
+                    plugin: Some(Cow::Borrowed("NodeResourcesFit")),
+                    reason: Cow::Borrowed("Insufficient cpu"),
+                    nodes: 1
+                },
+                Rejection {
+                    plugin: Some(Cow::Borrowed("TaintToleration")),
+                    reason: Cow::Borrowed("node(s) had untolerated taint {dedicated: gpu}"),
+                    nodes: 1
+                },
+            ]
+        );
+        assert_eq!(r.top_nodes.len(), 2);
+        assert_eq!(&*r.top_nodes[0].node, "big");
+        assert_eq!(r.top_nodes[0].scores.len(), r.score_plugins.len());
+        assert_eq!(
+            r.top_nodes[0].total,
+            r.top_nodes[0].scores.iter().sum::<i64>()
+        );
+        assert!(r.top_nodes[0].total >= r.top_nodes[1].total);
+        assert_eq!((r.timestamp_ms, r.duration_micros), (1234, 56));
+        assert!(r.message.is_none() && r.suggestions.is_empty());
+    }
+
+    #[test]
+    fn an_unschedulable_pod_records_the_reasons_and_what_would_help() {
+        let mut s = scheduler();
+        let now = Duration::ZERO;
+        s.upsert_node(node("n1").capacity("1", "8Gi").build(), now);
+        s.upsert_node(node("n2").capacity("1800m", "8Gi").build(), now);
+        s.upsert_pod(pod("big").req("cpu", "2").build(), now)
+            .unwrap();
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 0, Duration::ZERO);
+        assert_eq!(r.result, Outcome::Unschedulable);
+        assert_eq!(
+            r.message.as_deref(),
+            Some("0/2 nodes are available: 2 Insufficient cpu.")
+        );
+        assert_eq!(
+            (r.nodes_total, r.nodes_evaluated, r.nodes_feasible),
+            (2, 2, 0)
+        );
+        assert_eq!(r.rejections.len(), 1);
+        assert_eq!(r.rejections[0].nodes, 2);
+        assert_eq!(r.suggestions.len(), 1);
+        assert_eq!(
+            r.suggestions[0].to_string(),
+            "n2 would fit with 200m more cpu"
+        );
+    }
+
+    #[test]
+    fn records_serialize_in_camel_case_and_read_back() {
+        let mut s = scheduler();
+        let now = Duration::ZERO;
+        s.upsert_node(node("n1").capacity("1", "8Gi").build(), now);
+        s.upsert_pod(pod("big").req("cpu", "2").build(), now)
+            .unwrap();
+        let mut attempt = s.schedule_next(now).expect("an attempt");
+        let r = DecisionRecord::from_attempt(&mut attempt, 7, Duration::from_millis(2));
+        let json = serde_json::to_value(&r).unwrap();
+        for field in [
+            "timestampMs",
+            "namespace",
+            "pod",
+            "profile",
+            "attempt",
+            "result",
+            "message",
+            "nodesTotal",
+            "nodesEvaluated",
+            "nodesFeasible",
+            "rejections",
+            "scorePlugins",
+            "topNodes",
+            "suggestions",
+            "durationMicros",
+        ] {
+            assert!(json.get(field).is_some(), "{field} in {json}");
+        }
+        assert_eq!(json["result"], "unschedulable");
+        assert_eq!(json["rejections"][0]["plugin"], "NodeResourcesFit");
+        assert_eq!(json["suggestions"][0]["kind"], "moreResources");
+        let back: DecisionRecord = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+    }
+}
