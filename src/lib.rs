@@ -13,6 +13,7 @@ pub mod model;
 pub mod plugins;
 pub mod queue;
 pub mod scheduler;
+mod signals;
 pub mod sim;
 pub mod synthetic;
 pub mod testing;

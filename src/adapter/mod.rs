@@ -44,6 +44,7 @@ use crate::config::{ClientConnection, Config};
 use crate::decision::file::{DecisionLog, LogError, Rotation};
 use crate::decision::{DecisionRecorder, DecisionStore};
 use crate::scheduler::Scheduler;
+use crate::signals::Signals;
 use driver::{Driver, Input};
 use health::Health;
 use instrument::Instrumentation;
@@ -292,27 +293,4 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     }
     tracing::info!("stopped");
     Ok(())
-}
-
-/// SIGTERM and SIGINT.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    async fn wait(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => tracing::info!("SIGTERM received"),
-            _ = self.int.recv() => tracing::info!("SIGINT received"),
-        }
-    }
 }

@@ -33,6 +33,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::adapter::{self, AdapterError};
 use crate::config::{ClientConnection, DEFAULT_BURST, DEFAULT_QPS};
+use crate::signals::Signals;
 use config::RolloutConfig;
 use metrics::Metrics;
 use server::{Namespaces, Webhook};
@@ -231,29 +232,6 @@ async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf, every:
             Err(e) => {
                 tracing::warn!(error = %e, "cannot reload the TLS certificate; keeping the previous one")
             }
-        }
-    }
-}
-
-/// SIGTERM and SIGINT.
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-        })
-    }
-
-    async fn wait(&mut self) {
-        tokio::select! {
-            _ = self.term.recv() => tracing::info!("SIGTERM received"),
-            _ = self.int.recv() => tracing::info!("SIGINT received"),
         }
     }
 }
