@@ -28,7 +28,7 @@ pub struct Snapshot {
     pub(super) pods: PodIndex,
     /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
     /// may share it) whenever a node is added, removed or changed.
-    pub(super) domains: Arc<Mutex<FxHashMap<Vec<String>, Arc<TopologyDomains>>>>,
+    pub(super) domains: Arc<Mutex<DomainCache>>,
     pub(super) generation: u64,
     pub(super) now: Duration,
 }
@@ -80,23 +80,16 @@ impl Snapshot {
     /// node set and label change, then shared by the cycles that ask for the same keys.
     pub fn topology_domains(&self, keys: &[&str]) -> Arc<TopologyDomains> {
         let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(d) = cache
-            .iter()
-            .find(|(k, _)| k.iter().eq(keys.iter()))
-            .map(|(_, d)| d)
-        {
+        // A profile asks for a handful of key lists at most: a scan beats hashing them.
+        if let Some((_, d)) = cache.iter().find(|(k, _)| k.iter().eq(keys.iter())) {
             return d.clone();
         }
         let mut nodes_per_value = vec![FxHashMap::<Box<str>, usize>::default(); keys.len()];
         let mut tainted = Vec::new();
         let mut values = Vec::with_capacity(keys.len());
-        'nodes: for (i, node) in self.nodes.iter().enumerate() {
-            values.clear();
-            for key in keys {
-                match node.node.labels.get(key) {
-                    Some(v) => values.push(v),
-                    None => continue 'nodes,
-                }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.node.labels.values_of(keys, &mut values) {
+                continue;
             }
             for (counts, value) in nodes_per_value.iter_mut().zip(&values) {
                 match counts.get_mut(*value) {
@@ -119,10 +112,10 @@ impl Snapshot {
             nodes_per_value,
             tainted,
         });
-        cache.insert(
+        cache.push((
             keys.iter().map(|k| k.to_string()).collect(),
             domains.clone(),
-        );
+        ));
         domains
     }
 
@@ -165,6 +158,9 @@ impl Snapshot {
         self.now = now;
     }
 }
+
+/// The topology domains computed so far, each with the key list it was asked for.
+type DomainCache = Vec<(Vec<String>, Arc<TopologyDomains>)>;
 
 /// The domains of some topology keys over the nodes that carry all of them (see
 /// [`Snapshot::topology_domains`]).

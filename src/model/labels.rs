@@ -7,6 +7,19 @@ use std::collections::BTreeMap;
 pub struct Labels(Box<[(Box<str>, Box<str>)]>);
 
 impl Labels {
+    /// Fills `values` with the value of each of `keys`, in order; false (and `values` left
+    /// partial) when a key is not set. For topology keys, looked up together per node.
+    pub fn values_of<'a>(&'a self, keys: &[&str], values: &mut Vec<&'a str>) -> bool {
+        values.clear();
+        for key in keys {
+            match self.get(key) {
+                Some(v) => values.push(v),
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// The value of `key`, if set.
     pub fn get(&self, key: &str) -> Option<&str> {
         // Most label sets are small: a scan that rejects on length first touches far fewer

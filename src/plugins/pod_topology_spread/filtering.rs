@@ -5,8 +5,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
+use crate::model::PodInfo;
 use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
-use crate::model::{Labels, PodInfo};
 
 use super::{
     Constraint, ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, Inclusion,
@@ -95,7 +95,7 @@ fn eligible_domains(
         let mut counts = vec![HashMap::default(); constraints.len()];
         let mut values: Vec<&str> = Vec::with_capacity(constraints.len());
         for node in snapshot.nodes() {
-            if !node_values(&node.node.labels, keys, &mut values) {
+            if !node.node.labels.values_of(keys, &mut values) {
                 continue;
             }
             let mut inclusion = Inclusion::new(pod, &node.node);
@@ -194,18 +194,6 @@ fn count_pods(
             }
         }
     }
-}
-
-/// Fills `values` with the node's value of each key; false when it lacks one.
-fn node_values<'a>(labels: &'a Labels, keys: &[&str], values: &mut Vec<&'a str>) -> bool {
-    values.clear();
-    for key in keys {
-        match labels.get(key) {
-            Some(v) => values.push(v),
-            None => return false,
-        }
-    }
-    true
 }
 
 impl PreFilterPlugin for PodTopologySpread {
