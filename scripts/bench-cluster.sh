@@ -4,7 +4,8 @@
 #
 #   scripts/bench-cluster.sh [--nodes 5000[,N...]] [--pods 10000]
 #       [--workload plain,constrained] [--schedulers null,gantry,kube-scheduler]
-#       [--null-in-flight 256] [--gantry-config FILE] [--out DIR] [--perf] [--no-build]
+#       [--null-in-flight 256] [--gantry-config FILE] [--rounds 1] [--out DIR] [--perf]
+#       [--perf-apiserver] [--no-build]
 #
 # For every cluster size, workload and scheduler, on a fresh control plane each time:
 #  1. `cluster-bench populate` creates the nodes (32 cpu, 128Gi, 110 pods, Ready, three zones)
@@ -25,11 +26,17 @@
 #                  election off, clientConnection qps/burst 5000.
 # All use the admin kubeconfig (system:masters: exempt from API priority and fairness).
 #
+# --rounds N repeats the whole set N times, one round after the other, and reports each
+# round on its own (DIR/round-N.md) besides all runs together: the speed of a shared
+# machine drifts by half over minutes, and a ratio means most between runs of one round.
 # Results (one JSON per run, logs, report.md) go to DIR, default
 # target/bench-cluster/<date>. --gantry-config runs gantry with another configuration (to
 # compare settings; its profile must serve default-scheduler). --perf records gantry with
 # `perf record -e cpu-clock -g` (DIR/<run>/perf.data; $PERF_OPTIONS replaces those
-# options). --no-build uses the release binaries as they are.
+# options). --perf-apiserver records kube-apiserver the same way, for every scheduler
+# (DIR/<run>/perf-apiserver.data). Every run keeps the API server's metrics after the last
+# binding (DIR/<run>/apiserver-metrics.txt: requests by verb and resource, watch events).
+# --no-build uses the release binaries as they are.
 # On a shared machine, set BENCH_HOLD_FILE to a path: while that file exists, every run waits
 # (others can hold the benchmark off while they measure something else).
 set -euo pipefail
@@ -42,10 +49,12 @@ NODES=5000
 PODS=10000
 WORKLOADS=plain,constrained
 SCHEDULERS=null,gantry,kube-scheduler
+ROUNDS=1
 NULL_IN_FLIGHT=256
 GANTRY_CONFIG=
 OUT=
 PERF=
+PERF_APISERVER=
 # `perf record` options for --perf; e.g. PERF_OPTIONS="-e cpu-clock -F 500 --call-graph dwarf"
 # gives call chains through code built without frame pointers.
 PERF_OPTIONS=${PERF_OPTIONS:-"-e cpu-clock -g"}
@@ -65,8 +74,10 @@ while (($#)); do
     --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
     --null-in-flight) NULL_IN_FLIGHT=${2:?}; shift 2 ;;
     --gantry-config) GANTRY_CONFIG=${2:?}; shift 2 ;;
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
     --out) OUT=${2:?}; shift 2 ;;
     --perf) PERF=1; shift ;;
+    --perf-apiserver) PERF_APISERVER=1; shift ;;
     --no-build) BUILD=; shift ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
@@ -81,7 +92,7 @@ done
 for s in "${SCHEDULER_LIST[@]}"; do
   [[ "${s}" == null || "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
 done
-[[ -z "${PERF}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
+[[ -z "${PERF}${PERF_APISERVER}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
 
 wait_quiet() {
   while [[ -e "${QUIET_FILE}" ]]; do
@@ -109,7 +120,7 @@ mkdir -p "${OUT}"
 OUT=$(cd "${OUT}" && pwd -P)
 {
   echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
+  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
@@ -127,34 +138,40 @@ cleanup() {
 }
 trap cleanup EXIT
 
+[[ "${ROUNDS}" =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive number, not ${ROUNDS}"
 RESULTS=()
-for nodes in "${NODE_LIST[@]}"; do
-  for workload in "${WORKLOAD_LIST[@]}"; do
-    for scheduler in "${SCHEDULER_LIST[@]}"; do
-      wait_quiet
-      name="${nodes}n-${PODS}p-${workload}-${scheduler}"
-      STATE="${OUT}/${name}"
-      mkdir -p "${STATE}"
-      log "${name}: starting a fresh control plane"
-      scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
-      # shellcheck source=/dev/null
-      . "${STATE}/env"
-      "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}" --pods "${PODS}" \
-        --workload "${workload}" --scheduler-name default-scheduler
-      port=$("${BENCH}" free-port)
-      metrics=(--metrics "http://127.0.0.1:${port}/metrics")
-      perf=()
-      case "${scheduler}" in
-        null)
-          metrics=()
-          command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}"
-            --scheduler-name default-scheduler --in-flight "${NULL_IN_FLIGHT}")
-          ;;
-        gantry)
-          if [[ -n "${GANTRY_CONFIG}" ]]; then
-            cp "${GANTRY_CONFIG}" "${STATE}/gantry.yaml"
-          else
-            cat >"${STATE}/gantry.yaml" <<EOF
+for ((round = 1; round <= ROUNDS; round++)); do
+  ROUND_RESULTS=()
+  suffix=
+  ((ROUNDS == 1)) || suffix="-r${round}"
+  for nodes in "${NODE_LIST[@]}"; do
+    for workload in "${WORKLOAD_LIST[@]}"; do
+      for scheduler in "${SCHEDULER_LIST[@]}"; do
+        wait_quiet
+        name="${nodes}n-${PODS}p-${workload}-${scheduler}${suffix}"
+        STATE="${OUT}/${name}"
+        mkdir -p "${STATE}"
+        log "${name}: starting a fresh control plane"
+        scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
+        # shellcheck source=/dev/null
+        . "${STATE}/env"
+        "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}" --pods "${PODS}" \
+          --workload "${workload}" --scheduler-name default-scheduler
+        port=$("${BENCH}" free-port)
+        metrics=(--metrics "http://127.0.0.1:${port}/metrics")
+        extra=(--apiserver-metrics "${STATE}/apiserver-metrics.txt" --perf-options "${PERF_OPTIONS}")
+        [[ -z "${PERF_APISERVER}" ]] || extra+=(--perf-apiserver "${STATE}/perf-apiserver.data")
+        case "${scheduler}" in
+          null)
+            metrics=()
+            command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}"
+              --scheduler-name default-scheduler --in-flight "${NULL_IN_FLIGHT}")
+            ;;
+          gantry)
+            if [[ -n "${GANTRY_CONFIG}" ]]; then
+              cp "${GANTRY_CONFIG}" "${STATE}/gantry.yaml"
+            else
+              cat >"${STATE}/gantry.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -165,16 +182,16 @@ clientConnection:
 profiles:
 - schedulerName: default-scheduler
 EOF
-          fi
-          command=("${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-            --address "127.0.0.1:${port}")
-          [[ -z "${PERF}" ]] || perf=(--perf "${STATE}/perf.data" --perf-options "${PERF_OPTIONS}")
-          ;;
-        kube-scheduler)
-          # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are
-          # served over plain HTTP on the given port; --secure-port=0 turns the HTTPS port
-          # (and its delegated authentication) off.
-          cat >"${STATE}/kube-scheduler.yaml" <<EOF
+            fi
+            command=("${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
+              --address "127.0.0.1:${port}")
+            [[ -z "${PERF}" ]] || extra+=(--perf "${STATE}/perf.data")
+            ;;
+          kube-scheduler)
+            # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are
+            # served over plain HTTP on the given port; --secure-port=0 turns the HTTPS port
+            # (and its delegated authentication) off.
+            cat >"${STATE}/kube-scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1beta1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -188,23 +205,31 @@ metricsBindAddress: 127.0.0.1:${port}
 profiles:
 - schedulerName: default-scheduler
 EOF
-          command=("${KUBE_SCHEDULER}" --config "${STATE}/kube-scheduler.yaml" --secure-port=0)
-          ;;
-      esac
-      log "${name}: measuring"
-      "${BENCH}" run --kubeconfig "${KUBECONFIG}" --scheduler "${scheduler}" \
-        --workload "${workload}" --nodes "${nodes}" "${metrics[@]}" "${perf[@]}" \
-        --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
-        --out "${OUT}/${name}.json" --log "${STATE}/scheduler.log" -- "${command[@]}"
-      RESULTS+=("${OUT}/${name}.json")
-      scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
-      rm -rf "${STATE}/etcd"
-      STATE=
+            command=("${KUBE_SCHEDULER}" --config "${STATE}/kube-scheduler.yaml" --secure-port=0)
+            ;;
+        esac
+        log "${name}: measuring"
+        "${BENCH}" run --kubeconfig "${KUBECONFIG}" --scheduler "${scheduler}" \
+          --workload "${workload}" --nodes "${nodes}" "${metrics[@]}" "${extra[@]}" \
+          --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
+          --out "${OUT}/${name}.json" --log "${STATE}/scheduler.log" -- "${command[@]}"
+        RESULTS+=("${OUT}/${name}.json")
+        ROUND_RESULTS+=("${OUT}/${name}.json")
+        scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
+        rm -rf "${STATE}/etcd"
+        STATE=
+      done
     done
   done
+  ((ROUNDS == 1)) || "${BENCH}" report "${ROUND_RESULTS[@]}" >"${OUT}/round-${round}.md"
 done
 
 "${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
+for ((round = 1; round <= ROUNDS && ROUNDS > 1; round++)); do
+  echo
+  echo "Round ${round}:"
+  sed -n '/gantry \/ null binder/,/^$/p' "${OUT}/round-${round}.md"
+done
 echo
 cat "${OUT}/machine.txt"
 log "results in ${OUT}"

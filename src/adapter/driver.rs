@@ -211,10 +211,13 @@ impl Driver {
         }
         match attempt {
             Attempt::Scheduled(task, _) => {
-                self.recorder.record(Record::Binding {
-                    namespace: task.assumed.namespace.clone(),
-                    name: task.assumed.name.clone(),
-                });
+                // Only an earlier attempt can have left a condition waiting to be written.
+                if task.queued.attempts > 1 {
+                    self.recorder.record(Record::Binding {
+                        namespace: task.assumed.namespace.clone(),
+                        name: task.assumed.name.clone(),
+                    });
+                }
                 run.in_flight += 1;
                 self.set_in_flight(run.in_flight);
                 if let Err(e) = self.binder.send(BindRequest {
@@ -557,8 +560,6 @@ mod tests {
         let bind = next(&mut h.binds).expect("a binding once warm");
         assert!(h.ready.load(Ordering::Relaxed));
         assert_eq!(&*bind.task.plan.node, "n1");
-        // The stale condition of the pod is cancelled as its binding starts.
-        assert!(matches!(next(&mut h.records), Some(Record::Binding { name, .. }) if name == "a"));
         h.inputs
             .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
             .unwrap();
@@ -568,6 +569,31 @@ mod tests {
             }
             other => panic!("expected a Scheduled record, got {other:?}"),
         }
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_binding_after_a_failed_attempt_cancels_the_stale_condition() {
+        let mut h = start();
+        h.inputs
+            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .unwrap();
+        h.inputs
+            .send(Input::PodApplied(pod("big").req("cpu", "3").build()))
+            .unwrap();
+        warm_and_lead(&h);
+        assert!(
+            matches!(next(&mut h.records), Some(Record::Failed { pod, .. }) if pod.name == "big")
+        );
+        h.inputs
+            .send(Input::NodeApplied(node("n2").capacity("4", "4Gi").build()))
+            .unwrap();
+        let bind = next(&mut h.binds).expect("a binding once a node fits");
+        assert_eq!(&*bind.task.plan.node, "n2");
+        assert!(
+            matches!(next(&mut h.records), Some(Record::Binding { name, .. }) if name == "big")
+        );
         h.inputs.send(Input::Shutdown).unwrap();
         h.thread.join().unwrap();
     }

@@ -183,7 +183,11 @@ pub fn spawn_all(
     profiles: BTreeSet<String>,
     inputs: &Sender<Input>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let all = watcher::Config::default();
+    // Lists are served from the API server's watch cache (resourceVersion 0), as
+    // client-go's informers do: a quorum read of every pod and node from etcd, page by
+    // page, costs the API server and etcd several times more, and the watch that follows
+    // brings the cache up to date anyway.
+    let all = watcher::Config::default().any_semantic();
     vec![
         spawn(
             Api::<Node>::all(client.clone()),
@@ -194,7 +198,7 @@ pub fn spawn_all(
         ),
         spawn(
             Api::<LeanPod>::all(client.clone()),
-            watcher::Config::default().fields(POD_FIELD_SELECTOR),
+            all.clone().fields(POD_FIELD_SELECTOR),
             "pods",
             Pods { profiles },
             inputs,

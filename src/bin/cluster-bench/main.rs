@@ -31,7 +31,7 @@ enum Command {
     /// Create the synthetic nodes and pending pods.
     Populate(populate::Args),
     /// Start a scheduler and measure it until every pod is bound.
-    Run(measure::Args),
+    Run(Box<measure::Args>),
     /// Bind every pending pod round-robin, deciding nothing (the API server's ceiling).
     NullBinder(null_binder::Args),
     /// Print the table of a set of runs, the ratios and the targets.
@@ -53,7 +53,7 @@ fn main() -> std::process::ExitCode {
                 rt.block_on(async move {
                     match command {
                         Command::Populate(args) => populate::run(args).await,
-                        Command::Run(args) => measure::run(args).await,
+                        Command::Run(args) => measure::run(*args).await,
                         Command::NullBinder(args) => null_binder::run(args).await,
                         Command::Report(_) | Command::FreePort => Ok(()),
                     }

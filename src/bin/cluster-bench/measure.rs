@@ -86,9 +86,17 @@ pub struct Args {
     /// Record the scheduler with `perf record` into this file.
     #[arg(long)]
     perf: Option<PathBuf>,
+    /// Record kube-apiserver (`--apiserver-pid`) with `perf record` into this file, over the
+    /// same interval: where the API server's time goes while this scheduler runs.
+    #[arg(long, requires = "apiserver_pid")]
+    perf_apiserver: Option<PathBuf>,
     /// The options of `perf record` (besides the pid and the output file).
     #[arg(long, default_value = "-e cpu-clock -g", allow_hyphen_values = true)]
     perf_options: String,
+    /// Where to write the API server's metrics (Prometheus text) after the last binding:
+    /// its requests by verb, resource and duration, its watch events.
+    #[arg(long)]
+    apiserver_metrics: Option<PathBuf>,
     /// The scheduler's command line.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -281,6 +289,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(out) => Some(start_perf(pid, out, &args.perf_options)?),
         None => None,
     };
+    let mut perf_apiserver = match (&args.perf_apiserver, args.apiserver_pid) {
+        (Some(out), Some(api)) => Some(start_perf(api, out, &args.perf_options)?),
+        _ => None,
+    };
 
     let mut result = RunResult {
         scheduler: args.scheduler.clone(),
@@ -337,7 +349,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     result.bound = bound.len();
     result.complete = bound.len() == pods;
-    let counts = apiserver_counts(&client).await?;
+    if let Some(perf) = perf_apiserver.take() {
+        stop(perf, "perf");
+    }
+    let (counts, text) = apiserver_counts(&client).await?;
+    if let Some(out) = &args.apiserver_metrics {
+        std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
+    }
     result.bindings_created = Some(counts.bindings_created);
     result.bindings_rejected = Some(counts.bindings_rejected);
     result.events_created = Some(counts.events_created);
@@ -544,8 +562,9 @@ struct ApiCounts {
     events_created: f64,
 }
 
-/// Bindings the API server accepted and those it did not, and the events it created.
-async fn apiserver_counts(client: &Client) -> anyhow::Result<ApiCounts> {
+/// Bindings the API server accepted and those it did not, and the events it created; with
+/// the metrics' text.
+async fn apiserver_counts(client: &Client) -> anyhow::Result<(ApiCounts, String)> {
     // A GET of /metrics: a "list" without parameters is exactly that.
     let request = Request::new("/metrics").list(&ListParams::default())?;
     let text = client
@@ -570,11 +589,12 @@ async fn apiserver_counts(client: &Client) -> anyhow::Result<ApiCounts> {
         requests,
         &[("resource", "events"), ("verb", "POST"), ("code", "201")],
     );
-    Ok(ApiCounts {
+    let counts = ApiCounts {
         bindings_created: created,
         bindings_rejected: all - created,
         events_created: events,
-    })
+    };
+    Ok((counts, text))
 }
 
 /// GET over plain HTTP (the schedulers' metrics endpoints).
