@@ -139,7 +139,8 @@ pub struct RunResult {
     pub seen_p50_s: Option<f64>,
     /// 99th percentile of the same.
     pub seen_p99_s: Option<f64>,
-    /// The scheduler's CPU time from its start until the last binding (plus a second).
+    /// The scheduler's CPU time from its start until the last binding was seen (what comes
+    /// after, such as events held back until then, is not counted here or below).
     pub scheduler_cpu_s: Option<f64>,
     /// The scheduler's CPU time by thread (name without its number).
     #[serde(default)]
@@ -347,6 +348,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    // Every CPU figure stops here, when the last binding is seen.
+    result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
+    result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
+    let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
+    result.apiserver_cpu_s = delta(cpu(args.apiserver_pid), api0);
+    result.etcd_cpu_s = delta(cpu(args.etcd_pid), etcd0);
+    result.bench_cpu_s = delta(Proc(None).cpu_seconds(), me0);
+    result.other_cpu_s = (|| {
+        let busy = delta(procfs::machine_busy_seconds(), busy0)?;
+        let ours = result.scheduler_cpu_s? + result.apiserver_cpu_s? + result.etcd_cpu_s?;
+        Some((busy - ours - result.bench_cpu_s?).max(0.0))
+    })();
     result.bound = bound.len();
     result.complete = bound.len() == pods;
     if let Some(perf) = perf_apiserver.take() {
@@ -365,17 +378,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         hwm_kib = hwm_kib.max(kib);
     }
     result.peak_rss_mib = (hwm_kib > 0).then(|| hwm_kib as f64 / 1024.0);
-    result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
-    result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
-    let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
-    result.apiserver_cpu_s = delta(cpu(args.apiserver_pid), api0);
-    result.etcd_cpu_s = delta(cpu(args.etcd_pid), etcd0);
-    result.bench_cpu_s = delta(Proc(None).cpu_seconds(), me0);
-    result.other_cpu_s = (|| {
-        let busy = delta(procfs::machine_busy_seconds(), busy0)?;
-        let ours = result.scheduler_cpu_s? + result.apiserver_cpu_s? + result.etcd_cpu_s?;
-        Some((busy - ours - result.bench_cpu_s?).max(0.0))
-    })();
     if let Some(url) = &args.metrics {
         match http_get(url).await {
             Ok(text) => {
