@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,11 @@ use crate::scheduler::BindTask;
 
 /// Bindings in flight at once.
 pub const MAX_IN_FLIGHT: usize = 256;
+/// Bindings in flight at first. Each one that finishes allows one more, up to
+/// [`MAX_IN_FLIGHT`]: the first connections complete their TLS handshakes alone, and the
+/// later ones resume their sessions, which spares the API server a certificate signature
+/// each, instead of 256 full handshakes at once.
+const FIRST_IN_FLIGHT: usize = 8;
 
 /// A decision to bind, with when its scheduling attempt started.
 #[derive(Debug)]
@@ -50,12 +56,14 @@ pub async fn run(
     results: Sender<Input>,
     metrics: Arc<Metrics>,
 ) {
-    let limit = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let limit = Arc::new(Semaphore::new(FIRST_IN_FLIGHT));
+    let withheld = Arc::new(AtomicUsize::new(MAX_IN_FLIGHT - FIRST_IN_FLIGHT));
     while let Some(request) = requests.recv().await {
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
         let (client, results, metrics) = (client.clone(), results.clone(), metrics.clone());
+        let (limit, withheld) = (limit.clone(), withheld.clone());
         tokio::spawn(async move {
             let start = Instant::now();
             let outcome = bind(&client, &request.task).await;
@@ -64,12 +72,20 @@ pub async fn run(
                 _ => Code::Error,
             };
             record_bind(&metrics, &request.task, code, start.elapsed());
+            if withheld
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1))
+                .is_ok()
+            {
+                limit.add_permits(1);
+            }
             drop(permit);
             // The scheduling thread is gone only when shutting down; the result no longer
             // matters then.
             let _ = results.send(Input::Bound(Box::new(request), outcome));
         });
     }
+    // Every permit back in the semaphore means no binding is in flight any more.
+    limit.add_permits(withheld.swap(0, Ordering::Relaxed));
     let _ = limit.acquire_many(MAX_IN_FLIGHT as u32).await;
 }
 

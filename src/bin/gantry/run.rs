@@ -183,11 +183,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 const TOKIO_WORKER_THREADS: &str = "TOKIO_WORKER_THREADS";
 
 /// Threads for the API traffic (watches, bindings, events, the HTTP endpoints): one per four
-/// cores, one to two. One thread carries 10,000 bindings a second with their watch events;
-/// more only hand work back and forth between threads, each hand-over a wake-up that costs
-/// CPU on both sides. Measured against a local API server on two cores (5,000 nodes, 10,000
-/// pods): 1.5 CPU-seconds on the I/O thread with one, 2.0 with two (tokio's default, one
-/// per core), and a fifth less of gantry's CPU per pod.
+/// cores, one to two. At 2,000 bindings a second with their watch events one thread is busy
+/// a quarter of the time; more threads mostly hand work back and forth, each hand-over a
+/// wake-up that costs CPU on both sides. Measured against a local API server on two cores
+/// (5,000 nodes, 10,000 pods): 1.5 CPU-seconds on the I/O thread with one, 2.0 with two
+/// (tokio's default, one per core), and a fifth less of gantry's CPU per pod.
 fn io_threads(cores: usize) -> usize {
     (cores / 4).clamp(1, 2)
 }
