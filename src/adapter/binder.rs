@@ -23,9 +23,9 @@ use crate::scheduler::BindTask;
 /// Bindings in flight at once.
 pub const MAX_IN_FLIGHT: usize = 256;
 /// Bindings in flight at first. Each one that finishes allows one more, up to
-/// [`MAX_IN_FLIGHT`]: the first connections complete their TLS handshakes alone, and the
-/// later ones resume their sessions, which spares the API server a certificate signature
-/// each, instead of 256 full handshakes at once.
+/// [`MAX_IN_FLIGHT`]: the API server does not face a burst of full TLS handshakes (a
+/// certificate signature each) whenever gantry starts or takes over, and later connections
+/// can resume the sessions of the first ones.
 const FIRST_IN_FLIGHT: usize = 8;
 
 /// A decision to bind, with when its scheduling attempt started.
