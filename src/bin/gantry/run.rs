@@ -34,7 +34,7 @@ pub struct Args {
     load: LoadArgs,
     /// Scheduling attempts whose decision records are kept in memory (all pods together;
     /// the oldest go first), for /debug/decisions and `gantry explain --server`.
-    #[arg(long, default_value_t = crate::explain::DEFAULT_RECORDS,
+    #[arg(long, env = "GANTRY_DECISION_RECORDS", default_value_t = crate::explain::DEFAULT_RECORDS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     decision_records: usize,
     /// The decision log file.
