@@ -586,19 +586,21 @@ mod tests {
     #[test]
     fn a_binding_after_a_failed_attempt_cancels_the_stale_condition() {
         let mut h = start();
-        h.inputs
-            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
-            .unwrap();
-        h.inputs
-            .send(Input::PodApplied(pod("big").req("cpu", "3").build()))
-            .unwrap();
+        send(
+            &h,
+            [
+                Input::NodeApplied(node("n1").capacity("2", "4Gi").build()),
+                Input::PodApplied(pod("big").req("cpu", "3").build()),
+            ],
+        );
         warm_and_lead(&h);
         assert!(
             matches!(next(&mut h.records), Some(Record::Failed { pod, .. }) if pod.name == "big")
         );
-        h.inputs
-            .send(Input::NodeApplied(node("n2").capacity("4", "4Gi").build()))
-            .unwrap();
+        send(
+            &h,
+            [Input::NodeApplied(node("n2").capacity("4", "4Gi").build())],
+        );
         let bind = next(&mut h.binds).expect("a binding once a node fits");
         assert_eq!(&*bind.task.plan.node, "n2");
         assert!(
@@ -627,24 +629,30 @@ profiles:
         .expect("config")
     }
 
-    fn warm_and_lead(h: &Harness) {
-        for input in [Input::Synced("nodes"), Input::Synced("pods"), Input::Lead] {
+    fn send(h: &Harness, inputs: impl IntoIterator<Item = Input>) {
+        for input in inputs {
             h.inputs.send(input).unwrap();
         }
+    }
+
+    fn warm_and_lead(h: &Harness) {
+        send(
+            h,
+            [Input::Synced("nodes"), Input::Synced("pods"), Input::Lead],
+        );
     }
 
     #[test]
     fn every_attempt_leaves_a_decision_record() {
         let mut h = start();
-        h.inputs
-            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
-            .unwrap();
-        h.inputs
-            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
-            .unwrap();
-        h.inputs
-            .send(Input::PodApplied(pod("big").req("cpu", "3").build()))
-            .unwrap();
+        send(
+            &h,
+            [
+                Input::NodeApplied(node("n1").capacity("2", "4Gi").build()),
+                Input::PodApplied(pod("a").req("cpu", "1").build()),
+                Input::PodApplied(pod("big").req("cpu", "3").build()),
+            ],
+        );
         warm_and_lead(&h);
         let bind = next(&mut h.binds).expect("a binding");
         let deadline = Instant::now() + Duration::from_secs(5);

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::Labels;
+use crate::model::selector::LabelSelector;
 use crate::model::taint::TaintEffect;
+use crate::model::{Labels, PodInfo};
 
 use super::node_info::NodeInfo;
 use super::pod_index::PodIndex;
@@ -74,6 +75,30 @@ impl Snapshot {
     /// The placed pods by label (see [`PodIndex`]), positions as in [`Snapshot::nodes`].
     pub fn pod_index(&self) -> &PodIndex {
         &self.pods
+    }
+
+    /// Calls `f` with each placed pod `selector` may match, and its node: the pods the index
+    /// names for the selector, or every placed pod when the selector requires no particular
+    /// label. A superset: callers check the selector (and the namespace) themselves.
+    pub fn for_each_candidate(
+        &self,
+        selector: &LabelSelector,
+        mut f: impl FnMut(&PodInfo, &NodeInfo),
+    ) {
+        match self.pods.candidates(selector) {
+            Some(candidates) => {
+                for p in candidates {
+                    f(&p.pod, &self.nodes[p.node]);
+                }
+            }
+            None => {
+                for node in &self.nodes {
+                    for pod in &node.pods {
+                        f(pod, node);
+                    }
+                }
+            }
+        }
     }
 
     /// The topology domains of the nodes that carry every one of `keys`; computed once per

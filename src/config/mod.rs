@@ -48,6 +48,30 @@ impl ConfigError {
     }
 }
 
+/// The text of a configuration file.
+pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Configuration text (YAML or JSON) decoded into `T`; an error names the offending field by
+/// its path.
+pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // serde_yaml already names the enclosing field of nested errors.
+        match message.split_once(": ") {
+            Some((prefix, rest)) if !prefix.contains(' ') => ConfigError::field(prefix, rest),
+            _ if path == "." => ConfigError::field("config", message),
+            _ => ConfigError::field(path, message),
+        }
+    })
+}
+
 /// Leader election settings, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElection {
@@ -109,29 +133,12 @@ impl Config {
 
     /// Reads and validates a configuration file.
     pub fn load(path: &Path, registry: &Registry) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::parse(&text, registry)
+        Self::parse(&read_file(path)?, registry)
     }
 
     /// Parses and validates configuration text (YAML or JSON).
     pub fn parse(text: &str, registry: &Registry) -> Result<Self, ConfigError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let file: KubeSchedulerConfiguration =
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                let path = e.path().to_string();
-                let message = e.into_inner().to_string();
-                // serde_yaml already names the enclosing field of nested errors.
-                match message.split_once(": ") {
-                    Some((prefix, rest)) if !prefix.contains(' ') => {
-                        ConfigError::field(prefix, rest)
-                    }
-                    _ if path == "." => ConfigError::field("config", message),
-                    _ => ConfigError::field(path, message),
-                }
-            })?;
+        let file: KubeSchedulerConfiguration = decode(text)?;
         if file.api_version.as_deref() != Some(types::API_VERSION) {
             return Err(ConfigError::field(
                 "apiVersion",

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::config::{ConfigError, decode, read_file};
+
 /// The `apiVersion` of the file.
 pub const API_VERSION: &str = "gantry.io/v1alpha1";
 /// The `kind` of the file.
@@ -152,72 +154,37 @@ pub struct RolloutConfig {
     pub excluded_namespaces: Vec<String>,
 }
 
-/// A configuration that cannot be used; names the field.
-#[derive(Debug, thiserror::Error)]
-pub enum RolloutConfigError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A field is malformed or invalid.
-    #[error("{field}: {reason}")]
-    Field {
-        /// The field's path, such as `excludedNamespaces[1]`.
-        field: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-fn field_error(field: impl Into<String>, reason: impl Into<String>) -> RolloutConfigError {
-    RolloutConfigError::Field {
-        field: field.into(),
-        reason: reason.into(),
+/// `error` without the position serde_yaml appends to its messages (`at line 3 column 8`):
+/// the field path says more.
+fn without_position(error: ConfigError) -> ConfigError {
+    match error {
+        ConfigError::Field { field, reason } => match reason.split_once(" at line ") {
+            Some((reason, _)) => ConfigError::field(field, reason),
+            None => ConfigError::Field { field, reason },
+        },
+        other => other,
     }
 }
 
 impl RolloutConfig {
     /// Reads and validates a file.
-    pub fn load(path: &Path) -> Result<RolloutConfig, RolloutConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| RolloutConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        RolloutConfig::parse(&text)
+    pub fn load(path: &Path) -> Result<RolloutConfig, ConfigError> {
+        RolloutConfig::parse(&read_file(path)?)
     }
 
     /// Parses and validates configuration text (YAML or JSON).
-    pub fn parse(text: &str) -> Result<RolloutConfig, RolloutConfigError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let file: File = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string();
-            // serde_yaml appends the position; the field path says more.
-            let message = match message.split_once(" at line ") {
-                Some((m, _)) => m,
-                None => &message,
-            };
-            // serde_yaml already names the enclosing field of nested errors.
-            match message.split_once(": ") {
-                Some((prefix, rest)) if !prefix.contains(' ') => field_error(prefix, rest),
-                _ if path == "." => field_error("config", message),
-                _ => field_error(path, message),
-            }
-        })?;
+    pub fn parse(text: &str) -> Result<RolloutConfig, ConfigError> {
+        let file: File = decode(text).map_err(without_position)?;
         match file.api_version.as_deref() {
             Some(API_VERSION) => {}
             Some(other) => {
-                return Err(field_error(
+                return Err(ConfigError::field(
                     "apiVersion",
                     format!("must be {API_VERSION}, not {other:?}"),
                 ));
             }
             None => {
-                return Err(field_error(
+                return Err(ConfigError::field(
                     "apiVersion",
                     format!("required ({API_VERSION})"),
                 ));
@@ -226,25 +193,25 @@ impl RolloutConfig {
         match file.kind.as_deref() {
             Some(KIND) => {}
             Some(other) => {
-                return Err(field_error(
+                return Err(ConfigError::field(
                     "kind",
                     format!("must be {KIND}, not {other:?}"),
                 ));
             }
-            None => return Err(field_error("kind", format!("required ({KIND})"))),
+            None => return Err(ConfigError::field("kind", format!("required ({KIND})"))),
         }
         let scheduler_name = match file.scheduler_name {
             None => {
-                return Err(field_error(
+                return Err(ConfigError::field(
                     "schedulerName",
                     "required: the scheduler name of gantry's profile",
                 ));
             }
             Some(name) if name.is_empty() => {
-                return Err(field_error("schedulerName", "must not be empty"));
+                return Err(ConfigError::field("schedulerName", "must not be empty"));
             }
             Some(name) if name == DEFAULT_SCHEDULER => {
-                return Err(field_error(
+                return Err(ConfigError::field(
                     "schedulerName",
                     format!("must name gantry's profile, not {DEFAULT_SCHEDULER}"),
                 ));
@@ -255,7 +222,7 @@ impl RolloutConfig {
             None => DEFAULT_EXCLUDED_NAMESPACES.map(String::from).to_vec(),
             Some(list) => {
                 if let Some(i) = list.iter().position(String::is_empty) {
-                    return Err(field_error(
+                    return Err(ConfigError::field(
                         format!("excludedNamespaces[{i}]"),
                         "must not be empty",
                     ));

@@ -601,30 +601,21 @@ async fn apiserver_counts(client: &Client) -> anyhow::Result<(ApiCounts, String)
 
 /// GET over plain HTTP (the schedulers' metrics endpoints).
 async fn http_get(url: &str) -> anyhow::Result<String> {
-    let rest = url
-        .strip_prefix("http://")
-        .context("only http:// URLs are supported")?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let (host, path) = (host.to_string(), path.to_string());
-    tokio::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(&host)?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n")?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response)?;
-        let (head, body) = response.split_once("\r\n\r\n").context("no HTTP header")?;
-        anyhow::ensure!(
-            head.contains(" 200 "),
-            "{}",
-            head.lines().next().unwrap_or("")
-        );
-        Ok(body.to_string())
+    use http_body_util::{BodyExt, Empty};
+    use hyper::body::Bytes;
+    use hyper_util::client::legacy::Client as HttpClient;
+    use hyper_util::rt::TokioExecutor;
+
+    let uri: hyper::Uri = url.parse().with_context(|| format!("invalid URL {url}"))?;
+    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let body = tokio::time::timeout(Duration::from_secs(10), async {
+        let response = client.get(uri).await?;
+        anyhow::ensure!(response.status().is_success(), "HTTP {}", response.status());
+        Ok(response.into_body().collect().await?.to_bytes())
     })
-    .await?
+    .await
+    .context("no answer within 10 s")??;
+    Ok(String::from_utf8(body.to_vec())?)
 }
 
 /// Starts `perf record` with `options` on `pid`, its output in `out`.

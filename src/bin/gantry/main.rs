@@ -7,6 +7,9 @@ mod run;
 mod simulate;
 mod webhook;
 
+use std::io::IsTerminal;
+
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 /// gantry: a Kubernetes scheduler written in Rust.
@@ -47,6 +50,19 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr through `filter` (tracing-subscriber's `EnvFilter` syntax), in colour on a
+/// terminal: the long-running subcommands (`run`, `webhook`).
+fn init_logging(filter: &str) -> anyhow::Result<()> {
+    let env_filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .with_context(|| format!("invalid log filter {filter:?}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+    Ok(())
 }
 
 #[cfg(test)]

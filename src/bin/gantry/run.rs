@@ -1,6 +1,5 @@
 //! `gantry run`: schedule pods of a real cluster.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,13 +124,7 @@ impl LoadArgs {
 /// Runs the scheduler until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<()> {
     limit_malloc_arenas();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .with_context(|| format!("invalid log filter {:?}", args.log))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    crate::init_logging(&args.log)?;
     let node_load = args.load.settings()?;
     let registry = plugins::registry();
     let config = match &args.config {

@@ -1,6 +1,5 @@
 //! `gantry webhook`: the canary rollout admission webhook.
 
-use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -43,13 +42,7 @@ pub struct Args {
 
 /// Serves the webhook until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .with_context(|| format!("invalid log filter {:?}", args.log))?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    crate::init_logging(&args.log)?;
     let config = RolloutConfig::load(&args.config)
         .with_context(|| format!("invalid configuration {}", args.config.display()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

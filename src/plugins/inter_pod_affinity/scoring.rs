@@ -54,34 +54,19 @@ impl PreScorePlugin for InterPodAffinity {
             scores: TopologyCounts::default(),
         };
         let nodes = snapshot.nodes();
-        let index = snapshot.pod_index();
-        // Existing pods the incoming pod's terms are about: those the index names for each
-        // term's selector (or every pod, for a selector that requires no particular label).
+        // Existing pods the incoming pod's terms are about.
         for (term, weight) in &incoming {
-            let mut add = |existing: &PodInfo, node_labels: &Labels| {
+            snapshot.for_each_candidate(&term.term.selector, |existing, node| {
+                let node_labels = &node.node.labels;
                 if !node_labels.is_empty() && term.matches(existing) {
                     scorer
                         .scores
                         .add_on(node_labels, term.topology_key(), *weight);
                 }
-            };
-            match index.candidates(&term.term.selector) {
-                Some(candidates) => {
-                    for p in candidates {
-                        add(&p.pod, &nodes[p.node].node.labels);
-                    }
-                }
-                None => {
-                    for node in nodes {
-                        for existing in &node.pods {
-                            add(existing, &node.node.labels);
-                        }
-                    }
-                }
-            }
+            });
         }
         // Existing pods whose own terms may be about the incoming pod.
-        for p in index.term_candidates(&pod.labels) {
+        for p in snapshot.pod_index().term_candidates(&pod.labels) {
             scorer.process(&p.pod, &nodes[p.node].node.labels);
         }
         if scorer.scores.is_empty() {

@@ -156,7 +156,7 @@ fn count_pods(
     keys: &[&str],
     domains: &mut HashMap<Box<str>, i64>,
 ) {
-    let mut add = |existing: &PodInfo, node: &NodeInfo| {
+    let add = |existing: &PodInfo, node: &NodeInfo| {
         if existing.terminating
             || !c.selector.matches(&existing.labels)
             || existing.namespace != pod.namespace
@@ -180,20 +180,7 @@ fn count_pods(
             *total += 1;
         }
     };
-    match snapshot.pod_index().candidates(&c.selector) {
-        Some(candidates) => {
-            for p in candidates {
-                add(&p.pod, &snapshot.nodes()[p.node]);
-            }
-        }
-        None => {
-            for node in snapshot.nodes() {
-                for existing in &node.pods {
-                    add(existing, node);
-                }
-            }
-        }
-    }
+    snapshot.for_each_candidate(&c.selector, add);
 }
 
 impl PreFilterPlugin for PodTopologySpread {
