@@ -386,3 +386,35 @@ async fn a_finished_pod_frees_its_node() {
     assert_eq!(node, "done-1");
     assert_eq!(gantry.terminate().code(), Some(0));
 }
+
+/// gantry's API client negotiates HTTP/2, as client-go does: requests and watches share one
+/// connection, and more requests than the server allows streams at once (250) queue on the
+/// client instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_client_multiplexes_requests_over_http2() {
+    let plane = ControlPlane::shared();
+    let settings = gantry::config::ClientConnection {
+        kubeconfig: None,
+        qps: 0.0,
+        burst: 0,
+    };
+    let client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings)
+        .await
+        .expect("client");
+    let version = |client: kube::Client| async move {
+        let request = http::Request::get("/version")
+            .body(kube::client::Body::empty())
+            .expect("request");
+        client.send(request).await.expect("GET /version")
+    };
+    assert_eq!(
+        version(client.clone()).await.version(),
+        http::Version::HTTP_2
+    );
+    let responses = futures::future::join_all((0..400).map(|_| version(client.clone()))).await;
+    assert!(
+        responses
+            .iter()
+            .all(|r| r.status() == http::StatusCode::OK && r.version() == http::Version::HTTP_2)
+    );
+}

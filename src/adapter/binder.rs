@@ -1,6 +1,6 @@
 //! Binding: each decision is carried out by its own task, many at once (bounded by a
-//! semaphore), over one shared client and connection pool. Results go back to the scheduling
-//! thread, which never waits for them.
+//! semaphore), over one shared client (one HTTP/2 connection, see [`super::client`]). Results
+//! go back to the scheduling thread, which never waits for them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,9 +23,10 @@ use crate::scheduler::BindTask;
 /// Bindings in flight at once.
 pub const MAX_IN_FLIGHT: usize = 256;
 /// Bindings in flight at first. Each one that finishes allows one more, up to
-/// [`MAX_IN_FLIGHT`]: the API server does not face a burst of full TLS handshakes (a
-/// certificate signature each) whenever gantry starts or takes over, and later connections
-/// can resume the sessions of the first ones.
+/// [`MAX_IN_FLIGHT`]: where the client speaks HTTP/1.1 (`DISABLE_HTTP2`, a proxy) every
+/// binding in flight is a connection of its own, and the API server then does not face a
+/// burst of full TLS handshakes (a certificate signature each) whenever gantry starts or
+/// takes over; later connections resume the sessions of the first ones.
 const FIRST_IN_FLIGHT: usize = 8;
 
 /// A decision to bind, with when its scheduling attempt started.

@@ -394,7 +394,7 @@ impl Driver {
         let profile = task.profile.clone();
         match outcome {
             BindOutcome::Bound => {
-                let node = task.plan.node.to_string();
+                let node = &task.plan.node;
                 self.metrics.scheduled(
                     &profile,
                     attempt_start.elapsed(),
@@ -414,7 +414,7 @@ impl Driver {
                 self.recorder.record(Record::Scheduled {
                     pod: pod.clone(),
                     profile: profile.clone(),
-                    node,
+                    node: node.clone(),
                 });
                 if let Some(note) = overcommit {
                     self.recorder.record(Record::Note {
@@ -575,7 +575,7 @@ mod tests {
             .unwrap();
         match next(&mut h.records) {
             Some(Record::Scheduled { pod, node, .. }) => {
-                assert_eq!((pod.name.as_str(), node.as_str()), ("a", "n1"));
+                assert_eq!((pod.name.as_str(), &*node), ("a", "n1"));
             }
             other => panic!("expected a Scheduled record, got {other:?}"),
         }

@@ -91,7 +91,7 @@ pub enum Record {
         /// The profile that bound it.
         profile: String,
         /// The node.
-        node: String,
+        node: Arc<str>,
     },
     /// Something a plugin decided about a bound pod: a `Normal` event with `reason`.
     Note {
@@ -167,7 +167,28 @@ struct EventSpec {
     type_: &'static str,
     reason: &'static str,
     action: &'static str,
-    note: String,
+    note: Note,
+}
+
+/// An event's note; a binding's is written out only when the event is (thousands of
+/// `Scheduled` events wait while a burst of bindings is outstanding).
+#[derive(Debug, Clone)]
+enum Note {
+    Text(String),
+    AssignedTo(Arc<str>),
+}
+
+impl EventSpec {
+    fn note(&self) -> std::borrow::Cow<'_, str> {
+        match &self.note {
+            Note::Text(text) => text.into(),
+            Note::AssignedTo(node) => format!(
+                "Successfully assigned {}/{} to {node}",
+                self.pod.namespace, self.pod.name
+            )
+            .into(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -178,9 +199,10 @@ struct ConditionSpec {
     transition: Timestamp,
 }
 
+/// One pod's writes waiting. Kept small: during a burst every bound pod has one.
 #[derive(Debug, Default)]
 struct Pending {
-    condition: Option<ConditionSpec>,
+    condition: Option<Box<ConditionSpec>>,
     events: VecDeque<EventSpec>,
 }
 
@@ -230,7 +252,7 @@ impl State {
                         type_: "Warning",
                         reason: REASON_FAILED_SCHEDULING,
                         action: "Scheduling",
-                        note: message.clone(),
+                        note: Note::Text(message.clone()),
                     }
                 });
                 let condition = match &seen.condition {
@@ -238,12 +260,12 @@ impl State {
                     previous => {
                         let transition = previous.as_ref().map_or(wall, |(_, _, t)| *t);
                         seen.condition = Some((condition_reason, message.clone(), transition));
-                        Some(ConditionSpec {
+                        Some(Box::new(ConditionSpec {
                             pod,
                             reason: condition_reason,
                             message,
                             transition,
-                        })
+                        }))
                     }
                 };
                 if event.is_none() && condition.is_none() {
@@ -262,10 +284,6 @@ impl State {
                 if let Some(seen) = self.seen.get_mut(&key) {
                     seen.condition = None;
                 }
-                let note = format!(
-                    "Successfully assigned {}/{} to {node}",
-                    pod.namespace, pod.name
-                );
                 let pending = self.pending_for(key, now);
                 pending.condition = None;
                 push_event(
@@ -276,7 +294,7 @@ impl State {
                         type_: "Normal",
                         reason: REASON_SCHEDULED,
                         action: "Binding",
-                        note,
+                        note: Note::AssignedTo(node),
                     },
                 );
             }
@@ -295,7 +313,7 @@ impl State {
                         type_: "Normal",
                         reason,
                         action: "Binding",
-                        note,
+                        note: Note::Text(note),
                     },
                 );
             }
@@ -372,6 +390,8 @@ fn push_event(pending: &mut Pending, event: EventSpec) {
     if pending.events.len() == MAX_PENDING_EVENTS {
         pending.events.pop_front();
     }
+    // Most pods have one event waiting: room for exactly one, not the default four.
+    pending.events.reserve_exact(1);
     pending.events.push_back(event);
 }
 
@@ -467,7 +487,7 @@ fn build_event(e: &EventSpec, identity: &str, now: Timestamp) -> Event {
         event_time: Some(MicroTime(now)),
         action: Some(e.action.to_string()),
         reason: Some(e.reason.to_string()),
-        note: Some(truncate(&e.note, MAX_NOTE_BYTES)),
+        note: Some(truncate(&e.note(), MAX_NOTE_BYTES)),
         type_: Some(e.type_.to_string()),
         regarding: Some(ObjectReference {
             api_version: Some("v1".to_string()),
@@ -594,13 +614,13 @@ mod tests {
             Record::Scheduled {
                 pod: pod("a"),
                 profile: "gantry".to_string(),
-                node: "n1".to_string(),
+                node: "n1".into(),
             },
             t0,
             w0,
         );
         let p = s.next().unwrap();
-        assert_eq!(p.events[0].note, "Successfully assigned ns/a to n1");
+        assert_eq!(p.events[0].note(), "Successfully assigned ns/a to n1");
         assert_eq!(p.events[0].reason, REASON_SCHEDULED);
     }
 
@@ -613,7 +633,7 @@ mod tests {
             Record::Scheduled {
                 pod: pod("a"),
                 profile: "gantry".to_string(),
-                node: "n1".to_string(),
+                node: "n1".into(),
             },
             t0,
             w0,
@@ -632,7 +652,7 @@ mod tests {
         assert_eq!(p.events.len(), 2);
         let e = &p.events[1];
         assert_eq!(
-            (e.type_, e.reason, e.action, e.note.as_str()),
+            (e.type_, e.reason, e.action, &*e.note()),
             (
                 "Normal",
                 REASON_OVERCOMMITTED,
@@ -752,7 +772,7 @@ mod tests {
             type_: "Warning",
             reason: REASON_FAILED_SCHEDULING,
             action: "Scheduling",
-            note: "é".repeat(600),
+            note: Note::Text("é".repeat(600)),
         };
         let e = build_event(&spec, "host_1", Timestamp::from_second(1).unwrap());
         assert_eq!(e.metadata.name.as_deref(), Some("web.3b9aca00"));

@@ -10,6 +10,7 @@
 //! - [`watch`]: one watcher per kind; objects become the compact model at the edge.
 //! - [`driver`]: the scheduling thread; never blocks on the network.
 //! - [`binder`]: many bindings in flight over one client.
+//! - [`client`]: the API client, over HTTP/2 when the API server offers it.
 //! - [`events`]: events and `PodScheduled` conditions, coalesced, off the critical path.
 //! - [`leader`]: Lease-based leader election.
 //! - [`metrics`], [`instrument`], [`health`]: kube-scheduler's metrics and the health
@@ -19,6 +20,7 @@
 //!   Overcommit.
 
 pub mod binder;
+pub mod client;
 pub mod driver;
 pub mod events;
 pub mod health;
@@ -31,27 +33,23 @@ pub mod watch;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use kube::Client;
-use kube::client::ClientBuilder;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::config::{ClientConnection, Config};
+use crate::config::Config;
 use crate::decision::file::{DecisionLog, LogError, Rotation};
 use crate::decision::{DecisionRecorder, DecisionStore};
 use crate::scheduler::Scheduler;
 use crate::signals::Signals;
+pub use client::connect;
 use driver::{Driver, Input};
 use health::Health;
 use instrument::Instrumentation;
 use leader::Elector;
 use metrics::Metrics;
 use node_load::{LoadSource, NodeLoadSettings};
-use throttle::ThrottleLayer;
 
 /// How long a shutdown waits for the event writer to finish.
 const EVENTS_GRACE: Duration = Duration::from_secs(5);
@@ -125,34 +123,6 @@ pub struct Options {
     pub node_load: NodeLoadSettings,
     /// Where decision records go.
     pub decisions: DecisionSettings,
-}
-
-/// A client for the API server, throttled as `clientConnection` says.
-pub async fn connect(
-    kubeconfig: Option<&Path>,
-    settings: &ClientConnection,
-) -> Result<Client, AdapterError> {
-    let path = kubeconfig
-        .map(Path::to_path_buf)
-        .or_else(|| settings.kubeconfig.as_ref().map(PathBuf::from));
-    let config = match path {
-        Some(path) => {
-            let error = |source| AdapterError::Kubeconfig {
-                path: path.display().to_string(),
-                source,
-            };
-            let file = Kubeconfig::read_from(&path).map_err(error)?;
-            kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                .await
-                .map_err(error)?
-        }
-        None => kube::Config::infer().await?,
-    };
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(match ThrottleLayer::new(settings.qps, settings.burst) {
-        Some(layer) => builder.with_layer(&layer).build(),
-        None => builder.build(),
-    })
 }
 
 /// Runs the scheduler against the API server until SIGTERM or SIGINT (then stops cleanly,

@@ -69,14 +69,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// A client from a kubeconfig file; no client-side throttling.
+/// A client from a kubeconfig file, over HTTP/2 when the API server offers it (as gantry's
+/// and kube-scheduler's); no client-side throttling.
 async fn client(kubeconfig: &Path) -> anyhow::Result<Client> {
     let file = Kubeconfig::read_from(kubeconfig)
         .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
     let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("cannot use {}", kubeconfig.display()))?;
-    Client::try_from(config).context("cannot build the API client")
+    gantry::adapter::client::build(config, None).context("cannot build the API client")
 }
 
 /// Returns at SIGTERM or SIGINT.
