@@ -8,6 +8,7 @@
 //! ```
 //!
 //! - [`watch`]: one watcher per kind; objects become the compact model at the edge.
+//! - [`reflector`]: list from the watch cache, then watch; relist when too old.
 //! - [`driver`]: the scheduling thread; never blocks on the network.
 //! - [`binder`]: many bindings in flight over one client.
 //! - [`client`]: the API client, over HTTP/2 when the API server offers it.
@@ -28,6 +29,7 @@ pub mod instrument;
 pub mod leader;
 pub mod metrics;
 pub mod node_load;
+pub mod reflector;
 pub mod throttle;
 pub mod watch;
 

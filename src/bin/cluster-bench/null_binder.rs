@@ -1,5 +1,6 @@
 //! `cluster-bench null-binder`: a scheduler that decides nothing. It lists the pending pods of
-//! a scheduler name and binds them round-robin over the nodes (sorted by name), many bindings
+//! a scheduler name (from the API server's watch cache, as gantry's and client-go's informers
+//! do) and binds them round-robin over the nodes (sorted by name), many bindings
 //! in flight over one client, so that its throughput is what the API server can bind on this
 //! machine: the ceiling of any scheduler. Then it waits for SIGTERM or SIGINT, like a
 //! scheduler would, so that the harness treats it like the others.
@@ -42,7 +43,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
     let start = Instant::now();
     let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list_metadata(&ListParams::default())
+        .list_metadata(&ListParams::default().match_any())
         .await
         .context("cannot list nodes")?
         .items
@@ -53,7 +54,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!nodes.is_empty(), "no nodes to bind to");
     let selector = format!("spec.nodeName=,spec.schedulerName={}", args.scheduler_name);
     let pods = Api::<Pod>::all(client.clone())
-        .list_metadata(&ListParams::default().fields(&selector))
+        .list_metadata(&ListParams::default().match_any().fields(&selector))
         .await
         .context("cannot list pods")?
         .items;

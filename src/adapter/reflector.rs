@@ -1,0 +1,382 @@
+//! List, then watch from the list's version, as client-go's reflector does; relist when the
+//! version is too old (410 Gone); resume after errors, with backoff.
+//!
+//! kube-runtime's watcher does the same, but its lists cannot come from the API server's
+//! watch cache without holding three copies of the response at once: kube-core leaves
+//! `resourceVersion=0` out of a list that has a page size (so paged lists are quorum reads of
+//! etcd, 20 requests for 10,000 pods), and an unpaged list is read by kube-client into one
+//! buffer, copied into a second and a third before it is decoded, and decoded into a vector
+//! of every object. Here the response is gathered into one buffer and its items are handed
+//! out as they are decoded: with 10,000 pods, tens of MiB less at the peak.
+
+use std::fmt::Debug;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::BodyExt;
+use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::runtime::watcher::Event;
+use kube::{Client, Resource, ResourceExt};
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// How long a watch request runs before the server ends it (kube-runtime's and client-go's
+/// choice: below the API server's own limit, so that the client decides).
+const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// First wait after an error; doubled up to [`MAX_RETRY`] while errors continue.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Longest wait between retries.
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Why a list or a watch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReflectorError {
+    /// The request could not be made or its response read.
+    #[error("{0}")]
+    Client(#[from] kube::Error),
+    /// The API server answered with an error status.
+    #[error("HTTP {code}: {message}")]
+    Status {
+        /// The HTTP status code.
+        code: u16,
+        /// The API server's message (its `Status`), or the body.
+        message: String,
+    },
+    /// The list could not be decoded.
+    #[error("cannot decode the list: {0}")]
+    Decode(#[from] serde_json::Error),
+    /// The watch ended with an error event.
+    #[error("watch error {code}: {message}")]
+    Watch {
+        /// The code in the error event.
+        code: u16,
+        /// Its message.
+        message: String,
+    },
+}
+
+impl ReflectorError {
+    /// The version asked for is too old: only a fresh list can continue.
+    fn is_gone(&self) -> bool {
+        match self {
+            ReflectorError::Client(kube::Error::Api(s)) => s.code == 410,
+            ReflectorError::Status { code, .. } | ReflectorError::Watch { code, .. } => {
+                *code == 410
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Lists and watches `api` (with `fields` as field selector) for ever, handing each event to
+/// `deliver`; stops when `deliver` returns false. A list is reported as `Init`, one
+/// `InitApply` per object and `InitDone`, whether it is the first or a relist.
+pub async fn run<K>(
+    client: Client,
+    api: Api<K>,
+    fields: Option<&str>,
+    name: &'static str,
+    mut deliver: impl FnMut(Event<K>) -> bool,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut retry = FIRST_RETRY;
+    'list: loop {
+        if !deliver(Event::Init) {
+            return;
+        }
+        let mut open = true;
+        let listed = list(&client, &api, fields, |obj| {
+            open = open && deliver(Event::InitApply(obj));
+        })
+        .await;
+        if !open {
+            return;
+        }
+        let mut version = match listed {
+            Ok(version) => version,
+            Err(e) => {
+                tracing::warn!(watcher = name, error = %e, "list failed; retrying in {retry:?}");
+                backoff(&mut retry).await;
+                continue;
+            }
+        };
+        if !deliver(Event::InitDone) {
+            return;
+        }
+        retry = FIRST_RETRY;
+        loop {
+            let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+            if let Some(f) = fields {
+                params = params.fields(f);
+            }
+            let ended = match api.watch(&params, &version).await {
+                Ok(stream) => {
+                    let mut stream = stream.map_err(ReflectorError::from).boxed();
+                    loop {
+                        match stream.next().await {
+                            None => break None,
+                            Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
+                                version = obj.resource_version().unwrap_or(version);
+                                if !deliver(Event::Apply(obj)) {
+                                    return;
+                                }
+                            }
+                            Some(Ok(WatchEvent::Deleted(obj))) => {
+                                version = obj.resource_version().unwrap_or(version);
+                                if !deliver(Event::Delete(obj)) {
+                                    return;
+                                }
+                            }
+                            Some(Ok(WatchEvent::Bookmark(b))) => {
+                                version = b.metadata.resource_version;
+                            }
+                            Some(Ok(WatchEvent::Error(e))) => {
+                                break Some(ReflectorError::Watch {
+                                    code: e.code,
+                                    message: e.message,
+                                });
+                            }
+                            Some(Err(e)) => break Some(e),
+                        }
+                        retry = FIRST_RETRY;
+                    }
+                }
+                Err(e) => Some(ReflectorError::from(e)),
+            };
+            match ended {
+                // The server ended the request (its timeout): watch on from where it stopped.
+                None => {}
+                Some(e) if e.is_gone() => {
+                    tracing::info!(watcher = name, "watch version too old; relisting");
+                    continue 'list;
+                }
+                Some(e) => {
+                    tracing::warn!(watcher = name, error = %e, "watch failed; retrying in {retry:?}");
+                    backoff(&mut retry).await;
+                }
+            }
+        }
+    }
+}
+
+/// Waits `retry`, and doubles it up to [`MAX_RETRY`] for the next time.
+async fn backoff(retry: &mut Duration) {
+    let wait = *retry;
+    *retry = (*retry * 2).min(MAX_RETRY);
+    tokio::time::sleep(wait).await;
+}
+
+/// The list request's parameters: from the watch cache (`resourceVersion=0`), not paged.
+fn list_params(fields: Option<&str>) -> ListParams {
+    let params = ListParams::default().match_any();
+    match fields {
+        Some(f) => params.fields(f),
+        None => params,
+    }
+}
+
+/// Lists `api` from the API server's watch cache (`resourceVersion=0`, all at once: the
+/// server ignores limits at version 0), handing each object to `each` as it is decoded;
+/// returns the list's resource version.
+async fn list<K>(
+    client: &Client,
+    api: &Api<K>,
+    fields: Option<&str>,
+    each: impl FnMut(K),
+) -> Result<String, ReflectorError>
+where
+    K: Resource + DeserializeOwned,
+{
+    let request = kube::core::Request::new(api.resource_url())
+        .list(&list_params(fields))
+        .map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let mut body = Vec::new();
+    let mut stream = response.into_body();
+    while let Some(frame) = stream.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            body.extend_from_slice(&data);
+        }
+    }
+    if !status.is_success() {
+        let message = serde_json::from_slice::<kube::core::Status>(&body)
+            .map(|s| s.message)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+        return Err(ReflectorError::Status {
+            code: status.as_u16(),
+            message,
+        });
+    }
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    let version = ListSeed {
+        each,
+        kind: PhantomData,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(version)
+}
+
+/// Decodes a list object, handing each item to `each`; yields `metadata.resourceVersion`.
+struct ListSeed<F, K> {
+    each: F,
+    kind: PhantomData<K>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ListMeta {
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for ListSeed<F, K> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for ListSeed<F, K> {
+    type Value = String;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a Kubernetes list object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<String, A::Error> {
+        let mut version = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "metadata" => version = map.next_value::<ListMeta>()?.resource_version,
+                "items" => map.next_value_seed(Items {
+                    each: &mut self.each,
+                    kind: PhantomData,
+                })?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        version
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| serde::de::Error::custom("the list has no metadata.resourceVersion"))
+    }
+}
+
+/// The `items` array, each item handed out as soon as it is decoded.
+struct Items<'a, F, K> {
+    each: &'a mut F,
+    kind: PhantomData<K>,
+}
+
+impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for Items<'_, F, K> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_option(self)
+    }
+}
+
+impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for Items<'_, F, K> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<K>()? {
+            (self.each)(item);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Namespace;
+
+    fn decode(json: &str) -> Result<(String, Vec<String>), serde_json::Error> {
+        let mut names = Vec::new();
+        let mut de = serde_json::Deserializer::from_str(json);
+        let version = ListSeed {
+            each: |ns: Namespace| names.push(ns.name_any()),
+            kind: PhantomData,
+        }
+        .deserialize(&mut de)?;
+        de.end()?;
+        Ok((version, names))
+    }
+
+    #[test]
+    fn a_list_hands_out_its_items_in_order_with_its_version() {
+        let json = r#"{"kind":"NamespaceList","apiVersion":"v1",
+            "items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}],
+            "metadata":{"resourceVersion":"17"}}"#;
+        let (version, names) = decode(json).unwrap();
+        assert_eq!(version, "17");
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn an_empty_list_may_have_null_items() {
+        let json = r#"{"metadata":{"resourceVersion":"3"},"items":null}"#;
+        assert_eq!(decode(json).unwrap(), ("3".to_string(), vec![]));
+    }
+
+    #[test]
+    fn a_list_without_a_version_or_with_a_bad_item_is_an_error() {
+        assert!(decode(r#"{"items":[]}"#).is_err());
+        assert!(
+            decode(r#"{"metadata":{"resourceVersion":"3"},"items":[{"metadata":7}]}"#).is_err()
+        );
+        assert!(decode(r#"{"metadata":{"resourceVersion":"3"},"items":[]} trailing"#).is_err());
+    }
+
+    #[test]
+    fn lists_ask_for_the_watch_cache_in_one_response() {
+        let request = kube::core::Request::new("/api/v1/pods")
+            .list(&list_params(Some("status.phase!=Failed")))
+            .expect("list request");
+        let query = request.uri().query().unwrap_or_default().to_string();
+        assert!(query.contains("resourceVersion=0"), "{query}");
+        assert!(
+            query.contains("resourceVersionMatch=NotOlderThan"),
+            "{query}"
+        );
+        assert!(query.contains("fieldSelector="), "{query}");
+        assert!(!query.contains("limit="), "{query}");
+    }
+
+    #[test]
+    fn gone_means_relist() {
+        let gone = ReflectorError::Watch {
+            code: 410,
+            message: "too old resource version".into(),
+        };
+        assert!(gone.is_gone());
+        let other = ReflectorError::Status {
+            code: 500,
+            message: "boom".into(),
+        };
+        assert!(!other.is_gone());
+    }
+}
