@@ -1,7 +1,7 @@
-//! Watchers: one kube-runtime watcher per kind the scheduler reads, each converting objects
-//! into the compact model as they arrive and sending them to the scheduling thread. No full
-//! object is kept; a watcher remembers only the keys of the objects it has reported, so that
-//! after a relist (a watch error, an expired resource version, an API server restart) it can
+//! Watchers: one per kind the scheduler reads (listed and watched by [`super::reflector`]),
+//! each converting objects into the compact model as they arrive and sending them to the
+//! scheduling thread. No full object is kept; a watcher remembers only the keys of the
+//! objects it has reported, so that after a relist (an expired resource version) it can
 //! report the objects that vanished meanwhile as deleted.
 
 use std::borrow::Cow;
