@@ -11,11 +11,11 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
@@ -24,6 +24,13 @@ use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqA
 /// How long a watch request runs before the server ends it (kube-runtime's and client-go's
 /// choice: below the API server's own limit, so that the client decides).
 const WATCH_TIMEOUT_SECONDS: u32 = 290;
+/// Longest silence on a watch before it is given up as dead: the server's own end of the
+/// request, plus a margin.
+const WATCH_IDLE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 + 5);
+/// A watch that ends sooner than this with no event in it counts as failed.
+const SHORTEST_WATCH: Duration = Duration::from_secs(1);
+/// Longest a list may take to arrive.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 /// First wait after an error; doubled up to [`MAX_RETRY`] while errors continue.
 const FIRST_RETRY: Duration = Duration::from_millis(200);
 /// Longest wait between retries.
@@ -46,6 +53,12 @@ pub enum ReflectorError {
     /// The list could not be decoded.
     #[error("cannot decode the list: {0}")]
     Decode(#[from] serde_json::Error),
+    /// Nothing arrived for this long.
+    #[error("no answer in {0:?}")]
+    TimedOut(Duration),
+    /// The server closed the watch at once, with no event in it.
+    #[error("the watch ended at once, with no event")]
+    ShortWatch,
     /// The watch ended with an error event.
     #[error("watch error {code}: {message}")]
     Watch {
@@ -69,6 +82,18 @@ impl ReflectorError {
     }
 }
 
+/// Which version a list asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ListFrom {
+    /// Any (`resourceVersion=0`): whatever the watch cache holds; the first list.
+    Any,
+    /// At least this version (what the watcher has seen), from the watch cache: a relist
+    /// must not go back in time.
+    NotOlderThan(String),
+    /// The latest, read from etcd: after the version seen was refused as too old or too new.
+    Latest,
+}
+
 /// Lists and watches `api` (with `fields` as field selector) for ever, handing each event to
 /// `deliver`; stops when `deliver` returns false. A list is reported as `Init`, one
 /// `InitApply` per object and `InitDone`, whether it is the first or a relist.
@@ -82,21 +107,32 @@ pub async fn run<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut retry = FIRST_RETRY;
+    let mut from = ListFrom::Any;
     'list: loop {
         if !deliver(Event::Init) {
             return;
         }
         let mut open = true;
-        let listed = list(&client, &api, fields, |obj| {
-            open = open && deliver(Event::InitApply(obj));
-        })
-        .await;
+        let listed = tokio::time::timeout(
+            LIST_TIMEOUT,
+            list(&client, &api, fields, &from, |obj| {
+                open = open && deliver(Event::InitApply(obj));
+            }),
+        )
+        .await
+        .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
         if !open {
             return;
         }
         let mut version = match listed {
             Ok(version) => version,
             Err(e) => {
+                // The version seen may be refused as expired (410) or, by an API server
+                // whose cache is behind, as too new (504 after a wait): either way the next
+                // try reads the latest from etcd, as client-go's reflector does.
+                if matches!(from, ListFrom::NotOlderThan(_)) {
+                    from = ListFrom::Latest;
+                }
                 tracing::warn!(watcher = name, error = %e, "list failed; retrying in {retry:?}");
                 backoff(&mut retry).await;
                 continue;
@@ -107,15 +143,24 @@ pub async fn run<K>(
         }
         retry = FIRST_RETRY;
         loop {
+            from = ListFrom::NotOlderThan(version.clone());
             let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
             if let Some(f) = fields {
                 params = params.fields(f);
             }
+            let started = Instant::now();
+            let mut events = 0usize;
             let ended = match api.watch(&params, &version).await {
                 Ok(stream) => {
                     let mut stream = stream.map_err(ReflectorError::from).boxed();
                     loop {
-                        match stream.next().await {
+                        // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for
+                        // longer means the connection is gone without a word (a vanished
+                        // host or load balancer, over HTTP/1.1 where no ping would tell).
+                        let Ok(next) = tokio::time::timeout(WATCH_IDLE, stream.next()).await else {
+                            break Some(ReflectorError::TimedOut(WATCH_IDLE));
+                        };
+                        match next {
                             None => break None,
                             Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
                                 version = obj.resource_version().unwrap_or(version);
@@ -140,16 +185,29 @@ pub async fn run<K>(
                             }
                             Some(Err(e)) => break Some(e),
                         }
+                        events += 1;
                         retry = FIRST_RETRY;
                     }
                 }
                 Err(e) => Some(ReflectorError::from(e)),
             };
+            // A watch the server closes at once, with nothing in it, is a failure (client-go's
+            // "very short watch"): retried after a pause, not in a tight loop.
+            let ended = match ended {
+                None if events == 0 && started.elapsed() < SHORTEST_WATCH => {
+                    Some(ReflectorError::ShortWatch)
+                }
+                other => other,
+            };
             match ended {
                 // The server ended the request (its timeout): watch on from where it stopped.
                 None => {}
                 Some(e) if e.is_gone() => {
-                    tracing::info!(watcher = name, "watch version too old; relisting");
+                    tracing::info!(
+                        watcher = name,
+                        "watch version too old; relisting in {retry:?}"
+                    );
+                    backoff(&mut retry).await;
                     continue 'list;
                 }
                 Some(e) => {
@@ -168,29 +226,37 @@ async fn backoff(retry: &mut Duration) {
     tokio::time::sleep(wait).await;
 }
 
-/// The list request's parameters: from the watch cache (`resourceVersion=0`), not paged.
-fn list_params(fields: Option<&str>) -> ListParams {
-    let params = ListParams::default().match_any();
+/// The list request's parameters: not paged (the API server ignores limits when it serves
+/// from its watch cache, and kube-core would then leave the version out); from the watch
+/// cache unless `from` asks for the latest.
+fn list_params(fields: Option<&str>, from: &ListFrom) -> ListParams {
+    let params = match from {
+        ListFrom::Any => ListParams::default().match_any(),
+        ListFrom::NotOlderThan(version) => ListParams::default()
+            .matching(VersionMatch::NotOlderThan)
+            .at(version),
+        ListFrom::Latest => ListParams::default(),
+    };
     match fields {
         Some(f) => params.fields(f),
         None => params,
     }
 }
 
-/// Lists `api` from the API server's watch cache (`resourceVersion=0`, all at once: the
-/// server ignores limits at version 0), handing each object to `each` as it is decoded;
-/// returns the list's resource version.
+/// Lists `api` in one response (see [`list_params`]), handing each object to `each` as it is
+/// decoded; returns the list's resource version.
 async fn list<K>(
     client: &Client,
     api: &Api<K>,
     fields: Option<&str>,
+    from: &ListFrom,
     each: impl FnMut(K),
 ) -> Result<String, ReflectorError>
 where
     K: Resource + DeserializeOwned,
 {
     let request = kube::core::Request::new(api.resource_url())
-        .list(&list_params(fields))
+        .list(&list_params(fields, from))
         .map_err(kube::Error::BuildRequest)?;
     let response = client.send(request.map(kube::client::Body::from)).await?;
     let status = response.status();
@@ -354,7 +420,7 @@ mod tests {
     #[test]
     fn lists_ask_for_the_watch_cache_in_one_response() {
         let request = kube::core::Request::new("/api/v1/pods")
-            .list(&list_params(Some("status.phase!=Failed")))
+            .list(&list_params(Some("status.phase!=Failed"), &ListFrom::Any))
             .expect("list request");
         let query = request.uri().query().unwrap_or_default().to_string();
         assert!(query.contains("resourceVersion=0"), "{query}");
@@ -364,6 +430,25 @@ mod tests {
         );
         assert!(query.contains("fieldSelector="), "{query}");
         assert!(!query.contains("limit="), "{query}");
+    }
+
+    #[test]
+    fn a_relist_asks_for_at_least_what_was_seen_or_for_the_latest() {
+        let query = |from: ListFrom| {
+            kube::core::Request::new("/api/v1/nodes")
+                .list(&list_params(None, &from))
+                .expect("list request")
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let seen = query(ListFrom::NotOlderThan("42".to_string()));
+        assert!(seen.contains("resourceVersion=42"), "{seen}");
+        assert!(seen.contains("resourceVersionMatch=NotOlderThan"), "{seen}");
+        let latest = query(ListFrom::Latest);
+        assert!(!latest.contains("resourceVersion"), "{latest}");
+        assert!(!latest.contains("limit="), "{latest}");
     }
 
     #[test]

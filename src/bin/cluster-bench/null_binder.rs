@@ -1,6 +1,7 @@
 //! `cluster-bench null-binder`: a scheduler that decides nothing. It lists the pending pods of
 //! a scheduler name (from the API server's watch cache, as gantry's and client-go's informers
-//! do) and binds them round-robin over the nodes (sorted by name), many bindings
+//! do; the harness starts it once the API server is idle after the pods were created, so the
+//! cache holds them all) and binds them round-robin over the nodes (sorted by name), many bindings
 //! in flight over one client, so that its throughput is what the API server can bind on this
 //! machine: the ceiling of any scheduler. Then it waits for SIGTERM or SIGINT, like a
 //! scheduler would, so that the harness treats it like the others.
