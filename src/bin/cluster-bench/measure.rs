@@ -35,6 +35,8 @@ const IDLE_CPU: f64 = 0.15;
 /// Pause after the last binding before the metrics are read, so that the scheduler has
 /// recorded its last bindings.
 const METRICS_DELAY: Duration = Duration::from_secs(1);
+/// Longest wait for the API server's request counters to count every binding seen.
+const COUNTS_SETTLE: Duration = Duration::from_secs(5);
 /// How long a stopped scheduler may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(30);
 /// The pod scheduling SLI histograms: gantry's (today's kube-scheduler name), then
@@ -365,7 +367,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(perf) = perf_apiserver.take() {
         stop(perf, "perf");
     }
-    let (counts, text) = apiserver_counts(&client).await?;
+    // The API server counts a request once its response is written, which may be after the
+    // watch has shown its effect: read again until the bindings counted catch up with the
+    // pods seen bound (or COUNTS_SETTLE has passed).
+    let deadline = Instant::now() + COUNTS_SETTLE;
+    let (counts, text) = loop {
+        let (counts, text) = apiserver_counts(&client).await?;
+        if counts.bindings_created >= bound.len() as f64 || Instant::now() >= deadline {
+            break (counts, text);
+        }
+        tokio::time::sleep(TICK).await;
+    };
     if let Some(out) = &args.apiserver_metrics {
         std::fs::write(out, text).with_context(|| format!("cannot write {}", out.display()))?;
     }
