@@ -592,17 +592,22 @@ mod tests {
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
     }
 
-    #[test]
-    fn a_sampled_cycle_counts_one_call_per_node_with_its_own_code() {
-        let metrics = Arc::new(Metrics::new());
-        let instr = Instrumentation::new(metrics.clone());
+    /// The default configuration with every profile instrumented by `instr`.
+    fn instrumented(instr: &Arc<Instrumentation>) -> Config {
         let mut config = Config::default_with(&plugins::registry()).expect("defaults");
         config.profiles = config
             .profiles
             .iter()
             .map(|p| instr.instrument(p))
             .collect();
-        let mut s = Scheduler::new(config, None);
+        config
+    }
+
+    #[test]
+    fn a_sampled_cycle_counts_one_call_per_node_with_its_own_code() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut s = Scheduler::new(instrumented(&instr), None);
         for (i, cpu) in ["1", "2", "4"].iter().enumerate() {
             s.upsert_node(
                 node(&format!("n{i}")).capacity(cpu, "4Gi").build(),
@@ -635,14 +640,8 @@ mod tests {
     fn instrumented_profiles_schedule_alike_and_record_durations() {
         let metrics = Arc::new(Metrics::new());
         let instr = Instrumentation::new(metrics.clone());
-        let mut config = Config::default_with(&plugins::registry()).expect("defaults");
-        let plain = config.clone();
-        config.profiles = config
-            .profiles
-            .iter()
-            .map(|p| instr.instrument(p))
-            .collect();
-        let mut timed = Scheduler::new(config, None);
+        let plain = Config::default_with(&plugins::registry()).expect("defaults");
+        let mut timed = Scheduler::new(instrumented(&instr), None);
         let mut reference = Scheduler::new(plain, None);
         for s in [&mut timed, &mut reference] {
             for (i, cpu) in ["1", "2", "4"].iter().enumerate() {

@@ -83,7 +83,7 @@ impl ReflectorError {
 }
 
 /// Which version a list asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 enum ListFrom {
     /// Any (`resourceVersion=0`): whatever the watch cache holds; the first list.
     Any,
@@ -143,7 +143,6 @@ pub async fn run<K>(
         }
         retry = FIRST_RETRY;
         loop {
-            from = ListFrom::NotOlderThan(version.clone());
             let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
             if let Some(f) = fields {
                 params = params.fields(f);
@@ -203,6 +202,7 @@ pub async fn run<K>(
                 // The server ended the request (its timeout): watch on from where it stopped.
                 None => {}
                 Some(e) if e.is_gone() => {
+                    from = ListFrom::NotOlderThan(version);
                     tracing::info!(
                         watcher = name,
                         "watch version too old; relisting in {retry:?}"
