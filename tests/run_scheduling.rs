@@ -397,6 +397,7 @@ async fn the_api_client_multiplexes_requests_over_http2() {
         kubeconfig: None,
         qps: 0.0,
         burst: 0,
+        content_type: Default::default(),
     };
     let client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings)
         .await

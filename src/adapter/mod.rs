@@ -9,6 +9,8 @@
 //!
 //! - [`watch`]: one watcher per kind; objects become the compact model at the edge.
 //! - [`reflector`]: list from the watch cache, then watch; relist when too old.
+//! - [`protobuf`]: Kubernetes' protobuf encoding, for the lists and watches of pods and
+//!   nodes (`clientConnection.contentType`).
 //! - [`driver`]: the scheduling thread; never blocks on the network.
 //! - [`binder`]: many bindings in flight over one client.
 //! - [`client`]: the API client, over HTTP/2 when the API server offers it.
@@ -29,6 +31,7 @@ pub mod instrument;
 pub mod leader;
 pub mod metrics;
 pub mod node_load;
+pub mod protobuf;
 pub mod reflector;
 pub mod throttle;
 pub mod watch;
@@ -175,7 +178,12 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         inputs.clone(),
         metrics.clone(),
     ));
-    let watchers = watch::spawn_all(&client, profiles, &inputs);
+    let watchers = watch::spawn_all(
+        &client,
+        profiles,
+        config.client_connection.content_type,
+        &inputs,
+    );
     let load_task = match &node_load.source {
         LoadSource::Prometheus(source) => {
             tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");

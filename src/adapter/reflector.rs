@@ -8,18 +8,23 @@
 //! buffer, copied into a second and a third before it is decoded, and decoded into a vector
 //! of every object. Here the response is gathered into one buffer and its items are handed
 //! out as they are decoded: with 10,000 pods, tens of MiB less at the peak.
+//!
+//! Lists and watches are JSON or, for the kinds that have a reader for it ([`Format`]),
+//! Kubernetes' protobuf ([`super::protobuf`]).
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use http_body_util::BodyExt;
 use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use super::protobuf::{self, EventType};
 
 /// How long a watch request runs before the server ends it (kube-runtime's and client-go's
 /// choice: below the API server's own limit, so that the client decides).
@@ -53,6 +58,14 @@ pub enum ReflectorError {
     /// The list could not be decoded.
     #[error("cannot decode the list: {0}")]
     Decode(#[from] serde_json::Error),
+    /// Protobuf from the API server could not be read.
+    #[error("cannot read the API server's protobuf: {0}")]
+    Proto(#[from] protobuf::ProtoError),
+    /// The API server answered a request for protobuf in another encoding.
+    #[error(
+        "asked for protobuf, the API server answered with {0:?} (set clientConnection.contentType to application/json)"
+    )]
+    ContentType(String),
     /// Nothing arrived for this long.
     #[error("no answer in {0:?}")]
     TimedOut(Duration),
@@ -94,13 +107,14 @@ enum ListFrom {
     Latest,
 }
 
-/// Lists and watches `api` (with `fields` as field selector) for ever, handing each event to
-/// `deliver`; stops when `deliver` returns false. A list is reported as `Init`, one
-/// `InitApply` per object and `InitDone`, whether it is the first or a relist.
+/// Lists and watches `api` (with `fields` as field selector) in `format` for ever, handing
+/// each event to `deliver`; stops when `deliver` returns false. A list is reported as `Init`,
+/// one `InitApply` per object and `InitDone`, whether it is the first or a relist.
 pub async fn run<K>(
     client: Client,
     api: Api<K>,
     fields: Option<&str>,
+    format: Format<K>,
     name: &'static str,
     mut deliver: impl FnMut(Event<K>) -> bool,
 ) where
@@ -115,7 +129,7 @@ pub async fn run<K>(
         let mut open = true;
         let listed = tokio::time::timeout(
             LIST_TIMEOUT,
-            list(&client, &api, fields, &from, |obj| {
+            list(&client, &api, fields, &from, format, |obj| {
                 open = open && deliver(Event::InitApply(obj));
             }),
         )
@@ -149,46 +163,38 @@ pub async fn run<K>(
             }
             let started = Instant::now();
             let mut events = 0usize;
-            let ended = match api.watch(&params, &version).await {
-                Ok(stream) => {
-                    let mut stream = stream.map_err(ReflectorError::from).boxed();
-                    loop {
-                        // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for
-                        // longer means the connection is gone without a word (a vanished
-                        // host or load balancer, over HTTP/1.1 where no ping would tell).
-                        let Ok(next) = tokio::time::timeout(WATCH_IDLE, stream.next()).await else {
-                            break Some(ReflectorError::TimedOut(WATCH_IDLE));
-                        };
-                        match next {
-                            None => break None,
-                            Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                                version = obj.resource_version().unwrap_or(version);
-                                if !deliver(Event::Apply(obj)) {
-                                    return;
-                                }
+            let ended = match open_watch(&client, &api, &params, &version, format).await {
+                Ok(mut stream) => loop {
+                    // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for longer
+                    // means the connection is gone without a word (a vanished host or load
+                    // balancer, over HTTP/1.1 where no ping would tell).
+                    let Ok(next) = tokio::time::timeout(WATCH_IDLE, stream.next()).await else {
+                        break Some(ReflectorError::TimedOut(WATCH_IDLE));
+                    };
+                    match next {
+                        None => break None,
+                        Some(Ok(Change::Applied(obj))) => {
+                            version = obj.resource_version().unwrap_or(version);
+                            if !deliver(Event::Apply(obj)) {
+                                return;
                             }
-                            Some(Ok(WatchEvent::Deleted(obj))) => {
-                                version = obj.resource_version().unwrap_or(version);
-                                if !deliver(Event::Delete(obj)) {
-                                    return;
-                                }
-                            }
-                            Some(Ok(WatchEvent::Bookmark(b))) => {
-                                version = b.metadata.resource_version;
-                            }
-                            Some(Ok(WatchEvent::Error(e))) => {
-                                break Some(ReflectorError::Watch {
-                                    code: e.code,
-                                    message: e.message,
-                                });
-                            }
-                            Some(Err(e)) => break Some(e),
                         }
-                        events += 1;
-                        retry = FIRST_RETRY;
+                        Some(Ok(Change::Deleted(obj))) => {
+                            version = obj.resource_version().unwrap_or(version);
+                            if !deliver(Event::Delete(obj)) {
+                                return;
+                            }
+                        }
+                        Some(Ok(Change::Bookmark(v))) => version = v,
+                        Some(Ok(Change::Failed { code, message })) => {
+                            break Some(ReflectorError::Watch { code, message });
+                        }
+                        Some(Err(e)) => break Some(e),
                     }
-                }
-                Err(e) => Some(ReflectorError::from(e)),
+                    events += 1;
+                    retry = FIRST_RETRY;
+                },
+                Err(e) => Some(e),
             };
             // A watch the server closes at once, with nothing in it, is a failure (client-go's
             // "very short watch"): retried after a pause, not in a tight loop.
@@ -250,16 +256,19 @@ async fn list<K>(
     api: &Api<K>,
     fields: Option<&str>,
     from: &ListFrom,
-    each: impl FnMut(K),
+    format: Format<K>,
+    mut each: impl FnMut(K),
 ) -> Result<String, ReflectorError>
 where
     K: Resource + DeserializeOwned,
 {
-    let request = kube::core::Request::new(api.resource_url())
+    let mut request = kube::core::Request::new(api.resource_url())
         .list(&list_params(fields, from))
         .map_err(kube::Error::BuildRequest)?;
+    format.ask_for(&mut request);
     let response = client.send(request.map(kube::client::Body::from)).await?;
     let status = response.status();
+    let encoding = Encoding::of(&response);
     let mut body = Vec::new();
     let mut stream = response.into_body();
     while let Some(frame) = stream.frame().await {
@@ -268,22 +277,213 @@ where
         }
     }
     if !status.is_success() {
-        let message = serde_json::from_slice::<kube::core::Status>(&body)
-            .map(|s| s.message)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
         return Err(ReflectorError::Status {
             code: status.as_u16(),
-            message,
+            message: encoding.error_message(&body),
         });
     }
-    let mut de = serde_json::Deserializer::from_slice(&body);
-    let version = ListSeed {
-        each,
-        kind: PhantomData,
+    match (format, encoding) {
+        (Format::Protobuf(decode), Encoding::Protobuf) => {
+            Ok(protobuf::for_each_item(&body, |item| {
+                each(decode(item)?);
+                Ok(())
+            })?)
+        }
+        (Format::Protobuf(_), Encoding::Other(other)) => Err(ReflectorError::ContentType(other)),
+        (Format::Json, _) => {
+            let mut de = serde_json::Deserializer::from_slice(&body);
+            let version = ListSeed {
+                each,
+                kind: PhantomData,
+            }
+            .deserialize(&mut de)?;
+            de.end()?;
+            Ok(version)
+        }
     }
-    .deserialize(&mut de)?;
-    de.end()?;
-    Ok(version)
+}
+
+/// What a watch reports, whatever its encoding.
+enum Change<K> {
+    /// An object was added or changed.
+    Applied(K),
+    /// An object was deleted (its last state).
+    Deleted(K),
+    /// Nothing changed up to this version.
+    Bookmark(String),
+    /// The watch ended with an error.
+    Failed {
+        /// The error's code.
+        code: u16,
+        /// Its message.
+        message: String,
+    },
+}
+
+/// A watch's events, decoded.
+type Changes<K> = futures::stream::BoxStream<'static, Result<Change<K>, ReflectorError>>;
+
+/// Starts a watch of `api` from `version` in `format`.
+async fn open_watch<K>(
+    client: &Client,
+    api: &Api<K>,
+    params: &WatchParams,
+    version: &str,
+    format: Format<K>,
+) -> Result<Changes<K>, ReflectorError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let Format::Protobuf(decode) = format else {
+        let events = api.watch(params, version).await?;
+        return Ok(events
+            .map(|event| {
+                Ok(match event? {
+                    WatchEvent::Added(obj) | WatchEvent::Modified(obj) => Change::Applied(obj),
+                    WatchEvent::Deleted(obj) => Change::Deleted(obj),
+                    WatchEvent::Bookmark(b) => Change::Bookmark(b.metadata.resource_version),
+                    WatchEvent::Error(e) => Change::Failed {
+                        code: e.code,
+                        message: e.message,
+                    },
+                })
+            })
+            .boxed());
+    };
+    let mut request = kube::core::Request::new(api.resource_url())
+        .watch(params, version)
+        .map_err(kube::Error::BuildRequest)?;
+    format.ask_for(&mut request);
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let encoding = Encoding::of(&response);
+    let mut body = response.into_body();
+    if !status.is_success() {
+        let mut text = Vec::new();
+        while let Some(frame) = body.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                text.extend_from_slice(&data);
+            }
+        }
+        return Err(ReflectorError::Status {
+            code: status.as_u16(),
+            message: encoding.error_message(&text),
+        });
+    }
+    if let Encoding::Other(other) = encoding {
+        return Err(ReflectorError::ContentType(other));
+    }
+    let frames = protobuf::Frames::default();
+    Ok(
+        futures::stream::try_unfold((body, frames), move |(mut body, mut frames)| async move {
+            loop {
+                if let Some(frame) = frames.pop() {
+                    let change = protobuf_change(frame?, decode)?;
+                    return Ok(Some((change, (body, frames))));
+                }
+                match body.frame().await {
+                    Some(frame) => {
+                        if let Ok(data) = frame?.into_data() {
+                            frames.push(&data);
+                        }
+                    }
+                    None if frames.is_partial() => {
+                        return Err(ReflectorError::Proto(protobuf::ProtoError::Malformed(
+                            "the watch ended inside a frame",
+                        )));
+                    }
+                    None => return Ok(None),
+                }
+            }
+        })
+        .boxed(),
+    )
+}
+
+/// Reads one protobuf watch frame.
+fn protobuf_change<K>(
+    frame: &[u8],
+    decode: fn(&[u8]) -> Result<K, protobuf::ProtoError>,
+) -> Result<Change<K>, protobuf::ProtoError> {
+    let (kind, object) = protobuf::watch_event(frame)?;
+    Ok(match kind {
+        EventType::Added | EventType::Modified => Change::Applied(decode(object)?),
+        EventType::Deleted => Change::Deleted(decode(object)?),
+        EventType::Bookmark => Change::Bookmark(
+            protobuf::resource_version(object)?.ok_or(protobuf::ProtoError::NoVersion)?,
+        ),
+        EventType::Error => {
+            let (code, message) = protobuf::status(object)?;
+            Change::Failed { code, message }
+        }
+    })
+}
+
+/// How one kind's lists and watches travel.
+pub enum Format<K> {
+    /// JSON, which every kind has.
+    Json,
+    /// Kubernetes' protobuf, read with this function (from an object's message, out of its
+    /// envelope).
+    Protobuf(fn(&[u8]) -> Result<K, protobuf::ProtoError>),
+}
+
+impl<K> Clone for Format<K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Format<K> {}
+
+impl<K> Format<K> {
+    /// Sets the request's `Accept` header for this format.
+    fn ask_for(&self, request: &mut http::Request<Vec<u8>>) {
+        if let Format::Protobuf(_) = self {
+            request.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+            );
+        }
+    }
+}
+
+/// The encoding of a response, from its `Content-Type`.
+#[derive(Debug)]
+enum Encoding {
+    /// Kubernetes' protobuf (a watch's has `;stream=watch`).
+    Protobuf,
+    /// Anything else, named as the server named it (JSON, as a rule).
+    Other(String),
+}
+
+impl Encoding {
+    fn of<B>(response: &http::Response<B>) -> Encoding {
+        let content_type = response
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if content_type.split(';').next().map(str::trim) == Some(protobuf::MEDIA_TYPE) {
+            Encoding::Protobuf
+        } else {
+            Encoding::Other(content_type.to_string())
+        }
+    }
+
+    /// The message of an error response: its `Status`'s, or the body as text.
+    fn error_message(&self, body: &[u8]) -> String {
+        let status = match self {
+            Encoding::Protobuf => protobuf::unwrap(body)
+                .and_then(protobuf::status)
+                .ok()
+                .map(|(_, m)| m),
+            Encoding::Other(_) => serde_json::from_slice::<kube::core::Status>(body)
+                .ok()
+                .map(|s| s.message),
+        };
+        status.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned())
+    }
 }
 
 /// Decodes a list object, handing each item to `each`; yields `metadata.resourceVersion`.

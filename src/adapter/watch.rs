@@ -17,12 +17,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube::api::Api;
 use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
+use prost::Message;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 
 use super::driver::Input;
 use super::events::PodRef;
-use super::reflector;
+use super::protobuf::{self, ProtoError};
+use super::reflector::{self, Format};
+use crate::config::ContentType;
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
 
@@ -45,6 +48,11 @@ pub struct LeanPod {
 }
 
 impl LeanPod {
+    /// Reads a pod from its protobuf encoding into the model.
+    pub fn decode(raw: &[u8]) -> Result<LeanPod, ProtoError> {
+        Ok(LeanPod::read(&protobuf::pod::Pod::decode(raw)?.into()))
+    }
+
     /// Reads `pod` into the model.
     pub fn read(pod: &Pod) -> LeanPod {
         let spec = pod.spec.as_ref();
@@ -207,26 +215,37 @@ fn split_key(key: &str) -> (String, String) {
 
 /// Starts every watcher; each sends its inputs (and [`Input::Synced`] after its first list)
 /// to `inputs`. `profiles` are the scheduler names served: other schedulers' pending pods
-/// are not reported.
+/// are not reported. Pods and nodes travel as `content_type` says; the other kinds, few and
+/// rarely changing, as JSON.
 pub fn spawn_all(
     client: &Client,
     profiles: BTreeSet<String>,
+    content_type: ContentType,
     inputs: &Sender<Input>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let (node_format, pod_format) = match content_type {
+        ContentType::Protobuf => (
+            Format::Protobuf(decode_node as fn(&[u8]) -> _),
+            Format::Protobuf(LeanPod::decode as fn(&[u8]) -> _),
+        ),
+        ContentType::Json => (Format::Json, Format::Json),
+    };
     vec![
-        spawn::<Node, _>(client, None, "nodes", Nodes, inputs),
-        spawn::<LeanPod, _>(
+        spawn(client, None, node_format, "nodes", Nodes, inputs),
+        spawn(
             client,
             Some(POD_FIELD_SELECTOR),
+            pod_format,
             "pods",
             Pods { profiles },
             inputs,
         ),
-        spawn::<Namespace, _>(client, None, "namespaces", Namespaces, inputs),
-        spawn::<Service, _>(client, None, "services", Services, inputs),
+        spawn::<Namespace, _>(client, None, Format::Json, "namespaces", Namespaces, inputs),
+        spawn::<Service, _>(client, None, Format::Json, "services", Services, inputs),
         spawn::<ReplicaSet, _>(
             client,
             None,
+            Format::Json,
             "replicasets",
             Controllers("ReplicaSet"),
             inputs,
@@ -234,6 +253,7 @@ pub fn spawn_all(
         spawn::<StatefulSet, _>(
             client,
             None,
+            Format::Json,
             "statefulsets",
             Controllers("StatefulSet"),
             inputs,
@@ -241,6 +261,7 @@ pub fn spawn_all(
         spawn::<ReplicationController, _>(
             client,
             None,
+            Format::Json,
             "replicationcontrollers",
             Controllers("ReplicationController"),
             inputs,
@@ -248,11 +269,17 @@ pub fn spawn_all(
     ]
 }
 
+/// Reads a node from its protobuf encoding.
+fn decode_node(raw: &[u8]) -> Result<Node, ProtoError> {
+    Ok(protobuf::node::Node::decode(raw)?.into())
+}
+
 /// One watcher: lists and watches `K` (through [`reflector`]), turning its events into
 /// inputs with `convert`; stops once the scheduling thread is gone.
 fn spawn<K, C>(
     client: &Client,
     fields: Option<&'static str>,
+    format: Format<K>,
     name: &'static str,
     convert: C,
     inputs: &Sender<Input>,
@@ -266,7 +293,7 @@ where
     tokio::spawn(async move {
         let api = Api::<K>::all(client.clone());
         let mut state = Relist::default();
-        reflector::run(client, api, fields, name, move |event| {
+        reflector::run(client, api, fields, format, name, move |event| {
             state
                 .step(event, &convert, name)
                 .into_iter()

@@ -98,6 +98,21 @@ pub struct ClientConnection {
     pub qps: f64,
     /// Burst.
     pub burst: u32,
+    /// How pods and nodes are listed and watched.
+    pub content_type: ContentType,
+}
+
+/// `clientConnection.contentType`: the encoding of the pod and node lists and watches (by
+/// far the largest part of what gantry reads). Other kinds, and what gantry writes
+/// (bindings, events), are small and stay JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContentType {
+    /// `application/vnd.kubernetes.protobuf`, kube-scheduler's default: cheaper for the API
+    /// server to encode and for gantry to decode.
+    #[default]
+    Protobuf,
+    /// `application/json`, for API servers or proxies that do not speak protobuf.
+    Json,
 }
 
 /// Default client QPS: high enough never to be the bottleneck of a fast scheduler, unlike
@@ -351,10 +366,23 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
             format!("must be between 0 and {}, got {burst}", u32::MAX),
         )
     })?;
+    let content_type = match cc.content_type.as_deref() {
+        None | Some("") | Some("application/vnd.kubernetes.protobuf") => ContentType::Protobuf,
+        Some("application/json") => ContentType::Json,
+        Some(other) => {
+            return Err(ConfigError::field(
+                "clientConnection.contentType",
+                format!(
+                    "must be application/vnd.kubernetes.protobuf or application/json, got {other:?}"
+                ),
+            ));
+        }
+    };
     Ok(ClientConnection {
         kubeconfig: cc.kubeconfig.filter(|k| !k.is_empty()),
         qps,
         burst,
+        content_type,
     })
 }
 

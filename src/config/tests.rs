@@ -255,3 +255,30 @@ fn errors_name_the_field() {
         "profiles: did not find expected node content at line 4 column 1, while parsing a flow node"
     );
 }
+
+#[test]
+fn content_type_is_protobuf_unless_json_is_asked_for() {
+    let c = Config::default_with(&registry()).unwrap();
+    assert_eq!(c.client_connection.content_type, ContentType::Protobuf);
+    let with = |t: &str| parse(&format!("{HEADER}clientConnection:\n  contentType: {t}\n"));
+    assert_eq!(
+        with("application/vnd.kubernetes.protobuf")
+            .unwrap()
+            .client_connection
+            .content_type,
+        ContentType::Protobuf
+    );
+    assert_eq!(
+        with("application/json")
+            .unwrap()
+            .client_connection
+            .content_type,
+        ContentType::Json
+    );
+    assert_eq!(
+        err(&format!(
+            "{HEADER}clientConnection:\n  contentType: application/yaml\n"
+        )),
+        "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\""
+    );
+}

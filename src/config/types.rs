@@ -70,7 +70,8 @@ pub struct ClientConnection {
     pub kubeconfig: Option<String>,
     /// Accepted for compatibility.
     pub accept_content_types: Option<String>,
-    /// Accepted for compatibility.
+    /// Encoding of the pod and node lists and watches: `application/vnd.kubernetes.protobuf`
+    /// (the default) or `application/json`.
     pub content_type: Option<String>,
     /// Requests per second to the API server.
     pub qps: Option<f64>,

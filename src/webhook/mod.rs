@@ -112,6 +112,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         kubeconfig: None,
         qps: DEFAULT_QPS,
         burst: DEFAULT_BURST,
+        content_type: Default::default(),
     };
     let client = adapter::connect(kubeconfig.as_deref(), &settings).await?;
     let mut signals = Signals::new()?;

@@ -1,0 +1,262 @@
+use std::collections::BTreeMap;
+
+use prost::Message;
+
+use super::meta::{ObjectMeta, Quantity};
+use super::pod::{Container, Pod, PodSpec, ResourceRequirements};
+use super::*;
+
+/// A length-delimited field.
+fn field(number: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_varint((number << 3) | u64::from(LENGTH_DELIMITED), &mut out);
+    prost::encoding::encode_varint(payload.len() as u64, &mut out);
+    out.extend_from_slice(payload);
+    out
+}
+
+/// `k8s\0` and a `runtime.Unknown` around `raw`, as the API server sends an object.
+fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
+    let mut type_meta = field(1, b"v1");
+    type_meta.extend(field(2, kind.as_bytes()));
+    let mut out = MAGIC.to_vec();
+    out.extend(field(1, &type_meta));
+    out.extend(field(2, raw));
+    out
+}
+
+fn pod(name: &str, cpu: &str) -> Pod {
+    Pod {
+        metadata: Some(ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some("shop".to_string()),
+            resource_version: Some("41".to_string()),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: Some("app".to_string()),
+                resources: Some(ResourceRequirements {
+                    requests: BTreeMap::from([(
+                        "cpu".to_string(),
+                        Quantity {
+                            string: Some(cpu.to_string()),
+                        },
+                    )]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    }
+}
+
+fn pod_list(version: &str, pods: &[Pod]) -> Vec<u8> {
+    let mut list = field(1, &field(2, version.as_bytes()));
+    for p in pods {
+        list.extend(field(2, &p.encode_to_vec()));
+    }
+    envelope("PodList", &list)
+}
+
+fn watch_frame(kind: &str, object: &[u8]) -> Vec<u8> {
+    let mut event = field(1, kind.as_bytes());
+    event.extend(field(2, &field(1, object)));
+    let mut out = (event.len() as u32).to_be_bytes().to_vec();
+    out.extend(event);
+    out
+}
+
+#[test]
+fn a_list_hands_out_its_items_in_order_with_its_version() {
+    let body = pod_list("17", &[pod("a", "100m"), pod("b", "2")]);
+    let mut seen = Vec::new();
+    let version = for_each_item(&body, |item| {
+        seen.push(Pod::decode(item)?);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(version, "17");
+    assert_eq!(seen, [pod("a", "100m"), pod("b", "2")]);
+}
+
+#[test]
+fn an_empty_list_still_has_a_version_and_a_list_without_one_is_an_error() {
+    let mut count = 0;
+    assert_eq!(
+        for_each_item(&pod_list("3", &[]), |_| {
+            count += 1;
+            Ok(())
+        })
+        .unwrap(),
+        "3"
+    );
+    assert_eq!(count, 0);
+    let no_version = envelope("PodList", &field(2, &pod("a", "1").encode_to_vec()));
+    assert!(matches!(
+        for_each_item(&no_version, |_| Ok(())),
+        Err(ProtoError::NoVersion)
+    ));
+}
+
+#[test]
+fn json_or_cut_bytes_are_errors_not_panics() {
+    assert!(matches!(
+        for_each_item(br#"{"kind":"PodList"}"#, |_| Ok(())),
+        Err(ProtoError::NoMagic)
+    ));
+    let body = pod_list("17", &[pod("a", "100m")]);
+    for cut in MAGIC.len()..body.len() {
+        let _ = for_each_item(&body[..cut], |item| {
+            Pod::decode(item)?;
+            Ok(())
+        });
+    }
+    let mut long_varint = MAGIC.to_vec();
+    long_varint.extend([0xff; 11]);
+    assert!(for_each_item(&long_varint, |_| Ok(())).is_err());
+}
+
+#[test]
+fn fields_the_scheduler_does_not_read_are_skipped() {
+    let mut raw = pod("a", "1").encode_to_vec();
+    // managedFields (ObjectMeta field 17) inside the metadata, and unknown fields of every
+    // wire type on the pod itself.
+    let mut meta = ObjectMeta {
+        name: Some("a".to_string()),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    meta.extend(field(17, b"\x0a\x05apply"));
+    raw.extend(field(1, &meta));
+    raw.extend([(12 << 3) | VARINT, 0x96, 0x01]);
+    raw.extend([(13 << 3) | FIXED64, 1, 2, 3, 4, 5, 6, 7, 8]);
+    raw.extend([(14 << 3) | FIXED32, 1, 2, 3, 4]);
+    raw.extend(field(15, b"status"));
+    let decoded = Pod::decode(raw.as_slice()).unwrap();
+    assert_eq!(decoded.spec, pod("a", "1").spec);
+    assert_eq!(decoded.metadata.and_then(|m| m.name).as_deref(), Some("a"));
+    let fields: Vec<u64> = super::fields(&raw).map(|f| f.unwrap().0).collect();
+    assert_eq!(fields, [1, 2, 1, 15]);
+}
+
+#[test]
+fn watch_frames_are_found_whatever_the_chunks() {
+    let mut body = watch_frame("ADDED", &envelope("Pod", &pod("a", "1").encode_to_vec()));
+    body.extend(watch_frame(
+        "MODIFIED",
+        &envelope("Pod", &pod("a", "2").encode_to_vec()),
+    ));
+    for chunk in [1, 3, 7, body.len()] {
+        let mut frames = Frames::default();
+        let mut events = Vec::new();
+        for piece in body.chunks(chunk) {
+            frames.push(piece);
+            while let Some(frame) = frames.pop() {
+                let (kind, object) = watch_event(frame.unwrap()).unwrap();
+                events.push((kind, Pod::decode(object).unwrap()));
+            }
+        }
+        assert!(!frames.is_partial());
+        assert_eq!(
+            events,
+            [
+                (EventType::Added, pod("a", "1")),
+                (EventType::Modified, pod("a", "2"))
+            ],
+            "chunks of {chunk}"
+        );
+    }
+}
+
+#[test]
+fn a_cut_frame_waits_and_an_absurd_length_is_refused() {
+    let body = watch_frame("DELETED", &envelope("Pod", &pod("a", "1").encode_to_vec()));
+    let mut frames = Frames::default();
+    frames.push(&body[..body.len() - 1]);
+    assert!(frames.pop().is_none());
+    assert!(frames.is_partial());
+    let mut frames = Frames::default();
+    frames.push(&u32::MAX.to_be_bytes());
+    assert!(matches!(
+        frames.pop(),
+        Some(Err(ProtoError::FrameTooLarge(_)))
+    ));
+}
+
+#[test]
+fn bookmarks_errors_and_unknown_event_types() {
+    let bookmark = ObjectMeta {
+        resource_version: Some("99".to_string()),
+        ..Default::default()
+    };
+    let frame = watch_frame(
+        "BOOKMARK",
+        &envelope("Pod", &field(1, &bookmark.encode_to_vec())),
+    );
+    let (kind, object) = watch_event(&frame[4..]).unwrap();
+    assert_eq!(kind, EventType::Bookmark);
+    assert_eq!(resource_version(object).unwrap().as_deref(), Some("99"));
+
+    let gone = meta::Status {
+        message: Some("too old resource version: 1 (40)".to_string()),
+        reason: Some("Expired".to_string()),
+        code: Some(410),
+    };
+    let frame = watch_frame("ERROR", &envelope("Status", &gone.encode_to_vec()));
+    let (kind, object) = watch_event(&frame[4..]).unwrap();
+    assert_eq!(kind, EventType::Error);
+    assert_eq!(
+        status(object).unwrap(),
+        (410, "too old resource version: 1 (40)".to_string())
+    );
+
+    let frame = watch_frame("RESIZED", &envelope("Pod", b""));
+    assert!(matches!(
+        watch_event(&frame[4..]),
+        Err(ProtoError::EventType(t)) if t == "RESIZED"
+    ));
+}
+
+#[test]
+fn decoded_objects_become_the_apis_types() {
+    use k8s_openapi::api::core::v1 as api;
+    let p: api::Pod = pod("a", "250m").into();
+    assert_eq!(p.metadata.name.as_deref(), Some("a"));
+    assert_eq!(
+        p.metadata.labels, None,
+        "no labels is an absent map, as in JSON"
+    );
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.init_containers, None);
+    let requests = spec.containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.clone())
+        .unwrap();
+    assert_eq!(requests["cpu"].0, "250m");
+
+    // Go's plain strings arrive even when empty; JSON leaves them out.
+    let mut unbound = pod("b", "1");
+    if let Some(spec) = unbound.spec.as_mut() {
+        spec.node_name = Some(String::new());
+        spec.scheduler_name = Some(String::new());
+    }
+    let spec = api::Pod::from(unbound).spec.unwrap();
+    assert_eq!((spec.node_name, spec.scheduler_name), (None, None));
+
+    let time = meta::Time {
+        seconds: Some(1_700_000_000),
+        nanos: Some(5),
+    };
+    assert_eq!(
+        time.into_api().map(|t| t.0.as_second()),
+        Some(1_700_000_000)
+    );
+    let never = meta::Time {
+        seconds: Some(i64::MAX),
+        nanos: None,
+    };
+    assert_eq!(never.into_api(), None);
+}

@@ -1,0 +1,338 @@
+//! Pods and nodes listed and watched as protobuf (`clientConnection.contentType`, the default)
+//! are read into the model exactly as the same objects read as JSON, against a real
+//! kube-apiserver: every field scheduling reads, on lists and on watch events alike.
+
+mod support;
+
+use std::time::Duration;
+
+use gantry::adapter::protobuf::node::Node as ProtoNode;
+use gantry::adapter::reflector::{self, Format};
+use gantry::adapter::watch::{LeanPod, POD_FIELD_SELECTOR};
+use gantry::model::NodeModel;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::Event;
+use prost::Message;
+use support::*;
+use tokio::sync::mpsc;
+
+/// A pod using every field the model reads that a 1.20 API server keeps.
+fn rich_pod(namespace: &str, name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app": "web", "tier": "front"},
+            "annotations": {"gantry.io/gpu-share": "1", "ignored": "x"},
+            "ownerReferences": [{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                "uid": "8d0f3a52-5b1c-4a57-9a55-0d1c2b7e0f11", "controller": true
+            }],
+            "finalizers": ["gantry.io/test-hold"]
+        },
+        "spec": {
+            "schedulerName": "gantry-proto",
+            "priorityClassName": "gantry-proto-high",
+            "nodeSelector": {"disk": "ssd"},
+            "initContainers": [{
+                "name": "init", "image": "registry.example/init:2",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}
+            }],
+            "containers": [
+                {
+                    "name": "app", "image": "registry.example/app:1",
+                    "ports": [{"containerPort": 8080, "hostPort": 18080, "protocol": "TCP",
+                               "hostIP": "0.0.0.0"}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "64Mi"},
+                                  "limits": {"cpu": "500m", "memory": "128Mi",
+                                             "example.com/dongle": "2"}}
+                },
+                {"name": "side", "image": "registry.example/side:latest",
+                 "resources": {"limits": {"cpu": "100m", "memory": "32Mi"}}}
+            ],
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+                 "effect": "NoExecute", "tolerationSeconds": 30}
+            ],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In",
+                                               "values": ["a", "b"]}]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In",
+                                          "values": ["proto-n1"]}]}
+                    ]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 30, "preference": {"matchExpressions": [
+                            {"key": "zone", "operator": "NotIn", "values": ["c"]}]}}
+                    ]
+                },
+                "podAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "cache"}},
+                         "topologyKey": "zone", "namespaces": [namespace, "other"]}
+                    ]
+                },
+                "podAntiAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 100, "podAffinityTerm": {
+                            "labelSelector": {"matchExpressions": [
+                                {"key": "app", "operator": "In", "values": ["web"]}]},
+                            "topologyKey": "kubernetes.io/hostname"}}
+                    ]
+                }
+            },
+            "topologySpreadConstraints": [
+                {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                 "labelSelector": {"matchLabels": {"app": "web"}}}
+            ]
+        }
+    }))
+    .expect("pod")
+}
+
+/// A node using every field the model reads.
+fn rich_node(name: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"gantry-test": "proto", "zone": "a", "disk": "ssd"},
+            "annotations": {"gantry.io/load": "0.5", "ignored": "x"}
+        },
+        "spec": {
+            "unschedulable": true,
+            "taints": [
+                {"key": "dedicated", "value": "web", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute",
+                 "timeAdded": "2026-01-02T03:04:05Z"}
+            ]
+        },
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "7500m", "memory": "30Gi", "pods": "110",
+                            "nvidia.com/gpu": "4"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": ["registry.example/app:1", "registry.example/app@sha256:00"],
+                        "sizeBytes": 123456789}]
+        }
+    }))
+    .expect("node")
+}
+
+/// What one reflector reported, as text to compare (`Debug` of the model).
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Listed(Vec<String>),
+    Applied(String),
+    Deleted(String),
+}
+
+/// Runs a reflector over `api` in `format`, sending what it reports (each object through
+/// `show`) until the receiver is gone.
+fn reflect<K>(
+    client: kube::Client,
+    api: Api<K>,
+    fields: Option<&'static str>,
+    format: Format<K>,
+    show: fn(&K) -> Option<String>,
+) -> mpsc::UnboundedReceiver<Seen>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut listed = Vec::new();
+        reflector::run(client, api, fields, format, "test", move |event| {
+            let seen = match event {
+                Event::Init => return true,
+                Event::InitApply(obj) => {
+                    listed.extend(show(&obj));
+                    return true;
+                }
+                Event::InitDone => {
+                    listed.sort();
+                    Seen::Listed(std::mem::take(&mut listed))
+                }
+                Event::Apply(obj) => match show(&obj) {
+                    Some(s) => Seen::Applied(s),
+                    None => return true,
+                },
+                Event::Delete(obj) => match show(&obj) {
+                    Some(s) => Seen::Deleted(s),
+                    None => return true,
+                },
+            };
+            tx.send(seen).is_ok()
+        })
+        .await;
+    });
+    rx
+}
+
+async fn next(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("an event within 20 s")
+        .expect("the reflector runs")
+}
+
+fn show_pod(p: &LeanPod) -> Option<String> {
+    Some(format!("{p:?}"))
+}
+
+fn show_node(n: &Node) -> Option<String> {
+    n.metadata
+        .name
+        .as_deref()
+        .is_some_and(|name| name.starts_with("proto-"))
+        .then(|| format!("{:?}", NodeModel::from_api(n)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = "proto";
+    create_namespace(&client, ns).await;
+    let class: k8s_openapi::api::scheduling::v1::PriorityClass =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "gantry-proto-high"}, "value": 1000
+        }))
+        .expect("priority class");
+    Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create priority class");
+    create_node(&client, &rich_node("proto-n1")).await;
+    create_node(&client, &node("proto-n2", "proto", "4", "16Gi")).await;
+    create_pod(&client, &rich_pod(ns, "rich")).await;
+    create_pod(&client, &pod(ns, "plain", "gantry-proto", "100m", "128Mi")).await;
+    create_pod(&client, &pod(ns, "bound", "gantry-proto", "1", "1Gi")).await;
+    bind(&client, ns, "bound", "proto-n2").await.expect("bind");
+    // A pod being deleted: its finalizer holds it with a deletion timestamp.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete("rich", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let settings = gantry::config::ClientConnection {
+        kubeconfig: None,
+        qps: 0.0,
+        burst: 0,
+        content_type: Default::default(),
+    };
+    let gantry_client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings)
+        .await
+        .expect("client");
+    let pod_api = || Api::<LeanPod>::namespaced(gantry_client.clone(), ns);
+    let mut pods_json = reflect(
+        gantry_client.clone(),
+        pod_api(),
+        Some(POD_FIELD_SELECTOR),
+        Format::Json,
+        show_pod,
+    );
+    let mut pods_proto = reflect(
+        gantry_client.clone(),
+        pod_api(),
+        Some(POD_FIELD_SELECTOR),
+        Format::Protobuf(LeanPod::decode),
+        show_pod,
+    );
+    let mut nodes_json = reflect(
+        gantry_client.clone(),
+        Api::<Node>::all(gantry_client.clone()),
+        None,
+        Format::Json,
+        show_node,
+    );
+    let mut nodes_proto = reflect(
+        gantry_client.clone(),
+        Api::<Node>::all(gantry_client.clone()),
+        None,
+        Format::Protobuf(|raw| Ok(ProtoNode::decode(raw)?.into())),
+        show_node,
+    );
+
+    let listed = next(&mut pods_proto).await;
+    assert_eq!(listed, next(&mut pods_json).await);
+    let Seen::Listed(items) = &listed else {
+        panic!("a list first, got {listed:?}");
+    };
+    assert_eq!(items.len(), 3, "{items:#?}");
+    let rich = items.iter().find(|p| p.contains("name: \"rich\"")).unwrap();
+    for read in [
+        "Ok(PodInfo",
+        "terminating: true",
+        "priority: 1000",
+        "gantry.io/gpu-share",
+        "ReplicaSet",
+        "18080",
+        "tolerations",
+        "topology_key: \"zone\"",
+        "metadata.name",
+        "kubernetes.io/hostname",
+    ] {
+        assert!(rich.contains(read), "{read} missing from {rich}");
+    }
+    let listed = next(&mut nodes_proto).await;
+    assert_eq!(listed, next(&mut nodes_json).await);
+    let Seen::Listed(items) = &listed else {
+        panic!("a list first, got {listed:?}");
+    };
+    assert_eq!(items.len(), 2, "{items:#?}");
+    for read in [
+        "unschedulable: true",
+        "NoExecute",
+        "123456789",
+        "gantry.io/load",
+    ] {
+        assert!(items[0].contains(read), "{read} missing from {}", items[0]);
+    }
+
+    // Watch events: a change, a binding, a deletion.
+    pods.patch(
+        "plain",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"labels": {"version": "2"}}})),
+    )
+    .await
+    .expect("label");
+    bind(&client, ns, "plain", "proto-n2").await.expect("bind");
+    pods.patch(
+        "rich",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .expect("release the finalizer");
+    let mut applied = 0;
+    loop {
+        let seen = next(&mut pods_proto).await;
+        assert_eq!(seen, next(&mut pods_json).await);
+        match &seen {
+            Seen::Deleted(p) if p.contains("name: \"rich\"") => break,
+            Seen::Applied(p) if p.contains("name: \"plain\"") => applied += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(applied, 2, "the label and the binding");
+    Api::<Node>::all(client.clone())
+        .patch(
+            "proto-n1",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .expect("uncordon");
+    let seen = next(&mut nodes_proto).await;
+    assert_eq!(seen, next(&mut nodes_json).await);
+    assert!(matches!(&seen, Seen::Applied(n) if n.contains("unschedulable: false")));
+}
