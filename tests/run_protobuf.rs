@@ -6,12 +6,13 @@ mod support;
 
 use std::time::Duration;
 
+use gantry::adapter::protobuf::ProtoError;
 use gantry::adapter::protobuf::node::Node as ProtoNode;
 use gantry::adapter::reflector::{self, Format};
 use gantry::adapter::watch::{LeanPod, POD_FIELD_SELECTOR};
 use gantry::model::NodeModel;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::Event;
 use prost::Message;
 use support::*;
@@ -212,15 +213,52 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         .expect("create priority class");
     create_node(&client, &rich_node("proto-n1")).await;
     create_node(&client, &node("proto-n2", "proto", "4", "16Gi")).await;
-    create_pod(&client, &rich_pod(ns, "rich")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // The priority admission plugin finds the new class once its informer has it.
+    eventually(Duration::from_secs(20), "the rich pod admitted", || async {
+        pods.create(&PostParams::default(), &rich_pod(ns, "rich"))
+            .await
+            .ok()
+    })
+    .await;
     create_pod(&client, &pod(ns, "plain", "gantry-proto", "100m", "128Mi")).await;
     create_pod(&client, &pod(ns, "bound", "gantry-proto", "1", "1Gi")).await;
     bind(&client, ns, "bound", "proto-n2").await.expect("bind");
     // A pod being deleted: its finalizer holds it with a deletion timestamp.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     pods.delete("rich", &DeleteParams::default())
         .await
         .expect("delete");
+    // Both reflectors list from the watch cache: let it hold the last write first, so that
+    // they list the same objects.
+    let cached = ListParams::default().match_any();
+    eventually(
+        Duration::from_secs(20),
+        "the watch cache up to date",
+        || async {
+            let listed = pods.list(&cached).await.ok()?;
+            let terminating = listed
+                .items
+                .iter()
+                .any(|p| p.metadata.deletion_timestamp.is_some());
+            let bound = listed
+                .items
+                .iter()
+                .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()));
+            let nodes = Api::<Node>::all(client.clone()).list(&cached).await.ok()?;
+            let proto_nodes = nodes
+                .items
+                .iter()
+                .filter(|n| {
+                    n.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("proto-"))
+                })
+                .count();
+            (listed.items.len() == 3 && terminating && bound && proto_nodes == 2).then_some(())
+        },
+    )
+    .await;
 
     let settings = gantry::config::ClientConnection {
         kubeconfig: None,
@@ -335,4 +373,100 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     let seen = next(&mut nodes_proto).await;
     assert_eq!(seen, next(&mut nodes_json).await);
     assert!(matches!(&seen, Seen::Applied(n) if n.contains("unschedulable: false")));
+}
+
+/// A kind the API server has no protobuf for (a custom resource) comes back as JSON when
+/// protobuf is asked for; the reflector reads it as JSON, list and watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_without_protobuf_is_read_as_json() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.proto.gantry.io"},
+        "spec": {
+            "group": "proto.gantry.io",
+            "scope": "Cluster",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object",
+                              "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .expect("crd");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("create crd");
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("proto.gantry.io", "v1", "Widget"),
+        "widgets",
+    );
+    let widgets: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let widget = |name: &str| {
+        serde_json::from_value::<DynamicObject>(serde_json::json!({
+            "apiVersion": "proto.gantry.io/v1", "kind": "Widget",
+            "metadata": {"name": name}
+        }))
+        .expect("widget")
+    };
+    // The resource is served once the CRD is established.
+    eventually(
+        Duration::from_secs(30),
+        "the first widget created",
+        || async {
+            widgets
+                .create(&PostParams::default(), &widget("first"))
+                .await
+                .ok()
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the watch cache up to date",
+        || async {
+            let listed = widgets
+                .list(&ListParams::default().match_any())
+                .await
+                .ok()?;
+            (listed.items.len() == 1).then_some(())
+        },
+    )
+    .await;
+
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let gantry_client = plane.client().await;
+    let api: Api<DynamicObject> = Api::all_with(gantry_client.clone(), &resource);
+    tokio::spawn(reflector::run(
+        gantry_client,
+        api,
+        None,
+        Format::Protobuf(|_| Err(ProtoError::Malformed("no protobuf for widgets"))),
+        "widgets",
+        move |event| {
+            let seen = match event {
+                Event::InitApply(w) | Event::Apply(w) => w.metadata.name,
+                _ => return true,
+            };
+            tx.send(seen).is_ok()
+        },
+    ));
+    assert_eq!(next_name(&mut rx).await.as_deref(), Some("first"));
+    widgets
+        .create(&PostParams::default(), &widget("second"))
+        .await
+        .expect("create widget");
+    assert_eq!(next_name(&mut rx).await.as_deref(), Some("second"));
+}
+
+async fn next_name(rx: &mut mpsc::UnboundedReceiver<Option<String>>) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(20), rx.recv())
+        .await
+        .expect("an event within 20 s")
+        .expect("the reflector runs")
 }

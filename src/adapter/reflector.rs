@@ -61,10 +61,8 @@ pub enum ReflectorError {
     /// Protobuf from the API server could not be read.
     #[error("cannot read the API server's protobuf: {0}")]
     Proto(#[from] protobuf::ProtoError),
-    /// The API server answered a request for protobuf in another encoding.
-    #[error(
-        "asked for protobuf, the API server answered with {0:?} (set clientConnection.contentType to application/json)"
-    )]
+    /// A watch asked for protobuf came in another encoding (its list had come as protobuf).
+    #[error("a protobuf watch came as {0:?}")]
     ContentType(String),
     /// Nothing arrived for this long.
     #[error("no answer in {0:?}")]
@@ -120,6 +118,7 @@ pub async fn run<K>(
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
+    let mut format = format;
     let mut retry = FIRST_RETRY;
     let mut from = ListFrom::Any;
     'list: loop {
@@ -139,7 +138,17 @@ pub async fn run<K>(
             return;
         }
         let mut version = match listed {
-            Ok(version) => version,
+            Ok(Listed {
+                version,
+                encoding: Encoding::Other(other),
+            }) if format.is_protobuf() => {
+                // A server (or a proxy) that does not speak protobuf answers with JSON:
+                // so be it, from here on.
+                tracing::info!(watcher = name, content_type = %other, "the API server answers this kind as JSON; reading JSON");
+                format = Format::Json;
+                version
+            }
+            Ok(Listed { version, .. }) => version,
             Err(e) => {
                 // The version seen may be refused as expired (410) or, by an API server
                 // whose cache is behind, as too new (504 after a wait): either way the next
@@ -163,7 +172,13 @@ pub async fn run<K>(
             }
             let started = Instant::now();
             let mut events = 0usize;
-            let ended = match open_watch(&client, &api, &params, &version, format).await {
+            let opened = tokio::time::timeout(
+                LIST_TIMEOUT,
+                open_watch(&client, &api, &params, &version, format),
+            )
+            .await
+            .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
+            let ended = match opened {
                 Ok(mut stream) => loop {
                     // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for longer
                     // means the connection is gone without a word (a vanished host or load
@@ -249,8 +264,16 @@ fn list_params(fields: Option<&str>, from: &ListFrom) -> ListParams {
     }
 }
 
+/// A list's resource version, and the encoding it came in.
+struct Listed {
+    version: String,
+    encoding: Encoding,
+}
+
 /// Lists `api` in one response (see [`list_params`]), handing each object to `each` as it is
-/// decoded; returns the list's resource version.
+/// decoded (an object that cannot be read is skipped with a warning, so that one bad object
+/// does not hold up all the others); returns the list's resource version. Asked for
+/// protobuf, the server may still answer JSON, which is then read as such.
 async fn list<K>(
     client: &Client,
     api: &Api<K>,
@@ -258,7 +281,7 @@ async fn list<K>(
     from: &ListFrom,
     format: Format<K>,
     mut each: impl FnMut(K),
-) -> Result<String, ReflectorError>
+) -> Result<Listed, ReflectorError>
 where
     K: Resource + DeserializeOwned,
 {
@@ -282,15 +305,15 @@ where
             message: encoding.error_message(&body),
         });
     }
-    match (format, encoding) {
-        (Format::Protobuf(decode), Encoding::Protobuf) => {
-            Ok(protobuf::for_each_item(&body, |item| {
-                each(decode(item)?);
-                Ok(())
-            })?)
-        }
-        (Format::Protobuf(_), Encoding::Other(other)) => Err(ReflectorError::ContentType(other)),
-        (Format::Json, _) => {
+    let version = match (format, &encoding) {
+        (Format::Protobuf(decode), Encoding::Protobuf) => protobuf::for_each_item(&body, |item| {
+            match decode(item) {
+                Ok(obj) => each(obj),
+                Err(e) => unreadable(item, &e),
+            }
+            Ok(())
+        })?,
+        _ => {
             let mut de = serde_json::Deserializer::from_slice(&body);
             let version = ListSeed {
                 each,
@@ -298,9 +321,16 @@ where
             }
             .deserialize(&mut de)?;
             de.end()?;
-            Ok(version)
+            version
         }
-    }
+    };
+    Ok(Listed { version, encoding })
+}
+
+/// Warns of an object whose protobuf cannot be read (say, a string that is not UTF-8, which
+/// Go's protobuf lets through), naming it as well as its bytes allow.
+fn unreadable(object: &[u8], error: &protobuf::ProtoError) {
+    tracing::warn!(object = %protobuf::object_key(object), %error, "object skipped: it cannot be read");
 }
 
 /// What a watch reports, whatever its encoding.
@@ -378,8 +408,10 @@ where
         futures::stream::try_unfold((body, frames), move |(mut body, mut frames)| async move {
             loop {
                 if let Some(frame) = frames.pop() {
-                    let change = protobuf_change(frame?, decode)?;
-                    return Ok(Some((change, (body, frames))));
+                    if let Some(change) = protobuf_change(frame?, decode)? {
+                        return Ok(Some((change, (body, frames))));
+                    }
+                    continue;
                 }
                 match body.frame().await {
                     Some(frame) => {
@@ -400,21 +432,29 @@ where
     )
 }
 
-/// Reads one protobuf watch frame.
+/// Reads one protobuf watch frame; none when its object cannot be read (skipped with a
+/// warning: retrying the watch would only meet it again).
 fn protobuf_change<K>(
     frame: &[u8],
     decode: fn(&[u8]) -> Result<K, protobuf::ProtoError>,
-) -> Result<Change<K>, protobuf::ProtoError> {
+) -> Result<Option<Change<K>>, protobuf::ProtoError> {
     let (kind, object) = protobuf::watch_event(frame)?;
+    let read = |object| match decode(object) {
+        Ok(obj) => Some(obj),
+        Err(e) => {
+            unreadable(object, &e);
+            None
+        }
+    };
     Ok(match kind {
-        EventType::Added | EventType::Modified => Change::Applied(decode(object)?),
-        EventType::Deleted => Change::Deleted(decode(object)?),
-        EventType::Bookmark => Change::Bookmark(
+        EventType::Added | EventType::Modified => read(object).map(Change::Applied),
+        EventType::Deleted => read(object).map(Change::Deleted),
+        EventType::Bookmark => Some(Change::Bookmark(
             protobuf::resource_version(object)?.ok_or(protobuf::ProtoError::NoVersion)?,
-        ),
+        )),
         EventType::Error => {
             let (code, message) = protobuf::status(object)?;
-            Change::Failed { code, message }
+            Some(Change::Failed { code, message })
         }
     })
 }
@@ -437,16 +477,24 @@ impl<K> Clone for Format<K> {
 impl<K> Copy for Format<K> {}
 
 impl<K> Format<K> {
-    /// Sets the request's `Accept` header for this format.
+    fn is_protobuf(&self) -> bool {
+        matches!(self, Format::Protobuf(_))
+    }
+
+    /// Sets the request's `Accept` header for this format: protobuf first, JSON if the
+    /// server has no protobuf for the kind (client-go offers the same fallback).
     fn ask_for(&self, request: &mut http::Request<Vec<u8>>) {
-        if let Format::Protobuf(_) = self {
+        if self.is_protobuf() {
             request.headers_mut().insert(
                 http::header::ACCEPT,
-                http::HeaderValue::from_static(protobuf::MEDIA_TYPE),
+                http::HeaderValue::from_static(PROTOBUF_OR_JSON),
             );
         }
     }
 }
+
+/// What a request for protobuf accepts.
+const PROTOBUF_OR_JSON: &str = "application/vnd.kubernetes.protobuf, application/json";
 
 /// The encoding of a response, from its `Content-Type`.
 #[derive(Debug)]
@@ -464,7 +512,8 @@ impl Encoding {
             .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if content_type.split(';').next().map(str::trim) == Some(protobuf::MEDIA_TYPE) {
+        let media_type = content_type.split(';').next().unwrap_or_default().trim();
+        if media_type.eq_ignore_ascii_case(protobuf::MEDIA_TYPE) {
             Encoding::Protobuf
         } else {
             Encoding::Other(content_type.to_string())

@@ -102,8 +102,12 @@ pub struct Time {
 }
 
 impl Time {
-    /// The API's time, or none when out of range (no real object carries one).
+    /// The API's time; none for Go's zero time (an empty message, which JSON writes as
+    /// null) or one out of range (no real object carries one).
     pub fn into_api(self) -> Option<api_meta::Time> {
+        if self.seconds.is_none() && self.nanos.is_none() {
+            return None;
+        }
         k8s_openapi::jiff::Timestamp::new(self.seconds.unwrap_or(0), self.nanos.unwrap_or(0))
             .ok()
             .map(api_meta::Time)

@@ -206,7 +206,30 @@ pub fn watch_event(frame: &[u8]) -> Result<(EventType, &[u8]), ProtoError> {
 pub fn resource_version(object: &[u8]) -> Result<Option<String>, ProtoError> {
     Ok(meta::MetadataOnly::decode(object)?
         .metadata
-        .and_then(|m| m.resource_version))
+        .and_then(|m| meta::text(m.resource_version)))
+}
+
+/// `namespace/name` of an object, read field by field and leniently (for messages about an
+/// object that cannot be decoded as a whole); `?` for what cannot be read.
+pub fn object_key(object: &[u8]) -> String {
+    let (mut namespace, mut name) = (None, None);
+    let metadata = fields(object)
+        .map_while(Result::ok)
+        .find(|(number, _)| *number == 1);
+    if let Some((_, metadata)) = metadata {
+        for field in fields(metadata).map_while(Result::ok) {
+            match field {
+                (1, n) => name = Some(String::from_utf8_lossy(n).into_owned()),
+                (3, ns) => namespace = Some(String::from_utf8_lossy(ns).into_owned()),
+                _ => {}
+            }
+        }
+    }
+    let name = name.unwrap_or_else(|| "?".to_string());
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name,
+    }
 }
 
 /// An error `Status`: its code (zero when unset) and message.

@@ -260,3 +260,53 @@ fn decoded_objects_become_the_apis_types() {
     };
     assert_eq!(never.into_api(), None);
 }
+
+#[test]
+fn tags_match_kubernetes_generated_proto() {
+    // Written by hand from core/v1's generated.proto, not with the structs under test: a
+    // pod with metadata (1) { name (1), namespace (3) } and spec (2) { containers (2) {
+    // name (1), restartPolicy (24) }, nodeName (10), schedulerName (19), schedulingGates (38)
+    // { name (1) } }.
+    let mut meta = field(1, b"web");
+    meta.extend(field(3, b"shop"));
+    let mut container = field(1, b"app");
+    container.extend(field(24, b"Always"));
+    let mut spec = field(2, &container);
+    spec.extend(field(10, b"n1"));
+    spec.extend(field(19, b"gantry"));
+    spec.extend(field(38, &field(1, b"wait")));
+    let mut raw = field(1, &meta);
+    raw.extend(field(2, &spec));
+    let p: k8s_openapi::api::core::v1::Pod = Pod::decode(raw.as_slice()).unwrap().into();
+    assert_eq!(p.metadata.name.as_deref(), Some("web"));
+    assert_eq!(p.metadata.namespace.as_deref(), Some("shop"));
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("n1"));
+    assert_eq!(spec.scheduler_name.as_deref(), Some("gantry"));
+    assert_eq!(spec.containers[0].restart_policy.as_deref(), Some("Always"));
+    assert_eq!(spec.scheduling_gates.unwrap()[0].name, "wait");
+    assert_eq!(object_key(&raw), "shop/web");
+}
+
+#[test]
+fn an_object_that_cannot_be_decoded_is_still_named() {
+    // A label value that is not UTF-8 (Go's protobuf lets it through).
+    let mut meta = field(1, b"web");
+    meta.extend(field(3, b"shop"));
+    let mut label = field(1, b"app");
+    label.extend(field(2, b"\xff\xfe"));
+    meta.extend(field(11, &label));
+    let raw = field(1, &meta);
+    assert!(Pod::decode(raw.as_slice()).is_err());
+    assert_eq!(object_key(&raw), "shop/web");
+    assert_eq!(object_key(b"\xff"), "?");
+}
+
+#[test]
+fn go_zero_time_is_no_time() {
+    let zero = meta::Time {
+        seconds: None,
+        nanos: None,
+    };
+    assert_eq!(zero.into_api(), None);
+}
