@@ -108,7 +108,8 @@ pub struct ClientConnection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ContentType {
     /// `application/vnd.kubernetes.protobuf`, kube-scheduler's default: cheaper for the API
-    /// server to encode and for gantry to decode.
+    /// server to encode and for gantry to decode. JSON is accepted in return, for a server
+    /// or proxy without protobuf.
     #[default]
     Protobuf,
     /// `application/json`, for API servers or proxies that do not speak protobuf.
