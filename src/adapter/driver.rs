@@ -35,8 +35,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How long the thread lets inputs gather after one woke it while bindings are in flight and
 /// no pod waits: their results and watch echoes then arrive one at a time, thousands a
 /// second, and each would cost a wake-up of its own (a third of this thread's CPU at 2,000
-/// bindings a second). A new pod waits this long at most.
-const INPUT_COALESCE: Duration = Duration::from_millis(2);
+/// bindings a second); each gathering costs two context switches, which on a virtual
+/// machine are dear. A new pod waits this long at most.
+const INPUT_COALESCE: Duration = Duration::from_millis(10);
 
 /// Everything the scheduling thread hears about.
 #[derive(Debug)]
