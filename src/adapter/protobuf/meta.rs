@@ -141,7 +141,7 @@ pub struct LabelSelector {
     pub match_labels: BTreeMap<String, String>,
     /// `matchExpressions`.
     #[prost(message, repeated, tag = "2")]
-    pub match_expressions: Vec<LabelSelectorRequirement>,
+    pub match_expressions: Vec<Requirement>,
 }
 
 impl From<LabelSelector> for api_meta::LabelSelector {
@@ -153,9 +153,10 @@ impl From<LabelSelector> for api_meta::LabelSelector {
     }
 }
 
-/// `metav1.LabelSelectorRequirement`.
+/// `metav1.LabelSelectorRequirement`, and core/v1's `NodeSelectorRequirement`, which has the
+/// same fields under the same tags.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct LabelSelectorRequirement {
+pub struct Requirement {
     /// `key`.
     #[prost(string, optional, tag = "1")]
     pub key: Option<String>,
@@ -167,9 +168,19 @@ pub struct LabelSelectorRequirement {
     pub values: Vec<String>,
 }
 
-impl From<LabelSelectorRequirement> for api_meta::LabelSelectorRequirement {
-    fn from(r: LabelSelectorRequirement) -> Self {
+impl From<Requirement> for api_meta::LabelSelectorRequirement {
+    fn from(r: Requirement) -> Self {
         api_meta::LabelSelectorRequirement {
+            key: r.key.unwrap_or_default(),
+            operator: r.operator.unwrap_or_default(),
+            values: some_vec(r.values),
+        }
+    }
+}
+
+impl From<Requirement> for k8s_openapi::api::core::v1::NodeSelectorRequirement {
+    fn from(r: Requirement) -> Self {
+        k8s_openapi::api::core::v1::NodeSelectorRequirement {
             key: r.key.unwrap_or_default(),
             operator: r.operator.unwrap_or_default(),
             values: some_vec(r.values),

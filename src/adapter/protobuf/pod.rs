@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as api;
 
-use super::meta::{LabelSelector, ObjectMeta, Quantity, quantities, some_map, some_vec, text};
+use super::meta::{
+    LabelSelector, ObjectMeta, Quantity, Requirement, quantities, some_map, some_vec, text,
+};
 
 /// `Pod`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -276,10 +278,10 @@ impl From<NodeSelector> for api::NodeSelector {
 pub struct NodeSelectorTerm {
     /// `matchExpressions`.
     #[prost(message, repeated, tag = "1")]
-    pub match_expressions: Vec<NodeSelectorRequirement>,
+    pub match_expressions: Vec<Requirement>,
     /// `matchFields`.
     #[prost(message, repeated, tag = "2")]
-    pub match_fields: Vec<NodeSelectorRequirement>,
+    pub match_fields: Vec<Requirement>,
 }
 
 impl From<NodeSelectorTerm> for api::NodeSelectorTerm {
@@ -287,30 +289,6 @@ impl From<NodeSelectorTerm> for api::NodeSelectorTerm {
         api::NodeSelectorTerm {
             match_expressions: some_vec(t.match_expressions),
             match_fields: some_vec(t.match_fields),
-        }
-    }
-}
-
-/// `NodeSelectorRequirement`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct NodeSelectorRequirement {
-    /// `key`.
-    #[prost(string, optional, tag = "1")]
-    pub key: Option<String>,
-    /// `operator`.
-    #[prost(string, optional, tag = "2")]
-    pub operator: Option<String>,
-    /// `values`.
-    #[prost(string, repeated, tag = "3")]
-    pub values: Vec<String>,
-}
-
-impl From<NodeSelectorRequirement> for api::NodeSelectorRequirement {
-    fn from(r: NodeSelectorRequirement) -> Self {
-        api::NodeSelectorRequirement {
-            key: r.key.unwrap_or_default(),
-            operator: r.operator.unwrap_or_default(),
-            values: some_vec(r.values),
         }
     }
 }
