@@ -112,13 +112,12 @@ pub async fn run<K>(
     client: Client,
     api: Api<K>,
     fields: Option<&str>,
-    format: Format<K>,
+    mut format: Format<K>,
     name: &'static str,
     mut deliver: impl FnMut(Event<K>) -> bool,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let mut format = format;
     let mut retry = FIRST_RETRY;
     let mut from = ListFrom::Any;
     'list: loop {
@@ -285,26 +284,11 @@ async fn list<K>(
 where
     K: Resource + DeserializeOwned,
 {
-    let mut request = kube::core::Request::new(api.resource_url())
+    let request = kube::core::Request::new(api.resource_url())
         .list(&list_params(fields, from))
         .map_err(kube::Error::BuildRequest)?;
-    format.ask_for(&mut request);
-    let response = client.send(request.map(kube::client::Body::from)).await?;
-    let status = response.status();
-    let encoding = Encoding::of(&response);
-    let mut body = Vec::new();
-    let mut stream = response.into_body();
-    while let Some(frame) = stream.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            body.extend_from_slice(&data);
-        }
-    }
-    if !status.is_success() {
-        return Err(ReflectorError::Status {
-            code: status.as_u16(),
-            message: encoding.error_message(&body),
-        });
-    }
+    let (encoding, body) = send(client, request, format).await?;
+    let body = read_body(body).await?;
     let version = match (format, &encoding) {
         (Format::Protobuf(decode), Encoding::Protobuf) => protobuf::for_each_item(&body, |item| {
             match decode(item) {
@@ -325,6 +309,40 @@ where
         }
     };
     Ok(Listed { version, encoding })
+}
+
+/// Sends a list or watch request asking for `format`; an error status becomes an error with
+/// the server's message. Yields the response's encoding and body.
+async fn send<K>(
+    client: &Client,
+    mut request: http::Request<Vec<u8>>,
+    format: Format<K>,
+) -> Result<(Encoding, kube::client::Body), ReflectorError> {
+    format.ask_for(&mut request);
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let encoding = Encoding::of(&response);
+    let body = response.into_body();
+    if !status.is_success() {
+        let text = read_body(body).await?;
+        return Err(ReflectorError::Status {
+            code: status.as_u16(),
+            message: encoding.error_message(&text),
+        });
+    }
+    Ok((encoding, body))
+}
+
+/// A whole response body in one buffer, each chunk dropped once copied (a list of 10,000
+/// pods is held once, not twice).
+async fn read_body(mut body: kube::client::Body) -> Result<Vec<u8>, kube::Error> {
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
 }
 
 /// Warns of an object whose protobuf cannot be read (say, a string that is not UTF-8, which
@@ -380,26 +398,10 @@ where
             })
             .boxed());
     };
-    let mut request = kube::core::Request::new(api.resource_url())
+    let request = kube::core::Request::new(api.resource_url())
         .watch(params, version)
         .map_err(kube::Error::BuildRequest)?;
-    format.ask_for(&mut request);
-    let response = client.send(request.map(kube::client::Body::from)).await?;
-    let status = response.status();
-    let encoding = Encoding::of(&response);
-    let mut body = response.into_body();
-    if !status.is_success() {
-        let mut text = Vec::new();
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame?.into_data() {
-                text.extend_from_slice(&data);
-            }
-        }
-        return Err(ReflectorError::Status {
-            code: status.as_u16(),
-            message: encoding.error_message(&text),
-        });
-    }
+    let (encoding, body) = send(client, request, format).await?;
     if let Encoding::Other(other) = encoding {
         return Err(ReflectorError::ContentType(other));
     }
