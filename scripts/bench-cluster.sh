@@ -7,16 +7,20 @@
 #       [--null-in-flight 256] [--gantry-config FILE] [--rounds 1] [--out DIR] [--perf]
 #       [--perf-apiserver] [--no-build]
 #
-# For every cluster size, workload and scheduler, on a fresh control plane each time:
-#  1. `cluster-bench populate` creates the nodes (32 cpu, 128Gi, 110 pods, Ready, three zones)
-#     and the pending pods (100m..2 cpu, 128Mi..2Gi; "constrained": pods of 100 deployments
-#     with preferred pod anti-affinity on the hostname and a zone topology spread
-#     constraint), all with schedulerName default-scheduler, before any scheduler runs;
+# For every cluster size, one control plane, where `cluster-bench populate` creates the nodes
+# (32 cpu, 128Gi, 110 pods, Ready, three zones). Then for every round, workload and scheduler:
+#  1. `cluster-bench populate` creates a fresh set of pending pods in a namespace of the run's
+#     own (100m..2 cpu, 128Mi..2Gi; "constrained": pods of 100 deployments with preferred pod
+#     anti-affinity on the hostname and a zone topology spread constraint), all with
+#     schedulerName default-scheduler, before the scheduler starts;
 #  2. `cluster-bench run` waits until the API server and etcd are idle, starts the scheduler,
 #     watches the bindings until every pod is bound, reads the scheduler's /metrics, peak RSS
 #     (VmHWM) and CPU time, stops it, and checks that every pod is bound once and no node holds
 #     more than its allocatable cpu, memory or pods;
-#  3. `cluster-bench report` prints the table, gantry's ratios and issue 4's targets.
+#  3. `cluster-bench clear` deletes the run's pods, so that every scheduler finds the same
+#     empty nodes.
+# Even rounds take the schedulers in the reverse order. At the end, `cluster-bench report`
+# prints the table, gantry's ratios and issue 4's targets.
 # The schedulers:
 #  null            `cluster-bench null-binder`: binds round-robin, no decision, --null-in-flight
 #                  bindings in flight (what the API server can bind: the ceiling);
@@ -140,27 +144,39 @@ trap cleanup EXIT
 
 [[ "${ROUNDS}" =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive number, not ${ROUNDS}"
 RESULTS=()
-for ((round = 1; round <= ROUNDS; round++)); do
-  ROUND_RESULTS=()
-  suffix=
-  ((ROUNDS == 1)) || suffix="-r${round}"
-  for nodes in "${NODE_LIST[@]}"; do
+declare -A ROUND_RESULTS=()
+for nodes in "${NODE_LIST[@]}"; do
+  wait_quiet
+  STATE="${OUT}/control-plane-${nodes}n"
+  mkdir -p "${STATE}"
+  log "${nodes} nodes: starting the control plane"
+  scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
+  # shellcheck source=/dev/null
+  . "${STATE}/env"
+  "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}"
+  for ((round = 1; round <= ROUNDS; round++)); do
+    suffix=
+    ((ROUNDS == 1)) || suffix="-r${round}"
+    # Even rounds take the schedulers in the reverse order: a drift of the machine or of the
+    # control plane over a round then favours each scheduler as often as it hurts it.
+    order=("${SCHEDULER_LIST[@]}")
+    if ((round % 2 == 0)); then
+      order=()
+      for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SCHEDULER_LIST[i]}"); done
+    fi
     for workload in "${WORKLOAD_LIST[@]}"; do
-      for scheduler in "${SCHEDULER_LIST[@]}"; do
+      for scheduler in "${order[@]}"; do
         wait_quiet
         name="${nodes}n-${PODS}p-${workload}-${scheduler}${suffix}"
-        STATE="${OUT}/${name}"
-        mkdir -p "${STATE}"
-        log "${name}: starting a fresh control plane"
-        scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
-        # shellcheck source=/dev/null
-        . "${STATE}/env"
-        "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}" --pods "${PODS}" \
-          --workload "${workload}" --scheduler-name default-scheduler
+        RUN="${OUT}/${name}"
+        namespace="${workload}-${scheduler}${suffix}"
+        mkdir -p "${RUN}"
+        "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
+          --workload "${workload}" --namespace "${namespace}" --scheduler-name default-scheduler
         port=$("${BENCH}" free-port)
         metrics=(--metrics "http://127.0.0.1:${port}/metrics")
-        extra=(--apiserver-metrics "${STATE}/apiserver-metrics.txt" --perf-options "${PERF_OPTIONS}")
-        [[ -z "${PERF_APISERVER}" ]] || extra+=(--perf-apiserver "${STATE}/perf-apiserver.data")
+        extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt" --perf-options "${PERF_OPTIONS}")
+        [[ -z "${PERF_APISERVER}" ]] || extra+=(--perf-apiserver "${RUN}/perf-apiserver.data")
         case "${scheduler}" in
           null)
             metrics=()
@@ -169,9 +185,9 @@ for ((round = 1; round <= ROUNDS; round++)); do
             ;;
           gantry)
             if [[ -n "${GANTRY_CONFIG}" ]]; then
-              cp "${GANTRY_CONFIG}" "${STATE}/gantry.yaml"
+              cp "${GANTRY_CONFIG}" "${RUN}/gantry.yaml"
             else
-              cat >"${STATE}/gantry.yaml" <<EOF
+              cat >"${RUN}/gantry.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -183,15 +199,15 @@ profiles:
 - schedulerName: default-scheduler
 EOF
             fi
-            command=("${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
+            command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
               --address "127.0.0.1:${port}")
-            [[ -z "${PERF}" ]] || extra+=(--perf "${STATE}/perf.data")
+            [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
             ;;
           kube-scheduler)
             # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are
             # served over plain HTTP on the given port; --secure-port=0 turns the HTTPS port
             # (and its delegated authentication) off.
-            cat >"${STATE}/kube-scheduler.yaml" <<EOF
+            cat >"${RUN}/kube-scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1beta1
 kind: KubeSchedulerConfiguration
 leaderElection:
@@ -205,23 +221,27 @@ metricsBindAddress: 127.0.0.1:${port}
 profiles:
 - schedulerName: default-scheduler
 EOF
-            command=("${KUBE_SCHEDULER}" --config "${STATE}/kube-scheduler.yaml" --secure-port=0)
+            command=("${KUBE_SCHEDULER}" --config "${RUN}/kube-scheduler.yaml" --secure-port=0)
             ;;
         esac
         log "${name}: measuring"
-        "${BENCH}" run --kubeconfig "${KUBECONFIG}" --scheduler "${scheduler}" \
-          --workload "${workload}" --nodes "${nodes}" "${metrics[@]}" "${extra[@]}" \
-          --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
-          --out "${OUT}/${name}.json" --log "${STATE}/scheduler.log" -- "${command[@]}"
+        "${BENCH}" run --kubeconfig "${KUBECONFIG}" --namespace "${namespace}" \
+          --scheduler "${scheduler}" --workload "${workload}" --nodes "${nodes}" \
+          "${metrics[@]}" "${extra[@]}" --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
+          --out "${OUT}/${name}.json" --log "${RUN}/scheduler.log" -- "${command[@]}"
         RESULTS+=("${OUT}/${name}.json")
-        ROUND_RESULTS+=("${OUT}/${name}.json")
-        scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
-        rm -rf "${STATE}/etcd"
-        STATE=
+        ROUND_RESULTS[${round}]+=" ${OUT}/${name}.json"
+        "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}"
       done
     done
   done
-  ((ROUNDS == 1)) || "${BENCH}" report "${ROUND_RESULTS[@]}" >"${OUT}/round-${round}.md"
+  scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
+  rm -rf "${STATE}/etcd"
+  STATE=
+done
+for ((round = 1; round <= ROUNDS && ROUNDS > 1; round++)); do
+  # shellcheck disable=SC2086 # paths without spaces, split on purpose
+  "${BENCH}" report ${ROUND_RESULTS[${round}]} >"${OUT}/round-${round}.md"
 done
 
 "${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"

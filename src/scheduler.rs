@@ -85,6 +85,9 @@ pub enum Attempt {
 /// The scheduling core with its state.
 pub struct Scheduler {
     config: Config,
+    /// The configuration's profiles, shared: a scheduling cycle holds its profile while it
+    /// changes the scheduler.
+    profiles: Vec<Arc<Profile>>,
     cache: Cache,
     queue: SchedulingQueue,
     snapshot: Snapshot,
@@ -101,8 +104,10 @@ impl Scheduler {
             config.pod_initial_backoff,
             config.pod_max_backoff,
         );
+        let profiles = config.profiles.iter().cloned().map(Arc::new).collect();
         Scheduler {
             config,
+            profiles,
             cache: Cache::new(),
             queue,
             snapshot: Snapshot::default(),
@@ -137,6 +142,14 @@ impl Scheduler {
     /// The queue.
     pub fn queue(&self) -> &SchedulingQueue {
         &self.queue
+    }
+
+    /// The profile serving `scheduler_name`, to hold across changes to the scheduler.
+    fn shared_profile(&self, scheduler_name: &str) -> Option<Arc<Profile>> {
+        self.profiles
+            .iter()
+            .find(|p| p.scheduler_name == scheduler_name)
+            .cloned()
     }
 
     /// True when some profile serves the pod's scheduler name.
@@ -225,7 +238,7 @@ impl Scheduler {
     /// Schedules the next pod in the queue, if one is due.
     pub fn schedule_next(&mut self, now: Duration) -> Option<Attempt> {
         let queued = self.queue.pop(now)?;
-        let Some(profile) = self.config.profile(&queued.pod.scheduler_name).cloned() else {
+        let Some(profile) = self.shared_profile(&queued.pod.scheduler_name) else {
             self.queue.done(&queued.pod.namespace, &queued.pod.name);
             return None;
         };
@@ -446,8 +459,7 @@ impl Scheduler {
 
     /// The binding failed: undo the assumption and retry the pod after its backoff.
     pub fn binding_failed(&mut self, mut task: BindTask, now: Duration) {
-        let profile = self.config.profile(&task.profile).cloned();
-        if let Some(profile) = profile {
+        if let Some(profile) = self.shared_profile(&task.profile) {
             let node = task.plan.node.clone();
             self.forget(&profile, &mut task.state, &task.assumed, &node);
         }
@@ -461,7 +473,7 @@ impl Scheduler {
     pub fn binding_dropped(&mut self, mut task: BindTask, now: Duration) {
         let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
         self.queue.done(&namespace, &name);
-        if let Some(profile) = self.config.profile(&task.profile).cloned() {
+        if let Some(profile) = self.shared_profile(&task.profile) {
             let node = task.plan.node.clone();
             unreserve(
                 &profile,

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use prometheus_client::metrics::histogram::Histogram;
-
+use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -205,12 +204,17 @@ struct Timed {
     /// The series of successful calls, by extension point label, looked up at the first
     /// call: Filter and Score are timed for every node of a sampled cycle, and most calls
     /// succeed.
-    successes: [(&'static str, OnceLock<Histogram>); 2],
+    successes: [(&'static str, OnceLock<BatchHistogram>); 2],
 }
 
 impl Timed {
     /// Records one timed call of the plugin at `point`.
     fn observe(&self, point: &'static str, code: Code, elapsed: Duration) {
+        self.observe_calls(point, code, elapsed, 1);
+    }
+
+    /// Records `calls` calls of the plugin at `point` that took `each`.
+    fn observe_calls(&self, point: &'static str, code: Code, each: Duration, calls: u64) {
         let success = (code == Code::Success)
             .then(|| self.successes.iter().find(|(l, _)| *l == point))
             .flatten();
@@ -221,11 +225,11 @@ impl Timed {
                         .metrics
                         .plugin_series(self.inner.name(), point, Code::Success)
                 })
-                .observe(elapsed.as_secs_f64()),
+                .observe_many(each.as_secs_f64(), calls),
             None => self
                 .instr
                 .metrics
-                .plugin(self.inner.name(), point, code, elapsed),
+                .plugin_calls(self.inner.name(), point, code, each, calls),
         }
     }
 
@@ -389,9 +393,15 @@ impl FilterPlugin for Timed {
         let start = Instant::now();
         let rejected = inner.filter_nodes(state, pod, nodes, statuses);
         let each = mean(start.elapsed(), examined.len());
+        // Most nodes pass: those are counted at once, the others one by one.
+        let mut passed = 0;
         for i in examined {
-            self.observe("Filter", statuses[i].code(), each);
+            match statuses[i].code() {
+                Code::Success => passed += 1,
+                code => self.observe("Filter", code, each),
+            }
         }
+        self.observe_calls("Filter", Code::Success, each, passed);
         rejected
     }
 }
@@ -488,9 +498,7 @@ impl ScorePlugin for Timed {
         match &result {
             Ok(()) => {
                 let each = mean(start.elapsed(), nodes.len());
-                for _ in nodes {
-                    self.observe("Score", Code::Success, each);
-                }
+                self.observe_calls("Score", Code::Success, each, nodes.len() as u64);
             }
             Err(status) => self.observe("Score", status.code(), start.elapsed()),
         }

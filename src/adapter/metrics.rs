@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use super::batch_histogram::BatchHistogram;
 use crate::framework::Code;
 use crate::queue::QueueName;
 
@@ -95,8 +96,8 @@ fn extension_point_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 12))
 }
 
-fn plugin_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.00001, 1.5, 20))
+fn plugin_buckets() -> BatchHistogram {
+    BatchHistogram::new(exponential_buckets(0.00001, 1.5, 20))
 }
 
 /// kube-scheduler's name for a status code, as its metrics label it.
@@ -122,7 +123,7 @@ pub struct Metrics {
     pending_pods: Family<QueueLabels, Gauge>,
     incoming_pods: Family<QueueEventLabels, Counter>,
     extension_point_duration: HistogramFamily<ExtensionPointLabels>,
-    plugin_duration: HistogramFamily<PluginLabels>,
+    plugin_duration: Family<PluginLabels, BatchHistogram, fn() -> BatchHistogram>,
     goroutines: Family<OperationLabels, Gauge>,
     decision_log_dropped: Counter,
 }
@@ -182,7 +183,7 @@ impl Metrics {
             "Latency for running all plugins of a specific extension point",
             extension_point_duration.clone(),
         );
-        let plugin_duration: HistogramFamily<PluginLabels> =
+        let plugin_duration: Family<PluginLabels, BatchHistogram, fn() -> BatchHistogram> =
             Family::new_with_constructor(plugin_buckets);
         registry.register(
             "scheduler_plugin_execution_duration_seconds",
@@ -287,13 +288,25 @@ impl Metrics {
 
     /// One plugin ran at `point` for `duration` and returned `code`.
     pub fn plugin(&self, plugin: &'static str, point: &'static str, code: Code, d: Duration) {
+        self.plugin_calls(plugin, point, code, d, 1);
+    }
+
+    /// `calls` calls of a plugin at `point` that returned `code` and took `d` each.
+    pub fn plugin_calls(
+        &self,
+        plugin: &'static str,
+        point: &'static str,
+        code: Code,
+        d: Duration,
+        calls: u64,
+    ) {
         self.plugin_duration
             .get_or_create(&PluginLabels {
                 plugin,
                 extension_point: point,
                 status: code_label(code),
             })
-            .observe(d.as_secs_f64());
+            .observe_many(d.as_secs_f64(), calls);
     }
 
     /// The series of one plugin at `point` returning `code`, to observe into directly: for
@@ -303,7 +316,7 @@ impl Metrics {
         plugin: &'static str,
         point: &'static str,
         code: Code,
-    ) -> Histogram {
+    ) -> BatchHistogram {
         self.plugin_duration
             .get_or_create(&PluginLabels {
                 plugin,

@@ -22,6 +22,7 @@
 //! - [`node_load`]: node load from Prometheus or node annotations, for LoadAware and
 //!   Overcommit.
 
+pub mod batch_histogram;
 pub mod binder;
 pub mod client;
 pub mod driver;

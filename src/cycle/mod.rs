@@ -281,9 +281,10 @@ pub fn schedule_one(
         }
     }
 
-    // The nodes to examine: all, or those PreFilter narrowed the search to.
-    let candidates: Vec<usize> = match &allowed {
-        None => (0..num_all_nodes).collect(),
+    // The nodes to examine: all (`None`), or the positions of those PreFilter narrowed the
+    // search to.
+    let candidates: Option<Vec<usize>> = match &allowed {
+        None => None,
         Some(names) => {
             // kube-scheduler (1.32+) reports the nodes PreFilter left out as not satisfying
             // the narrowing plugins, listed sorted (Go's `%v` of a sorted string set).
@@ -301,34 +302,35 @@ pub fn schedule_one(
                         .push((n.node.name.clone(), left_out.clone()));
                 }
             }
-            names.iter().filter_map(|n| snapshot.position(n)).collect()
+            Some(names.iter().filter_map(|n| snapshot.position(n)).collect())
         }
     };
+    let candidate_count = candidates.as_ref().map_or(num_all_nodes, Vec::len);
 
     // Filter, from the rotating start, until enough feasible nodes are found.
     let percentage = profile
         .percentage_of_nodes_to_score
         .unwrap_or(options.percentage_of_nodes_to_score);
-    let to_find = num_feasible_nodes_to_find(percentage, candidates.len());
-    let start = if candidates.is_empty() {
+    let to_find = num_feasible_nodes_to_find(percentage, candidate_count);
+    let start = if candidate_count == 0 {
         0
     } else {
-        memory.next_start % candidates.len()
+        memory.next_start % candidate_count
     };
     let mut progress = FilterProgress {
-        feasible: Vec::with_capacity(to_find.min(candidates.len())),
+        feasible: Vec::with_capacity(to_find.min(candidate_count)),
         processed: 0,
         diagnosis,
     };
     let node_at = |i: usize| {
         // `start + i` is below twice the length: a subtraction instead of a division.
         let j = start + i;
-        let j = if j >= candidates.len() {
-            j - candidates.len()
+        let j = if j >= candidate_count {
+            j - candidate_count
         } else {
             j
         };
-        &snapshot.nodes()[candidates[j]]
+        &snapshot.nodes()[candidates.as_ref().map_or(j, |c| c[j])]
     };
     let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
         .filter
@@ -349,8 +351,8 @@ pub fn schedule_one(
     };
     let mut block: Vec<&NodeInfo> = Vec::new();
     let statuses = &mut memory.statuses;
-    while progress.processed < candidates.len() && progress.feasible.len() < to_find {
-        let remaining = candidates.len() - progress.processed;
+    while progress.processed < candidate_count && progress.feasible.len() < to_find {
+        let remaining = candidate_count - progress.processed;
         let want = to_find - progress.feasible.len();
         // Never examine more nodes than could still be needed: a parallel batch is as long as
         // the number of feasible nodes still wanted, a sequential one a block at most.
@@ -387,15 +389,15 @@ pub fn schedule_one(
         processed,
         mut diagnosis,
     } = progress;
-    if !candidates.is_empty() {
-        memory.next_start = (memory.next_start + processed) % candidates.len();
+    if candidate_count > 0 {
+        memory.next_start = (memory.next_start + processed) % candidate_count;
     }
 
     if feasible.is_empty() {
         run_post_filter(profile, &state, pod, snapshot, &mut diagnosis);
         return Err(CycleError::Unschedulable(diagnosis));
     }
-    let evaluated = processed + num_all_nodes - candidates.len();
+    let evaluated = processed + num_all_nodes - candidate_count;
     let rejections = diagnosis.rejection_counts();
     if feasible.len() == 1 {
         return Ok(Placement {

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::framework::{Plugin, Status};
+use crate::framework::{Plugin, QueueSortPlugin, Status};
 use crate::model::PodInfo;
 
 use heap::Heap;
@@ -182,16 +182,17 @@ impl SchedulingQueue {
             self.waiting.remove(&key);
             e.queue = QueueName::Active;
             e.queued.enqueued = now;
-            let (sort, entries) = (&*self.sort, &self.entries);
+            let sort = self.sort.as_queue_sort();
             self.active
-                .push(key, self.seq, |a, b| compare(sort, entries, a, b));
+                .push(key, self.seq, e.queued.pod.clone(), |a, b| {
+                    compare(sort, a, b)
+                });
         }
     }
 
     fn remove_active(&mut self, key: &str) {
-        let (sort, entries) = (&*self.sort, &self.entries);
-        self.active
-            .remove(key, &|a, b| compare(sort, entries, a, b));
+        let sort = self.sort.as_queue_sort();
+        self.active.remove(key, &|a, b| compare(sort, a, b));
     }
 
     /// Adds a new pending pod (or replaces a queued one with the same key). `gated` is the
@@ -244,11 +245,14 @@ impl SchedulingQueue {
             self.add(pod, gated, now);
             return;
         };
-        e.queued.pod = pod;
+        e.queued.pod = pod.clone();
         let was_parked = e.queue == QueueName::Unschedulable;
         let ungated = gated.is_none();
         e.queued.gated = gated;
-        if was_parked && ungated {
+        if e.queue == QueueName::Active && ungated {
+            let sort = self.sort.as_queue_sort();
+            self.active.update(&key, pod, |a, b| compare(sort, a, b));
+        } else if was_parked && ungated {
             self.push_active(key, now);
             self.count_incoming(QueueName::Active, EVENT_POD_UPDATE);
         } else if !ungated && e.queue == QueueName::Active {
@@ -304,8 +308,8 @@ impl SchedulingQueue {
     /// or [`requeue_backoff`](Self::requeue_backoff).
     pub fn pop(&mut self, now: Duration) -> Option<QueuedPod> {
         self.flush(now);
-        let (sort, entries) = (&*self.sort, &self.entries);
-        let key = self.active.pop(|a, b| compare(sort, entries, a, b))?;
+        let sort = self.sort.as_queue_sort();
+        let key = self.active.pop(|a, b| compare(sort, a, b))?;
         let mut entry = self.entries.remove(&key)?;
         entry.queued.attempts += 1;
         self.in_flight.insert(key, self.move_requests);
@@ -459,15 +463,15 @@ impl SchedulingQueue {
     }
 }
 
+/// The QueueSort plugin's order; arrival order where the plugin is not one.
 fn compare(
-    sort: &dyn Plugin,
-    entries: &HashMap<Arc<str>, Entry>,
-    a: (&str, u64),
-    b: (&str, u64),
+    sort: Option<&dyn QueueSortPlugin>,
+    a: (&PodInfo, u64),
+    b: (&PodInfo, u64),
 ) -> std::cmp::Ordering {
-    match (entries.get(a.0), sort.as_queue_sort(), entries.get(b.0)) {
-        (Some(ea), Some(s), Some(eb)) => s.compare(&ea.queued.pod, a.1, &eb.queued.pod, b.1),
-        _ => a.1.cmp(&b.1),
+    match sort {
+        Some(s) => s.compare(a.0, a.1, b.0, b.1),
+        None => a.1.cmp(&b.1),
     }
 }
 

@@ -1,9 +1,10 @@
 //! `cluster-bench`: the parts of the end-to-end benchmark (`scripts/bench-cluster.sh`) that
 //! must be fast and exact: creating thousands of nodes and pods, a null binder, the measured
-//! run (watching bindings, sampling the scheduler's memory and CPU, checking placements) and
-//! the report. A separate binary, so that none of it is in `gantry`.
+//! run (watching bindings, sampling the scheduler's memory and CPU, checking placements),
+//! clearing a run's pods and the report. A separate binary, so that none of it is in `gantry`.
 
 mod check;
+mod clear;
 mod measure;
 mod null_binder;
 mod populate;
@@ -32,6 +33,8 @@ enum Command {
     Populate(populate::Args),
     /// Start a scheduler and measure it until every pod is bound.
     Run(Box<measure::Args>),
+    /// Delete a run's pods.
+    Clear(clear::Args),
     /// Bind every pending pod round-robin, deciding nothing (the API server's ceiling).
     NullBinder(null_binder::Args),
     /// Print the table of a set of runs, the ratios and the targets.
@@ -54,6 +57,7 @@ fn main() -> std::process::ExitCode {
                     match command {
                         Command::Populate(args) => populate::run(args).await,
                         Command::Run(args) => measure::run(*args).await,
+                        Command::Clear(args) => clear::run(args).await,
                         Command::NullBinder(args) => null_binder::run(args).await,
                         Command::Report(_) | Command::FreePort => Ok(()),
                     }

@@ -96,7 +96,9 @@ pub struct Args {
     #[arg(long, default_value = "-e cpu-clock -g", allow_hyphen_values = true)]
     perf_options: String,
     /// Where to write the API server's metrics (Prometheus text) after the last binding:
-    /// its requests by verb, resource and duration, its watch events.
+    /// its requests by verb, resource and duration, its watch events. They count since the
+    /// API server started, so those read just before the scheduler starts go next to it
+    /// (extension `.before.txt`): a run's requests are the difference.
     #[arg(long)]
     apiserver_metrics: Option<PathBuf>,
     /// The scheduler's command line.
@@ -268,6 +270,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         seen_tx,
     ));
     settle(args.apiserver_pid, args.etcd_pid).await;
+    // The API server's counters run since it started, across runs: this run's are the
+    // difference from here.
+    let (counts0, text0) = apiserver_counts(&client).await?;
+    if let Some(out) = &args.apiserver_metrics {
+        let before = out.with_extension("before.txt");
+        std::fs::write(&before, text0)
+            .with_context(|| format!("cannot write {}", before.display()))?;
+    }
 
     let cpu = |pid: Option<u32>| pid.and_then(|p| Proc(Some(p)).cpu_seconds());
     let (api0, etcd0, me0, busy0) = (
@@ -373,6 +383,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let deadline = Instant::now() + COUNTS_SETTLE;
     let (counts, text) = loop {
         let (counts, text) = apiserver_counts(&client).await?;
+        let counts = counts.since(&counts0);
         if counts.bindings_created >= bound.len() as f64 || Instant::now() >= deadline {
             break (counts, text);
         }
@@ -576,8 +587,19 @@ struct ApiCounts {
     events_created: f64,
 }
 
-/// Bindings the API server accepted and those it did not, and the events it created; with
-/// the metrics' text.
+impl ApiCounts {
+    /// The requests counted since `before`.
+    fn since(&self, before: &ApiCounts) -> ApiCounts {
+        ApiCounts {
+            bindings_created: self.bindings_created - before.bindings_created,
+            bindings_rejected: self.bindings_rejected - before.bindings_rejected,
+            events_created: self.events_created - before.events_created,
+        }
+    }
+}
+
+/// Bindings the API server accepted and those it did not, and the events it created, since
+/// it started; with the metrics' text.
 async fn apiserver_counts(client: &Client) -> anyhow::Result<(ApiCounts, String)> {
     // A GET of /metrics: a "list" without parameters is exactly that.
     let request = Request::new("/metrics").list(&ListParams::default())?;

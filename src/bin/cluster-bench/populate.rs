@@ -1,6 +1,7 @@
 //! `cluster-bench populate`: the synthetic cluster of `gantry bench` (nodes of 32 cpu, 128Gi,
 //! 110 pods, Ready, over three zones; pending pods requesting 100m..2 cpu and 128Mi..2Gi)
-//! created in a real API server, many creates in flight over one client.
+//! created in a real API server, many creates in flight over one client. The nodes once per
+//! control plane, the pods once per run, each run's in a namespace of its own.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
 use gantry::synthetic::{self, Workload};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use serde::Serialize;
@@ -24,14 +26,17 @@ pub struct Args {
     #[arg(long)]
     kubeconfig: PathBuf,
     /// Nodes to create.
-    #[arg(long)]
+    #[arg(long, default_value_t = 0)]
     nodes: usize,
-    /// Pending pods to create (in namespace `default`).
-    #[arg(long)]
+    /// Pending pods to create.
+    #[arg(long, default_value_t = 0)]
     pods: usize,
+    /// The pods' namespace (created if missing).
+    #[arg(long, default_value = "default")]
+    namespace: String,
     /// Which pods: plain (requests only) or constrained (100 deployments with preferred pod
     /// anti-affinity and a zone topology spread constraint).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, default_value = "plain")]
     workload: WorkloadArg,
     /// The pods' `spec.schedulerName`.
     #[arg(long, default_value = "default-scheduler")]
@@ -64,27 +69,44 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let nodes = synthetic::nodes(args.nodes);
     create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
     let nodes_done = start.elapsed();
-    let pods = synthetic::pods(args.pods, workload, &args.scheduler_name, args.seed);
-    let namespace = pods
-        .first()
-        .and_then(|p| p.metadata.namespace.clone())
-        .unwrap_or_else(|| "default".to_string());
+    let mut pods = synthetic::pods(args.pods, workload, &args.scheduler_name, args.seed);
+    if !pods.is_empty() {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(args.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        create(&Api::<Namespace>::all(client.clone()), &namespace).await?;
+        for p in &mut pods {
+            p.metadata.namespace = Some(args.namespace.clone());
+        }
+    }
     create_all(
-        Api::<Pod>::namespaced(client, &namespace),
+        Api::<Pod>::namespaced(client, &args.namespace),
         pods,
         args.concurrency,
     )
     .await?;
     let all_done = start.elapsed();
-    eprintln!(
-        "cluster-bench: created {} nodes in {:.1}s ({:.0}/s) and {} pods in {:.1}s ({:.0}/s)",
-        args.nodes,
-        nodes_done.as_secs_f64(),
-        rate(args.nodes, nodes_done),
-        args.pods,
-        (all_done - nodes_done).as_secs_f64(),
-        rate(args.pods, all_done - nodes_done),
-    );
+    if args.nodes > 0 {
+        eprintln!(
+            "cluster-bench: created {} nodes in {:.1}s ({:.0}/s)",
+            args.nodes,
+            nodes_done.as_secs_f64(),
+            rate(args.nodes, nodes_done),
+        );
+    }
+    if args.pods > 0 {
+        eprintln!(
+            "cluster-bench: created {} pods in {} in {:.1}s ({:.0}/s)",
+            args.pods,
+            args.namespace,
+            (all_done - nodes_done).as_secs_f64(),
+            rate(args.pods, all_done - nodes_done),
+        );
+    }
     Ok(())
 }
 
