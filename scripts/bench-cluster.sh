@@ -18,7 +18,7 @@
 #     (VmHWM) and CPU time, stops it, and checks that every pod is bound once and no node holds
 #     more than its allocatable cpu, memory or pods;
 #  3. `cluster-bench clear` deletes the run's pods, so that every scheduler finds the same
-#     empty nodes.
+#     empty nodes, and compacts and defragments etcd, so that it finds etcd as small.
 # Even rounds take the schedulers in the reverse order. At the end, `cluster-bench report`
 # prints the table, gantry's ratios and issue 4's targets.
 # The schedulers:
@@ -231,7 +231,7 @@ EOF
           --out "${OUT}/${name}.json" --log "${RUN}/scheduler.log" -- "${command[@]}"
         RESULTS+=("${OUT}/${name}.json")
         ROUND_RESULTS[${round}]+=" ${OUT}/${name}.json"
-        "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}"
+        "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}" --etcd "${ETCD_URL}"
       done
     done
   done
