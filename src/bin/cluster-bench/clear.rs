@@ -2,7 +2,7 @@
 //! control plane as the first did: the same nodes, empty, and only its own pending pods. The
 //! pods are bound to nodes without a kubelet, so they are deleted without a grace period
 //! (nothing would ever confirm a graceful one), many deletes in flight. Then etcd's history
-//! is compacted and its database defragmented: every run writes some 30,000 revisions, and
+//! is compacted and its database defragmented: every run writes 40,000 revisions or more, and
 //! without this each run would find etcd larger than the one before it did.
 
 use std::path::PathBuf;
