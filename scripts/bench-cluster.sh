@@ -17,8 +17,8 @@
 #     watches the bindings until every pod is bound, reads the scheduler's /metrics, peak RSS
 #     (VmHWM) and CPU time, stops it, and checks that every pod is bound once and no node holds
 #     more than its allocatable cpu, memory or pods;
-#  3. `cluster-bench clear` deletes the run's pods, so that every scheduler finds the same
-#     empty nodes, and compacts and defragments etcd, so that it finds etcd as small.
+#  3. `cluster-bench clear` deletes the run's pods and events, so that every scheduler finds
+#     the same empty nodes, and compacts and defragments etcd, so that it finds etcd as small.
 # Even rounds take the schedulers in the reverse order. At the end, `cluster-bench report`
 # prints the table, gantry's ratios and issue 4's targets.
 # The schedulers:
@@ -90,6 +90,8 @@ done
 IFS=, read -r -a NODE_LIST <<<"${NODES}"
 IFS=, read -r -a WORKLOAD_LIST <<<"${WORKLOADS}"
 IFS=, read -r -a SCHEDULER_LIST <<<"${SCHEDULERS}"
+((${#NODE_LIST[@]} && ${#WORKLOAD_LIST[@]} && ${#SCHEDULER_LIST[@]})) ||
+  die "--nodes, --workload and --schedulers each need at least one value"
 for w in "${WORKLOAD_LIST[@]}"; do
   [[ "${w}" == plain || "${w}" == constrained ]] || die "unknown workload ${w}"
 done
@@ -122,6 +124,8 @@ BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
 OUT=${OUT:-${GANTRY_ROOT}/target/bench-cluster/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "${OUT}"
 OUT=$(cd "${OUT}" && pwd -P)
+# Each round's results are listed in round-N.list as the runs finish.
+rm -f "${OUT}"/round-*.list
 {
   echo "date: $(date -Iseconds)"
   echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
@@ -144,7 +148,6 @@ trap cleanup EXIT
 
 [[ "${ROUNDS}" =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive number, not ${ROUNDS}"
 RESULTS=()
-declare -A ROUND_RESULTS=()
 for nodes in "${NODE_LIST[@]}"; do
   wait_quiet
   STATE="${OUT}/control-plane-${nodes}n"
@@ -230,7 +233,7 @@ EOF
           "${metrics[@]}" "${extra[@]}" --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}" \
           --out "${OUT}/${name}.json" --log "${RUN}/scheduler.log" -- "${command[@]}"
         RESULTS+=("${OUT}/${name}.json")
-        ROUND_RESULTS[${round}]+=" ${OUT}/${name}.json"
+        echo "${OUT}/${name}.json" >>"${OUT}/round-${round}.list"
         "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}" --etcd "${ETCD_URL}"
       done
     done
@@ -240,8 +243,8 @@ EOF
   STATE=
 done
 for ((round = 1; round <= ROUNDS && ROUNDS > 1; round++)); do
-  # shellcheck disable=SC2086 # paths without spaces, split on purpose
-  "${BENCH}" report ${ROUND_RESULTS[${round}]} >"${OUT}/round-${round}.md"
+  mapfile -t round_results <"${OUT}/round-${round}.list"
+  "${BENCH}" report "${round_results[@]}" >"${OUT}/round-${round}.md"
 done
 
 "${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"

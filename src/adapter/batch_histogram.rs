@@ -39,11 +39,6 @@ impl BatchHistogram {
         }
     }
 
-    /// Observes `value` once.
-    pub fn observe(&self, value: f64) {
-        self.observe_many(value, 1);
-    }
-
     /// Observes `value` `times` times.
     pub fn observe_many(&self, value: f64, times: u64) {
         if times == 0 {
@@ -110,7 +105,7 @@ mod tests {
                 single.observe(value);
             }
         }
-        batch.observe(0.001953125);
+        batch.observe_many(0.001953125, 1);
         single.observe(0.001953125);
         let text = render("d", batch);
         assert_eq!(text, render("d", single));

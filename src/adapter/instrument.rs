@@ -215,6 +215,11 @@ impl Timed {
 
     /// Records `calls` calls of the plugin at `point` that took `each`.
     fn observe_calls(&self, point: &'static str, code: Code, each: Duration, calls: u64) {
+        // No call, no series: a series appears with its first observation, as in
+        // kube-scheduler.
+        if calls == 0 {
+            return;
+        }
         let success = (code == Code::Success)
             .then(|| self.successes.iter().find(|(l, _)| *l == point))
             .flatten();
@@ -591,6 +596,35 @@ mod tests {
     use crate::testing::{node, pod};
 
     /// The count line of the plugin duration histogram for these labels.
+    #[test]
+    fn a_plugin_that_examines_no_node_gets_no_series() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut s = Scheduler::new(instrumented(&instr), None);
+        s.upsert_node(node("n0").capacity("1", "4Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("p").req("cpu", "2").build(), Duration::ZERO)
+            .unwrap();
+        instr.begin_cycle();
+        assert!(matches!(
+            s.schedule_next(Duration::ZERO),
+            Some(Attempt::Unschedulable { .. })
+        ));
+        let text = metrics.render();
+        let counts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("scheduler_plugin_execution_duration_seconds_count"))
+            .collect();
+        assert!(
+            counts
+                .iter()
+                .any(|l| l.contains("NodeResourcesFit") && l.ends_with(" 1")),
+            "{text}"
+        );
+        // The filters after NodeResourcesFit saw the node already rejected: no call, and
+        // so no series (not one with a count of zero).
+        assert!(counts.iter().all(|l| !l.ends_with(" 0")), "{text}");
+    }
+
     fn plugin_calls(text: &str, plugin: &str, point: &str, status: &str) -> Option<u64> {
         let labels =
             format!("{{plugin=\"{plugin}\",extension_point=\"{point}\",status=\"{status}\"}}");

@@ -378,7 +378,7 @@ mod tests {
         );
         m.set_pending(1, 2, 3, 4);
         m.plugin_series("NodeResourcesFit", "Filter", Code::Unschedulable)
-            .observe(0.001);
+            .observe_many(0.001, 1);
         m.decision_log_dropped();
         let text = m.render();
         for line in [
