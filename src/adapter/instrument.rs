@@ -595,7 +595,6 @@ mod tests {
     use crate::scheduler::{Attempt, Scheduler};
     use crate::testing::{node, pod};
 
-    /// The count line of the plugin duration histogram for these labels.
     #[test]
     fn a_plugin_that_examines_no_node_gets_no_series() {
         let metrics = Arc::new(Metrics::new());
@@ -625,6 +624,7 @@ mod tests {
         assert!(counts.iter().all(|l| !l.ends_with(" 0")), "{text}");
     }
 
+    /// The count line of the plugin duration histogram for these labels.
     fn plugin_calls(text: &str, plugin: &str, point: &str, status: &str) -> Option<u64> {
         let labels =
             format!("{{plugin=\"{plugin}\",extension_point=\"{point}\",status=\"{status}\"}}");
