@@ -55,7 +55,7 @@ fn verdict(ok: Option<bool>) -> &'static str {
 
 /// gantry's ratios in one round: the n-th run of each scheduler in a group of runs (same
 /// nodes, pods and workload) belongs to round n, whatever order the round took them in.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Round {
     to_null: Option<f64>,
     to_kube: Option<f64>,
@@ -238,18 +238,15 @@ pub fn render(results: &[RunResult]) -> String {
             .map(|r| r.correct())
             .collect();
         let correct = (!gantry.is_empty()).then(|| gantry.iter().all(|&ok| ok));
-        let detail = match gantry.len() {
-            0 | 1 => String::new(),
-            n => format!(" (every one of {n} runs)"),
+        let detail = if correct == Some(true) && gantry.len() > 1 {
+            format!(" (every one of {} runs)", gantry.len())
+        } else {
+            String::new()
         };
         targets.push_str(&line(
             "gantry: every pod bound exactly once, no over-committed node",
             correct,
-            if correct == Some(true) {
-                detail
-            } else {
-                String::new()
-            },
+            detail,
         ));
     }
     out.push_str("\nIssue 4's targets:\n");
