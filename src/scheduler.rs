@@ -144,17 +144,17 @@ impl Scheduler {
         &self.queue
     }
 
-    /// The profile serving `scheduler_name`, to hold across changes to the scheduler.
-    fn shared_profile(&self, scheduler_name: &str) -> Option<Arc<Profile>> {
+    /// The profile serving `scheduler_name` (cloned, it can be held across changes to the
+    /// scheduler).
+    fn profile(&self, scheduler_name: &str) -> Option<&Arc<Profile>> {
         self.profiles
             .iter()
             .find(|p| p.scheduler_name == scheduler_name)
-            .cloned()
     }
 
     /// True when some profile serves the pod's scheduler name.
     pub fn is_responsible_for(&self, pod: &PodInfo) -> bool {
-        self.config.profile(&pod.scheduler_name).is_some()
+        self.profile(&pod.scheduler_name).is_some()
     }
 
     /// A node appeared or changed.
@@ -194,7 +194,7 @@ impl Scheduler {
             );
             return Ok(());
         }
-        let Some(profile) = self.config.profile(&pod.scheduler_name) else {
+        let Some(profile) = self.profile(&pod.scheduler_name) else {
             return Ok(());
         };
         let gated = gate(profile, &pod);
@@ -238,7 +238,7 @@ impl Scheduler {
     /// Schedules the next pod in the queue, if one is due.
     pub fn schedule_next(&mut self, now: Duration) -> Option<Attempt> {
         let queued = self.queue.pop(now)?;
-        let Some(profile) = self.shared_profile(&queued.pod.scheduler_name) else {
+        let Some(profile) = self.profile(&queued.pod.scheduler_name).cloned() else {
             self.queue.done(&queued.pod.namespace, &queued.pod.name);
             return None;
         };
@@ -459,7 +459,7 @@ impl Scheduler {
 
     /// The binding failed: undo the assumption and retry the pod after its backoff.
     pub fn binding_failed(&mut self, mut task: BindTask, now: Duration) {
-        if let Some(profile) = self.shared_profile(&task.profile) {
+        if let Some(profile) = self.profile(&task.profile).cloned() {
             let node = task.plan.node.clone();
             self.forget(&profile, &mut task.state, &task.assumed, &node);
         }
@@ -473,7 +473,7 @@ impl Scheduler {
     pub fn binding_dropped(&mut self, mut task: BindTask, now: Duration) {
         let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
         self.queue.done(&namespace, &name);
-        if let Some(profile) = self.shared_profile(&task.profile) {
+        if let Some(profile) = self.profile(&task.profile).cloned() {
             let node = task.plan.node.clone();
             unreserve(
                 &profile,
