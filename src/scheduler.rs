@@ -457,19 +457,51 @@ impl Scheduler {
         Ok(())
     }
 
-    /// The binding failed: undo the assumption and retry the pod after its backoff.
+    /// The binding did not take effect: undo the assumption (unless the watch has meanwhile
+    /// reported the pod bound) and retry the pod after its backoff.
     pub fn binding_failed(&mut self, mut task: BindTask, now: Duration) {
-        if let Some(profile) = self.profile(&task.profile).cloned() {
+        let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
+        if self.is_assumed(&namespace, &name)
+            && let Some(profile) = self.profile(&task.profile).cloned()
+        {
             let node = task.plan.node.clone();
             self.forget(&profile, &mut task.state, &task.assumed, &node);
+            self.queue.on_event(ClusterEvent::PodDelete, now);
         }
         self.queue.requeue_backoff(task.queued, now);
-        self.queue.on_event(ClusterEvent::PodDelete, now);
     }
 
-    /// The binding was refused because the pod is gone or already bound elsewhere (a 404 or
-    /// 409 from the API server): undo the assumption without retrying. The watch reports
-    /// where the pod really is, if anywhere.
+    /// The pod turned out to be bound to `node`, not to the node planned (someone else bound
+    /// it first): what was reserved on the planned node is released, and the pod counts on
+    /// `node` (as it was queued, without the plan's annotations) until the watch reports it.
+    pub fn binding_landed_elsewhere(
+        &mut self,
+        mut task: BindTask,
+        node: Arc<str>,
+        now: Duration,
+    ) -> Result<(), CacheError> {
+        let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
+        self.queue.done(&namespace, &name);
+        if !self.is_assumed(&namespace, &name) {
+            return Ok(());
+        }
+        if let Some(profile) = self.profile(&task.profile).cloned() {
+            let planned = task.plan.node.clone();
+            self.forget(&profile, &mut task.state, &task.assumed, &planned);
+        }
+        let mut bound = (*task.queued.pod).clone();
+        bound.node_name = Some(node);
+        self.cache.add_bound_pod(Arc::new(bound))?;
+        self.queue.on_event(ClusterEvent::PodDelete, now);
+        Ok(())
+    }
+
+    fn is_assumed(&self, namespace: &str, name: &str) -> bool {
+        matches!(self.cache.pod_placement(namespace, name), Some((_, true)))
+    }
+
+    /// The pod is gone (deleted, or replaced by a new pod of the same name): undo the
+    /// assumption without retrying. The watch reports the new pod, if there is one.
     pub fn binding_dropped(&mut self, mut task: BindTask, now: Duration) {
         let (namespace, name) = (task.assumed.namespace.clone(), task.assumed.name.clone());
         self.queue.done(&namespace, &name);
@@ -484,7 +516,7 @@ impl Scheduler {
             );
         }
         // Still assumed unless the watch already reported the pod bound (or deleted).
-        if matches!(self.cache.pod_placement(&namespace, &name), Some((_, true))) {
+        if self.is_assumed(&namespace, &name) {
             let _ = self.cache.forget_pod(&namespace, &name);
             self.queue.on_event(ClusterEvent::PodDelete, now);
         }
@@ -674,5 +706,38 @@ profiles:
         s.binding_failed(*task, Duration::ZERO);
         assert_eq!(s.queue().total() + s.queue().in_flight(), 0);
         assert!(s.cache().pod_placement("default", "a").is_none());
+    }
+
+    #[test]
+    fn a_binding_that_failed_after_the_watch_confirmed_it_keeps_the_pod() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").on("n1").build(), Duration::ZERO)
+            .unwrap();
+        s.binding_failed(*task, Duration::ZERO);
+        let (node, assumed) = s.cache().pod_placement("default", "a").unwrap();
+        assert_eq!((&**node, assumed), ("n1", false));
+        assert_eq!(s.queue().total() + s.queue().in_flight(), 0, "not retried");
+    }
+
+    #[test]
+    fn a_pod_bound_elsewhere_moves_there_and_frees_the_planned_node() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_node(node("n2").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let task = schedule(&mut s, Duration::ZERO);
+        let planned = task.plan.node.clone();
+        let other: Arc<str> = Arc::from(if &*planned == "n1" { "n2" } else { "n1" });
+        s.binding_landed_elsewhere(*task, other.clone(), Duration::ZERO)
+            .unwrap();
+        let (node, assumed) = s.cache().pod_placement("default", "a").unwrap();
+        assert_eq!((node, assumed), (&other, false));
+        assert!(s.cache().node(&planned).unwrap().pods.is_empty());
+        assert_eq!(s.queue().total() + s.queue().in_flight(), 0);
     }
 }

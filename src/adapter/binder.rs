@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Binding, ObjectReference};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
 use kube::api::PostParams;
 use kube::core::Request;
+use kube::{Api, Client};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::driver::Input;
@@ -28,6 +28,13 @@ pub const MAX_IN_FLIGHT: usize = 256;
 /// burst of full TLS handshakes (a certificate signature each) whenever gantry starts or
 /// takes over; later connections resume the sessions of the first ones.
 const FIRST_IN_FLIGHT: usize = 8;
+/// How long after a binding's answer was lost the pod is first read back. A request the API
+/// server was carrying out when the connection broke is done well within it.
+const READ_BACK_DELAY: Duration = Duration::from_secs(1);
+/// Longest wait between reads of a pod that cannot be read (the API server is down).
+const MAX_READ_BACK_WAIT: Duration = Duration::from_secs(4);
+/// How long a shutdown waits for bindings still in flight or being read back.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
 
 /// A decision to bind, with when its scheduling attempt started.
 #[derive(Debug)]
@@ -38,19 +45,38 @@ pub struct BindRequest {
     pub attempt_start: Instant,
 }
 
-/// How a binding went.
+/// How a binding went, once gantry knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindOutcome {
-    /// The pod is bound.
+    /// The pod is bound to the node planned.
     Bound,
-    /// The pod is gone or already bound (404 or 409): nothing to retry.
-    Refused(String),
-    /// Anything else: retry after backoff.
+    /// The pod turned out to be bound to another node (someone else bound it first).
+    BoundElsewhere(Arc<str>),
+    /// The pod is gone (deleted, or replaced by a new pod of the same name): nothing to retry.
+    Gone(String),
+    /// The binding did not take effect: forget the assumption and retry after backoff.
     Failed(String),
 }
 
+/// What the API server answered to a binding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    /// Bound.
+    Bound,
+    /// 404: the pod (or its namespace) does not exist.
+    Gone(String),
+    /// A definite refusal (a 4xx other than 404 and 409, or a request that could not be
+    /// built): nothing was written.
+    Refused(String),
+    /// No definite answer: a connection that broke or timed out after the request was sent,
+    /// a 5xx, or a 409 (the pod already has a node, which may be this very binding, committed
+    /// by an earlier try whose answer was lost). The binding may or may not have been written.
+    Unknown(String),
+}
+
 /// Carries out every request from `requests`, reporting each outcome to `results`, until
-/// the channel closes and all bindings in flight are done.
+/// the channel closes and all bindings in flight are done (or, at shutdown, [`SHUTDOWN_WAIT`]
+/// has passed: a binding still being read back then is left to the next leader's lists).
 pub async fn run(
     client: Client,
     mut requests: mpsc::UnboundedReceiver<BindRequest>,
@@ -67,9 +93,9 @@ pub async fn run(
         let (limit, withheld) = (limit.clone(), withheld.clone());
         tokio::spawn(async move {
             let start = Instant::now();
-            let outcome = bind(&client, &request.task).await;
-            let code = match outcome {
-                BindOutcome::Bound => Code::Success,
+            let answer = bind(&client, &request.task).await;
+            let code = match answer {
+                Answer::Bound => Code::Success,
                 _ => Code::Error,
             };
             record_bind(&metrics, &request.task, code, start.elapsed());
@@ -79,6 +105,19 @@ pub async fn run(
             {
                 limit.add_permits(1);
             }
+            let outcome = match answer {
+                Answer::Bound => BindOutcome::Bound,
+                Answer::Gone(message) => BindOutcome::Gone(message),
+                Answer::Refused(message) => BindOutcome::Failed(message),
+                Answer::Unknown(reason) => {
+                    metrics.binding_unconfirmed();
+                    let pod = &request.task.assumed;
+                    tracing::warn!(pod = %pod.key(), node = %request.task.plan.node, %reason, "binding outcome unknown; the pod stays assumed until it is read back");
+                    read_back(&client, &request.task, &reason).await
+                }
+            };
+            // The permit is held while the binding is read back: when the API server is
+            // unreachable, no new binding is sent before the earlier ones are settled.
             drop(permit);
             // The scheduling thread is gone only when shutting down; the result no longer
             // matters then.
@@ -87,7 +126,10 @@ pub async fn run(
     }
     // Every permit back in the semaphore means no binding is in flight any more.
     limit.add_permits(withheld.swap(0, Ordering::Relaxed));
-    let _ = limit.acquire_many(MAX_IN_FLIGHT as u32).await;
+    let all = limit.acquire_many(MAX_IN_FLIGHT as u32);
+    if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
+        tracing::warn!("stopping with bindings whose outcome is still unknown");
+    }
 }
 
 fn record_bind(metrics: &Metrics, task: &BindTask, code: Code, elapsed: Duration) {
@@ -120,27 +162,75 @@ pub fn binding_for(task: &BindTask) -> Binding {
 
 /// Posts the binding. The request is built directly (no `Api` per binding) and the answer,
 /// a `Status`, is not decoded: only whether it is an error matters.
-async fn bind(client: &Client, task: &BindTask) -> BindOutcome {
+async fn bind(client: &Client, task: &BindTask) -> Answer {
     let pod = &task.assumed;
     let body = match serde_json::to_vec(&binding_for(task)) {
         Ok(body) => body,
-        Err(e) => return BindOutcome::Failed(e.to_string()),
+        Err(e) => return Answer::Refused(e.to_string()),
     };
     let request = Request::new(format!("/api/v1/namespaces/{}/pods", pod.namespace))
         .create_subresource("binding", &pod.name, &PostParams::default(), body);
     match request {
-        Ok(request) => outcome(client.request_text(request).await),
-        Err(e) => BindOutcome::Failed(e.to_string()),
+        Ok(request) => answer(client.request_text(request).await),
+        Err(e) => Answer::Refused(e.to_string()),
     }
 }
 
-fn outcome<T>(result: Result<T, kube::Error>) -> BindOutcome {
+/// Sorts the API server's answer (or its absence) into what it tells about the binding.
+fn answer<T>(result: Result<T, kube::Error>) -> Answer {
     match result {
-        Ok(_) => BindOutcome::Bound,
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
-            BindOutcome::Refused(s.message.clone())
+        Ok(_) => Answer::Bound,
+        Err(kube::Error::Api(s)) => match s.code {
+            404 => Answer::Gone(s.message.clone()),
+            409 => Answer::Unknown(format!("conflict: {}", s.message)),
+            // Too many requests: refused before anything was done.
+            400..=499 => Answer::Refused(s.message.clone()),
+            _ => Answer::Unknown(format!("HTTP {}: {}", s.code, s.message)),
+        },
+        // Never sent.
+        Err(e @ (kube::Error::BuildRequest(_) | kube::Error::Auth(_))) => {
+            Answer::Refused(e.to_string())
         }
-        Err(e) => BindOutcome::Failed(e.to_string()),
+        // The connection failed or timed out somewhere around sending the request and
+        // reading its answer, or the answer could not be read.
+        Err(e) => Answer::Unknown(e.to_string()),
+    }
+}
+
+/// Reads the pod back until it tells how the binding went: bound (here or elsewhere), not
+/// bound, or gone. The first read waits [`READ_BACK_DELAY`], so that a request the API server
+/// was still carrying out when the connection broke has finished; reads that fail are
+/// retried with backoff for as long as it takes (the pod stays assumed meanwhile).
+async fn read_back(client: &Client, task: &BindTask, reason: &str) -> BindOutcome {
+    let pod = &task.assumed;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let mut wait = READ_BACK_DELAY;
+    loop {
+        tokio::time::sleep(wait).await;
+        match pods.get_opt(&pod.name).await {
+            Ok(found) => return settle(found.as_ref(), task, reason),
+            Err(e) => {
+                tracing::debug!(pod = %pod.key(), error = %e, "cannot read the pod back yet");
+                wait = (wait * 2).min(MAX_READ_BACK_WAIT);
+            }
+        }
+    }
+}
+
+/// What a fresh read of the pod (none: not found) tells about a binding whose answer was
+/// `reason`.
+fn settle(found: Option<&Pod>, task: &BindTask, reason: &str) -> BindOutcome {
+    let Some(pod) = found else {
+        return BindOutcome::Gone("the pod no longer exists".to_string());
+    };
+    let ours = &task.assumed.uid;
+    if !ours.is_empty() && pod.metadata.uid.as_deref() != Some(ours.as_str()) {
+        return BindOutcome::Gone("the pod was replaced by another of the same name".to_string());
+    }
+    match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        Some(node) if node == &*task.plan.node => BindOutcome::Bound,
+        Some(node) => BindOutcome::BoundElsewhere(Arc::from(node)),
+        None => BindOutcome::Failed(format!("the binding did not take effect ({reason})")),
     }
 }
 
@@ -203,19 +293,62 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_and_missing_pods_are_refused_not_failed() {
-        assert_eq!(outcome::<()>(Ok(())), BindOutcome::Bound);
+    fn only_definite_answers_settle_a_binding_at_once() {
+        assert_eq!(answer::<()>(Ok(())), Answer::Bound);
         assert_eq!(
-            outcome::<()>(Err(api_error(409))),
-            BindOutcome::Refused("code 409".to_string())
+            answer::<()>(Err(api_error(404))),
+            Answer::Gone("code 404".to_string())
+        );
+        for definite in [400, 403, 422, 429] {
+            assert!(
+                matches!(answer::<()>(Err(api_error(definite))), Answer::Refused(_)),
+                "{definite}"
+            );
+        }
+        // A conflict may be this very binding, committed by a try whose answer was lost.
+        for unknown in [409, 500, 503, 504] {
+            assert!(
+                matches!(answer::<()>(Err(api_error(unknown))), Answer::Unknown(_)),
+                "{unknown}"
+            );
+        }
+        let broken = kube::Error::Service("connection reset by peer".into());
+        assert!(matches!(answer::<()>(Err(broken)), Answer::Unknown(_)));
+    }
+
+    fn read(uid: &str, node: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web".to_string()),
+                namespace: Some("shop".to_string()),
+                uid: Some(uid.to_string()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                node_name: node.map(str::to_string),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn a_pod_read_back_tells_how_the_binding_went() {
+        let t = task();
+        let settled = |found: Option<&Pod>| settle(found, &t, "connection reset");
+        assert_eq!(settled(Some(&read("u-1", Some("n1")))), BindOutcome::Bound);
+        assert_eq!(
+            settled(Some(&read("u-1", Some("n2")))),
+            BindOutcome::BoundElsewhere(Arc::from("n2"))
         );
         assert_eq!(
-            outcome::<()>(Err(api_error(404))),
-            BindOutcome::Refused("code 404".to_string())
+            settled(Some(&read("u-1", None))),
+            BindOutcome::Failed("the binding did not take effect (connection reset)".to_string())
         );
         assert!(matches!(
-            outcome::<()>(Err(api_error(500))),
-            BindOutcome::Failed(_)
+            settled(Some(&read("u-2", None))),
+            BindOutcome::Gone(_)
         ));
+        assert!(matches!(settled(None), BindOutcome::Gone(_)));
     }
 }

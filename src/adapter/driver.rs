@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::binder::{BindOutcome, BindRequest};
+use super::binder::{BindOutcome, BindRequest, MAX_IN_FLIGHT};
 use super::events::{
     CONDITION_SCHEDULER_ERROR, CONDITION_UNSCHEDULABLE, PodRef, REASON_OVERCOMMITTED, Record,
     Recorder,
@@ -38,6 +38,13 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// bindings a second); each gathering costs two context switches, which on a virtual
 /// machine are dear. A new pod waits this long at most.
 const INPUT_COALESCE: Duration = Duration::from_millis(10);
+/// Most bindings decided and not finished (sent, waiting to be sent, or being read back):
+/// at this many, scheduling pauses until [`RESUME_OUTSTANDING`]. The binder sends
+/// [`MAX_IN_FLIGHT`] at once; deciding further ahead would not bind pods sooner, only hold
+/// more decisions (and their memory) while the API server is slow or unreachable.
+pub const MAX_OUTSTANDING: usize = 4 * MAX_IN_FLIGHT;
+/// Where a paused scheduling resumes: a batch of decisions per wake-up, not one per binding.
+const RESUME_OUTSTANDING: usize = MAX_OUTSTANDING - MAX_IN_FLIGHT;
 
 /// Everything the scheduling thread hears about.
 #[derive(Debug)]
@@ -106,8 +113,12 @@ pub enum Input {
     },
     /// Node load a metrics source read (see [`super::node_load`]).
     NodeLoads(Vec<NodeReading>),
-    /// A watcher finished its first list.
+    /// A watcher finished a list (its first, or a relist): it has caught up with the API
+    /// server.
     Synced(&'static str),
+    /// A watcher lost its watch and relists: until it has (see [`Input::Synced`]), the cache
+    /// may be older than bindings the API server has made, so nothing is scheduled.
+    Stale(&'static str),
     /// A binding finished.
     Bound(Box<BindRequest>, BindOutcome),
     /// This replica leads: start scheduling.
@@ -130,7 +141,8 @@ pub struct Driver {
     pub metrics: Arc<Metrics>,
     /// Plugin timing.
     pub instrumentation: Arc<Instrumentation>,
-    /// The watchers that must finish their first list before scheduling starts.
+    /// The watchers that must finish a list before scheduling (re)starts: all of them at
+    /// first, and each again after it lost its watch.
     pub watchers: BTreeSet<&'static str>,
     /// Set once every watcher has listed (for `/readyz`).
     pub ready: Arc<AtomicBool>,
@@ -145,6 +157,8 @@ struct Run {
     leading: bool,
     stopping: Option<Instant>,
     in_flight: usize,
+    /// Paused at [`MAX_OUTSTANDING`] bindings, until [`RESUME_OUTSTANDING`].
+    throttled: bool,
     last_gauges: Instant,
     /// Something changed since the gauges were last refreshed.
     changed: bool,
@@ -160,6 +174,7 @@ impl Driver {
             leading: false,
             stopping: None,
             in_flight: 0,
+            throttled: false,
             last_gauges: now,
             changed: false,
         };
@@ -180,7 +195,13 @@ impl Driver {
             if run.last_gauges.elapsed() >= GAUGE_INTERVAL {
                 self.refresh_gauges(&mut run);
             }
-            let can_schedule = run.leading && run.stopping.is_none() && self.watchers.is_empty();
+            if run.in_flight >= MAX_OUTSTANDING {
+                run.throttled = true;
+            } else if run.in_flight <= RESUME_OUTSTANDING {
+                run.throttled = false;
+            }
+            let can_schedule =
+                run.leading && run.stopping.is_none() && self.watchers.is_empty() && !run.throttled;
             if can_schedule && self.schedule_one(&mut run) {
                 run.changed = true;
                 continue;
@@ -196,7 +217,9 @@ impl Driver {
             match self.inputs.recv_timeout(wait) {
                 Ok(input) => {
                     self.apply(input, &mut run);
-                    if run.in_flight > 0 && self.scheduler.queue().len(QueueName::Active) == 0 {
+                    if run.in_flight > 0
+                        && (run.throttled || self.scheduler.queue().len(QueueName::Active) == 0)
+                    {
                         std::thread::sleep(INPUT_COALESCE);
                     }
                 }
@@ -362,13 +385,25 @@ impl Driver {
                 s.notify(now);
             }
             Input::Synced(watcher) => {
-                self.watchers.remove(watcher);
-                if self.watchers.is_empty() && !self.ready.swap(true, Ordering::Relaxed) {
+                if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
+                    return;
+                }
+                if self.ready.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        watcher,
+                        "caught up with the API server again; scheduling resumes"
+                    );
+                } else {
                     tracing::info!(
                         nodes = s.cache().node_count(),
                         pending = s.queue().total(),
                         "caches are warm"
                     );
+                }
+            }
+            Input::Stale(watcher) => {
+                if self.watchers.insert(watcher) && self.ready.load(Ordering::Relaxed) {
+                    tracing::warn!(watcher, "watch lost; no scheduling until it has relisted");
                 }
             }
             Input::Bound(request, outcome) => {
@@ -426,10 +461,18 @@ impl Driver {
                     });
                 }
             }
-            BindOutcome::Refused(reason) => {
+            BindOutcome::BoundElsewhere(node) => {
                 self.metrics
                     .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
-                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %reason, "binding refused: pod gone or bound elsewhere; dropped");
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), planned = %task.plan.node, %node, "pod bound to another node by someone else");
+                if let Err(e) = self.scheduler.binding_landed_elsewhere(*task, node, now) {
+                    tracing::warn!(error = %e, "bound pod not recorded");
+                }
+            }
+            BindOutcome::Gone(reason) => {
+                self.metrics
+                    .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %reason, "binding refused: pod gone; dropped");
                 self.scheduler.binding_dropped(*task, now);
             }
             BindOutcome::Failed(error) => {
@@ -805,15 +848,90 @@ profiles:
                 "0/1 nodes are available: 1 Insufficient cpu.".to_string()
             )]
         );
-        // Someone else bound "small" first: dropped, no retry, no record.
+        // "small" was deleted meanwhile: dropped, no retry, no record.
         h.inputs
             .send(Input::Bound(
                 Box::new(bind),
-                BindOutcome::Refused("already assigned".to_string()),
+                BindOutcome::Gone("not found".to_string()),
             ))
             .unwrap();
-        assert!(quiet(&mut h.binds), "a refused binding is not retried");
+        assert!(
+            quiet(&mut h.binds),
+            "a binding of a pod gone is not retried"
+        );
         h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_lost_watch_pauses_scheduling_until_it_has_relisted() {
+        let mut h = start();
+        send(
+            &h,
+            [Input::NodeApplied(node("n1").capacity("4", "4Gi").build())],
+        );
+        warm_and_lead(&h);
+        send(
+            &h,
+            [
+                Input::Stale("pods"),
+                Input::PodApplied(pod("a").req("cpu", "1").build()),
+            ],
+        );
+        assert!(quiet(&mut h.binds), "nothing is scheduled on a stale cache");
+        assert!(h.ready.load(Ordering::Relaxed), "still ready");
+        send(&h, [Input::Synced("pods")]);
+        let bind = next(&mut h.binds).expect("scheduled once caught up");
+        assert_eq!(bind.task.assumed.name, "a");
+        h.inputs.send(Input::Shutdown).unwrap();
+        drop(h.inputs);
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn scheduling_pauses_at_the_most_bindings_outstanding() {
+        let mut h = start();
+        let pods = MAX_OUTSTANDING + 10;
+        let mut inputs = vec![Input::NodeApplied(
+            node("n1")
+                .capacity("10000", "10000Gi")
+                .alloc("pods", &pods.to_string())
+                .build(),
+        )];
+        inputs.extend((0..pods).map(|i| Input::PodApplied(pod(&format!("p{i}")).build())));
+        send(&h, inputs);
+        warm_and_lead(&h);
+        let mut decided = Vec::new();
+        while let Some(b) = next(&mut h.binds) {
+            decided.push(b);
+            if decided.len() == MAX_OUTSTANDING {
+                break;
+            }
+        }
+        assert_eq!(decided.len(), MAX_OUTSTANDING);
+        assert!(quiet(&mut h.binds), "no more than MAX_OUTSTANDING decided");
+        // One binding finishing is not enough to resume...
+        let first = decided.pop().expect("one");
+        send(&h, [Input::Bound(Box::new(first), BindOutcome::Bound)]);
+        assert!(quiet(&mut h.binds), "paused until RESUME_OUTSTANDING");
+        // ...but down to RESUME_OUTSTANDING is.
+        let done = MAX_OUTSTANDING - 1 - RESUME_OUTSTANDING;
+        for b in decided.drain(..done) {
+            send(&h, [Input::Bound(Box::new(b), BindOutcome::Bound)]);
+        }
+        let mut resumed = 0;
+        while next(&mut h.binds).is_some() {
+            resumed += 1;
+            if resumed == 10 {
+                break;
+            }
+        }
+        assert_eq!(
+            resumed, 10,
+            "the rest is decided once bindings have finished"
+        );
+        h.inputs.send(Input::Shutdown).unwrap();
+        drop(h.inputs);
         h.thread.join().unwrap();
     }
 }

@@ -126,6 +126,8 @@ pub struct Metrics {
     plugin_duration: Family<PluginLabels, BatchHistogram, fn() -> BatchHistogram>,
     goroutines: Family<OperationLabels, Gauge>,
     decision_log_dropped: Counter,
+    bindings_unconfirmed: Counter,
+    records_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -202,6 +204,18 @@ impl Metrics {
             "Decision records left out of the decision log file because its writer fell behind (they stay in memory)",
             decision_log_dropped.clone(),
         );
+        let bindings_unconfirmed = Counter::default();
+        registry.register(
+            "gantry_bindings_unconfirmed",
+            "Bindings the API server gave no definite answer to (a broken connection, a timeout, a 5xx, a conflict), whose pods were read back to learn the outcome",
+            bindings_unconfirmed.clone(),
+        );
+        let records_dropped = Counter::default();
+        registry.register(
+            "gantry_event_records_dropped",
+            "Events and PodScheduled conditions given up unwritten: retried for too long, or more pods waiting than the writer keeps",
+            records_dropped.clone(),
+        );
         let metrics = Metrics {
             registry,
             schedule_attempts,
@@ -214,6 +228,8 @@ impl Metrics {
             plugin_duration,
             goroutines,
             decision_log_dropped,
+            bindings_unconfirmed,
+            records_dropped,
         };
         // Series that exist from the start, so that a scrape sees them before any pod.
         metrics.set_pending(0, 0, 0, 0);
@@ -340,6 +356,16 @@ impl Metrics {
         self.decision_log_dropped.inc();
     }
 
+    /// A binding got no definite answer; its pod is read back.
+    pub fn binding_unconfirmed(&self) {
+        self.bindings_unconfirmed.inc();
+    }
+
+    /// `n` events or conditions were given up unwritten.
+    pub fn records_dropped(&self, n: u64) {
+        self.records_dropped.inc_by(n);
+    }
+
     /// The metrics in the Prometheus (OpenMetrics) text format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -380,6 +406,8 @@ mod tests {
         m.plugin_series("NodeResourcesFit", "Filter", Code::Unschedulable)
             .observe_many(0.001, 1);
         m.decision_log_dropped();
+        m.binding_unconfirmed();
+        m.records_dropped(2);
         let text = m.render();
         for line in [
             "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"gantry\"} 1",
@@ -391,6 +419,8 @@ mod tests {
             "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",
+            "gantry_bindings_unconfirmed_total 1",
+            "gantry_event_records_dropped_total 2",
             "gantry_decision_log_dropped_records_total 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

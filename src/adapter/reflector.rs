@@ -34,6 +34,8 @@ const WATCH_TIMEOUT_SECONDS: u32 = 290;
 const WATCH_IDLE: Duration = Duration::from_secs(WATCH_TIMEOUT_SECONDS as u64 + 5);
 /// A watch that ends sooner than this with no event in it counts as failed.
 const SHORTEST_WATCH: Duration = Duration::from_secs(1);
+/// A watch that lasted this long was healthy, even with nothing in it.
+const HEALTHY_WATCH: Duration = Duration::from_secs(10);
 /// Longest a list may take to arrive.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 /// First wait after an error; doubled up to [`MAX_RETRY`] while errors continue.
@@ -107,7 +109,10 @@ enum ListFrom {
 
 /// Lists and watches `api` (with `fields` as field selector) in `format` for ever, handing
 /// each event to `deliver`; stops when `deliver` returns false. A list is reported as `Init`,
-/// one `InitApply` per object and `InitDone`, whether it is the first or a relist.
+/// one `InitApply` per object and `InitDone`, whether it is the first or a relist. A watch
+/// that fails (other than by the server's regular end of the request) is followed by a
+/// relist, whose `Init` comes at once: from then until its `InitDone` the objects delivered
+/// before may be out of date.
 pub async fn run<K>(
     client: Client,
     api: Api<K>,
@@ -120,10 +125,17 @@ pub async fn run<K>(
 {
     let mut retry = FIRST_RETRY;
     let mut from = ListFrom::Any;
+    // After a failure the next list waits out the backoff, once `Init` has told the receiver
+    // that what it holds may be out of date.
+    let mut pause = false;
     'list: loop {
         if !deliver(Event::Init) {
             return;
         }
+        if pause {
+            backoff(&mut retry).await;
+        }
+        pause = true;
         let mut open = true;
         let listed = tokio::time::timeout(
             LIST_TIMEOUT,
@@ -156,14 +168,13 @@ pub async fn run<K>(
                     from = ListFrom::Latest;
                 }
                 tracing::warn!(watcher = name, error = %e, "list failed; retrying in {retry:?}");
-                backoff(&mut retry).await;
                 continue;
             }
         };
+        pause = false;
         if !deliver(Event::InitDone) {
             return;
         }
-        retry = FIRST_RETRY;
         loop {
             let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
             if let Some(f) = fields {
@@ -206,10 +217,15 @@ pub async fn run<K>(
                         Some(Err(e)) => break Some(e),
                     }
                     events += 1;
-                    retry = FIRST_RETRY;
                 },
                 Err(e) => Some(e),
             };
+            // A watch that delivered something, or lived long, was healthy: the next failure
+            // starts the backoff afresh. One that failed at once keeps doubling it, so that a
+            // server failing every watch is not relisted from in a tight loop.
+            if events > 0 || started.elapsed() >= HEALTHY_WATCH {
+                retry = FIRST_RETRY;
+            }
             // A watch the server closes at once, with nothing in it, is a failure (client-go's
             // "very short watch"): retried after a pause, not in a tight loop.
             let ended = match ended {
@@ -227,12 +243,16 @@ pub async fn run<K>(
                         watcher = name,
                         "watch version too old; relisting in {retry:?}"
                     );
-                    backoff(&mut retry).await;
                     continue 'list;
                 }
+                // The connection broke, or the API server failed the watch: whatever changed
+                // meanwhile (bindings whose answers were lost among them) is read from etcd,
+                // not from a watch cache that may still be catching up, before the objects
+                // are trusted again.
                 Some(e) => {
-                    tracing::warn!(watcher = name, error = %e, "watch failed; retrying in {retry:?}");
-                    backoff(&mut retry).await;
+                    from = ListFrom::Latest;
+                    tracing::warn!(watcher = name, error = %e, "watch failed; relisting in {retry:?}");
+                    continue 'list;
                 }
             }
         }

@@ -320,7 +320,12 @@ impl Relist {
     ) -> Vec<Input> {
         let mut out = Vec::new();
         match event {
-            Event::Init => self.relisting = Some(HashSet::new()),
+            Event::Init => {
+                self.relisting = Some(HashSet::new());
+                if self.synced {
+                    out.push(Input::Stale(name));
+                }
+            }
             Event::InitApply(obj) => {
                 let key = key_of(&obj);
                 if let Some(fresh) = &mut self.relisting {
@@ -341,8 +346,8 @@ impl Relist {
                 if !self.synced {
                     self.synced = true;
                     tracing::info!(watcher = name, objects = self.known.len(), "listed");
-                    out.push(Input::Synced(name));
                 }
+                out.push(Input::Synced(name));
             }
             Event::Apply(obj) => {
                 self.known.insert(key_of(&obj));
@@ -525,6 +530,7 @@ mod tests {
                 Input::NodeApplied(n) => format!("+{}", n.name),
                 Input::NodeDeleted(n) => format!("-{n}"),
                 Input::Synced(w) => format!("synced {w}"),
+                Input::Stale(w) => format!("stale {w}"),
                 other => format!("{other:?}"),
             })
             .collect()
@@ -559,7 +565,11 @@ mod tests {
         ] {
             out.extend(r.step(e, &Nodes, "nodes"));
         }
-        assert_eq!(names(&out), ["+c", "+d", "-b"], "synced only once");
+        assert_eq!(
+            names(&out),
+            ["stale nodes", "+c", "+d", "-b", "synced nodes"],
+            "stale from the relist's start until its end"
+        );
     }
 
     #[test]
