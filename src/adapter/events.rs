@@ -11,8 +11,15 @@
 //! while bindings are outstanding the writer holds its records back, and writes only those
 //! waiting longer than [`MAX_DEFERRAL`], one at a time. Once no binding is outstanding it
 //! writes everything, [`MAX_CONCURRENT_WRITES`] at a time.
+//!
+//! A write that fails for a reason that may pass (the API server unreachable or overloaded)
+//! is retried with backoff, for [`MAX_RETRY_AGE`] at most; an event keeps the name and time
+//! it was given when recorded, so that a retry of an event whose first try was written after
+//! all is refused as a duplicate instead of written twice. At most [`MAX_PENDING_PODS`] pods'
+//! writes wait at once: a long outage cannot grow the writer's memory without limit.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +32,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
+
+use super::metrics::Metrics;
 
 /// The reason of the warning event for a failed attempt.
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
@@ -51,6 +60,14 @@ const HOLD_RECHECK: Duration = Duration::from_millis(50);
 const MAX_PENDING_EVENTS: usize = 4;
 /// An identical failure event is not repeated sooner than this.
 const REPEAT_INTERVAL: Duration = Duration::from_secs(60);
+/// First wait before a failed write is retried; doubled per failure up to [`MAX_RETRY_WAIT`].
+const FIRST_RETRY_WAIT: Duration = Duration::from_secs(1);
+/// Longest wait between tries of a write.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(30);
+/// A write still failing this long after its first failure is given up.
+pub const MAX_RETRY_AGE: Duration = Duration::from_secs(15 * 60);
+/// Most pods with writes waiting; beyond it the oldest pod's writes are given up.
+pub const MAX_PENDING_PODS: usize = 50_000;
 
 /// The pod an event or condition is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,14 +165,19 @@ impl Recorder {
 }
 
 /// Starts the writer. It stops once every [`Recorder`] is dropped and all it holds is
-/// written. `identity` is the `reportingInstance` of the events.
-pub fn spawn(client: Client, identity: String) -> (Recorder, tokio::task::JoinHandle<()>) {
+/// written (or given up). `identity` is the `reportingInstance` of the events.
+pub fn spawn(
+    client: Client,
+    identity: String,
+    metrics: Arc<Metrics>,
+) -> (Recorder, tokio::task::JoinHandle<()>) {
     let (recorder, rx) = Recorder::channel();
     let writer = Writer {
         client,
         identity,
         state: State::default(),
         bindings: recorder.bindings.clone(),
+        metrics,
     };
     (recorder, tokio::spawn(writer.run(rx)))
 }
@@ -168,6 +190,8 @@ struct EventSpec {
     reason: &'static str,
     action: &'static str,
     note: Note,
+    /// When it was recorded: its `eventTime`, and part of its name.
+    at: Timestamp,
 }
 
 /// An event's note; a binding's is written out only when the event is (thousands of
@@ -204,6 +228,48 @@ struct ConditionSpec {
 struct Pending {
     condition: Option<Box<ConditionSpec>>,
     events: VecDeque<EventSpec>,
+    /// Set once a write of this pod's failed: how often, and when to try again.
+    retry: Option<Box<Retry>>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.condition.is_none() && self.events.is_empty()
+    }
+
+    /// The pod the writes are about.
+    fn key(&self) -> Option<(String, String)> {
+        let pod = match (&self.condition, self.events.front()) {
+            (Some(c), _) => &c.pod,
+            (None, Some(e)) => &e.pod,
+            (None, None) => return None,
+        };
+        Some(pod.key())
+    }
+
+    /// How many records this holds (for the count of those given up).
+    fn records(&self) -> u64 {
+        u64::from(self.condition.is_some()) + self.events.len() as u64
+    }
+
+    /// Not to be tried before a retry's time.
+    fn waits_at(&self, now: Instant) -> Option<Instant> {
+        self.retry
+            .as_ref()
+            .map(|r| r.not_before)
+            .filter(|t| *t > now)
+    }
+}
+
+/// The failed tries of one pod's writes.
+#[derive(Debug, Clone)]
+struct Retry {
+    /// Failed tries so far.
+    tries: u32,
+    /// When the first try failed.
+    since: Instant,
+    /// When the next try may start.
+    not_before: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -220,15 +286,124 @@ struct State {
     pending: HashMap<(String, String), Pending>,
     /// The pods with pending writes, oldest first, with when their first write was queued.
     order: VecDeque<((String, String), Instant)>,
+    /// Pods whose writes wait for a retry, by when it is due (an entry may be out of date:
+    /// each is checked against `pending` when it comes due).
+    retries: BinaryHeap<Reverse<(Instant, (String, String))>>,
     seen: HashMap<(String, String), Seen>,
+    /// Records given up since the last [`State::take_dropped`].
+    dropped: u64,
 }
 
 impl State {
     fn pending_for(&mut self, key: (String, String), now: Instant) -> &mut Pending {
         if !self.pending.contains_key(&key) {
+            if self.pending.len() >= MAX_PENDING_PODS {
+                self.drop_oldest();
+            }
             self.order.push_back((key.clone(), now));
         }
         self.pending.entry(key).or_default()
+    }
+
+    /// Gives up the writes of the pod that has waited longest (the writer is full).
+    fn drop_oldest(&mut self) {
+        let oldest = std::iter::from_fn(|| self.order.pop_front().map(|(k, _)| k))
+            .chain(std::iter::from_fn(|| {
+                self.retries.pop().map(|Reverse((_, k))| k)
+            }))
+            .find_map(|k| self.pending.remove(&k));
+        if let Some(p) = oldest {
+            self.dropped += p.records();
+        }
+    }
+
+    /// Records given up since the last call.
+    fn take_dropped(&mut self) -> u64 {
+        std::mem::take(&mut self.dropped)
+    }
+
+    /// A write failed and may succeed later: what was not written goes back, to be tried
+    /// again after a backoff, joined with whatever was recorded for the pod meanwhile (whose
+    /// condition, being newer, wins). Given up after [`MAX_RETRY_AGE`].
+    fn failed(&mut self, mut unwritten: Pending, now: Instant) {
+        let Some(key) = unwritten.key() else { return };
+        let mut retry = unwritten.retry.take().map_or(
+            Retry {
+                tries: 0,
+                since: now,
+                not_before: now,
+            },
+            |r| *r,
+        );
+        retry.tries += 1;
+        if now.saturating_duration_since(retry.since) >= MAX_RETRY_AGE {
+            tracing::warn!(pod = %format!("{}/{}", key.0, key.1), tries = retry.tries, "events and conditions given up unwritten");
+            self.dropped += unwritten.records();
+            return;
+        }
+        let shift = (retry.tries - 1).min(16);
+        let wait = FIRST_RETRY_WAIT
+            .saturating_mul(1 << shift)
+            .min(MAX_RETRY_WAIT);
+        retry.not_before = now + wait;
+        // A condition is written only while it is still the pod's latest (not after the pod
+        // was bound, or failed again differently).
+        let current = self.seen.get(&key).and_then(|s| s.condition.as_ref());
+        let condition = unwritten.condition.take().filter(|c| {
+            current.is_some_and(|(reason, message, _)| *reason == c.reason && *message == c.message)
+        });
+        if condition.is_none() && unwritten.events.is_empty() {
+            return;
+        }
+        let due = retry.not_before;
+        if !self.pending.contains_key(&key) && self.pending.len() >= MAX_PENDING_PODS {
+            self.drop_oldest();
+        }
+        let pending = self.pending.entry(key.clone()).or_default();
+        if pending.condition.is_none() {
+            pending.condition = condition;
+        }
+        while let Some(e) = unwritten.events.pop_back() {
+            if pending.events.len() == MAX_PENDING_EVENTS {
+                self.dropped += 1;
+                continue;
+            }
+            pending.events.push_front(e);
+        }
+        pending.retry = Some(Box::new(retry));
+        self.retries.push(Reverse((due, key)));
+    }
+
+    /// When the earliest retry is due, if any waits.
+    fn next_retry(&self) -> Option<Instant> {
+        self.retries.peek().map(|Reverse((due, _))| *due)
+    }
+
+    /// Puts the pods whose retry is due at `now` first in line: theirs are the oldest writes.
+    fn requeue_due_retries(&mut self, now: Instant) {
+        while self.next_retry().is_some_and(|due| due <= now) {
+            let Some(Reverse((_, key))) = self.retries.pop() else {
+                break;
+            };
+            let since = self
+                .pending
+                .get(&key)
+                .filter(|p| p.waits_at(now).is_none())
+                .and_then(|p| p.retry.as_ref())
+                .map(|r| r.since);
+            if let Some(since) = since {
+                self.order.push_front((key, since));
+            }
+        }
+    }
+
+    /// The pod's writes if they are due at `now` (not waiting for a retry) and not empty.
+    fn take_ready(&mut self, key: &(String, String), now: Instant) -> Option<Pending> {
+        if self.pending.get(key)?.waits_at(now).is_some() {
+            // Stays: its retry is in `retries`.
+            return None;
+        }
+        self.pending.remove(key).filter(|p| !p.is_empty())
     }
 
     fn merge(&mut self, record: Record, now: Instant, wall: Timestamp) {
@@ -253,6 +428,7 @@ impl State {
                         reason: REASON_FAILED_SCHEDULING,
                         action: "Scheduling",
                         note: Note::Text(message.clone()),
+                        at: wall,
                     }
                 });
                 let condition = match &seen.condition {
@@ -295,6 +471,7 @@ impl State {
                         reason: REASON_SCHEDULED,
                         action: "Binding",
                         note: Note::AssignedTo(node),
+                        at: wall,
                     },
                 );
             }
@@ -314,16 +491,18 @@ impl State {
                         reason,
                         action: "Binding",
                         note: Note::Text(note),
+                        at: wall,
                     },
                 );
             }
             Record::Binding { namespace, name } => {
                 let key = (namespace, name);
-                if let Some(p) = self.pending.get_mut(&key)
-                    && p.condition.take().is_some()
-                    && let Some(seen) = self.seen.get_mut(&key)
-                {
-                    // Never written: the next failure must be written even if it repeats.
+                if let Some(p) = self.pending.get_mut(&key) {
+                    p.condition = None;
+                }
+                // Whether written or not, the condition is no longer the pod's latest: a
+                // retry of it is not written, and the next failure is, even if it repeats.
+                if let Some(seen) = self.seen.get_mut(&key) {
                     seen.condition = None;
                 }
             }
@@ -335,12 +514,11 @@ impl State {
         }
     }
 
-    /// The next pod's pending writes, oldest first.
-    fn next(&mut self) -> Option<Pending> {
+    /// The next pod's pending writes due at `now`, oldest first.
+    fn next(&mut self, now: Instant) -> Option<Pending> {
+        self.requeue_due_retries(now);
         while let Some((key, _)) = self.order.pop_front() {
-            if let Some(p) = self.pending.remove(&key)
-                && (p.condition.is_some() || !p.events.is_empty())
-            {
+            if let Some(p) = self.take_ready(&key, now) {
                 return Some(p);
             }
         }
@@ -349,18 +527,18 @@ impl State {
 
     /// The next pod's pending writes if they have waited [`MAX_DEFERRAL`] at `now`.
     fn next_overdue(&mut self, now: Instant) -> Option<Pending> {
+        self.requeue_due_retries(now);
         while let Some((key, since)) = self.order.front() {
             let live = self
                 .pending
                 .get(key)
-                .is_some_and(|p| p.condition.is_some() || !p.events.is_empty());
+                .is_some_and(|p| !p.is_empty() && p.waits_at(now).is_none());
             if live && now.saturating_duration_since(*since) < MAX_DEFERRAL {
                 return None;
             }
             let (key, _) = self.order.pop_front()?;
-            let pending = self.pending.remove(&key);
             if live {
-                return pending;
+                return self.pending.remove(&key);
             }
         }
         None
@@ -372,7 +550,7 @@ impl State {
         if busy {
             self.next_overdue(now)
         } else {
-            self.next()
+            self.next(now)
         }
     }
 }
@@ -401,6 +579,7 @@ struct Writer {
     state: State,
     /// Bindings outstanding, as the scheduling thread last said.
     bindings: Arc<AtomicUsize>,
+    metrics: Arc<Metrics>,
 }
 
 impl Writer {
@@ -417,23 +596,48 @@ impl Writer {
                 };
                 writes.spawn(write(self.client.clone(), self.identity.clone(), work));
             }
+            let dropped = self.state.take_dropped();
+            if dropped > 0 {
+                self.metrics.records_dropped(dropped);
+            }
             if !open && writes.is_empty() && self.state.pending.is_empty() {
                 return;
             }
             let holding = busy && !self.state.pending.is_empty();
+            let retry_at = self.state.next_retry().map(tokio::time::Instant::from_std);
             tokio::select! {
                 record = rx.recv(), if open => match record {
                     Some(r) => self.state.merge(r, Instant::now(), Timestamp::now()),
                     None => open = false,
                 },
-                Some(_) = writes.join_next(), if !writes.is_empty() => {}
+                Some(done) = writes.join_next(), if !writes.is_empty() => {
+                    if let Ok(unwritten) = done
+                        && !unwritten.is_empty()
+                    {
+                        self.state.failed(unwritten, Instant::now());
+                    }
+                }
                 () = tokio::time::sleep(HOLD_RECHECK), if holding => {}
+                () = sleep_until(retry_at), if retry_at.is_some() => {}
             }
         }
     }
 }
 
-async fn write(client: Client, identity: String, work: Pending) {
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes one pod's condition and events; yields what failed for a reason that may pass,
+/// to be tried again.
+async fn write(client: Client, identity: String, work: Pending) -> Pending {
+    let mut unwritten = Pending {
+        retry: work.retry,
+        ..Pending::default()
+    };
     if let Some(c) = work.condition {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &c.pod.namespace);
         let patch = serde_json::json!({
@@ -446,45 +650,70 @@ async fn write(client: Client, identity: String, work: Pending) {
                 "lastTransitionTime": Time(c.transition),
             }]}
         });
-        if let Err(e) = pods
+        let result = pods
             .patch_status(
                 &c.pod.name,
                 &PatchParams::default(),
                 &Patch::Strategic(&patch),
             )
             .await
-        {
-            log_failure("PodScheduled condition", &c.pod, &e);
+            .map(drop);
+        if judge(result, "PodScheduled condition", &c.pod) == Written::Later {
+            unwritten.condition = Some(c);
         }
     }
     for e in work.events {
         let events: Api<Event> = Api::namespaced(client.clone(), &e.pod.namespace);
-        let event = build_event(&e, &identity, Timestamp::now());
-        if let Err(err) = events.create(&PostParams::default(), &event).await {
-            log_failure("event", &e.pod, &err);
+        let event = build_event(&e, &identity);
+        let result = match events.create(&PostParams::default(), &event).await {
+            // Written by an earlier try whose answer was lost.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            other => other.map(drop),
+        };
+        if judge(result, "event", &e.pod) == Written::Later {
+            unwritten.events.push_back(e);
+        }
+    }
+    unwritten
+}
+
+/// What became of a write.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written, or never to be (the pod is gone, or the API server refused it for good).
+    Settled,
+    /// Failed for a reason that may pass: try again.
+    Later,
+}
+
+/// Sorts a write's result, logging what is worth a line.
+fn judge(result: Result<(), kube::Error>, what: &str, pod: &PodRef) -> Written {
+    let pod = format!("{}/{}", pod.namespace, pod.name);
+    match result {
+        Ok(()) => Written::Settled,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            tracing::debug!(%pod, "{what} not written: pod or namespace gone");
+            Written::Settled
+        }
+        Err(kube::Error::Api(s)) if (400..500).contains(&s.code) && s.code != 429 => {
+            tracing::warn!(%pod, code = s.code, error = %s.message, "{what} refused by the API server");
+            Written::Settled
+        }
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "cannot write {what} yet; retrying");
+            Written::Later
         }
     }
 }
 
-fn log_failure(what: &str, pod: &PodRef, e: &kube::Error) {
-    match e {
-        kube::Error::Api(s) if s.code == 404 => {
-            tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), "{what} not written: pod or namespace gone");
-        }
-        _ => {
-            tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), error = %e, "cannot write {what}");
-        }
-    }
-}
-
-fn build_event(e: &EventSpec, identity: &str, now: Timestamp) -> Event {
+fn build_event(e: &EventSpec, identity: &str) -> Event {
     Event {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{:x}", e.pod.name, now.as_nanosecond())),
+            name: Some(format!("{}.{:x}", e.pod.name, e.at.as_nanosecond())),
             namespace: Some(e.pod.namespace.clone()),
             ..Default::default()
         },
-        event_time: Some(MicroTime(now)),
+        event_time: Some(MicroTime(e.at)),
         action: Some(e.action.to_string()),
         reason: Some(e.reason.to_string()),
         note: Some(truncate(&e.note(), MAX_NOTE_BYTES)),
@@ -551,25 +780,25 @@ mod tests {
             t0,
             w0,
         );
-        let p = s.next().expect("pending");
+        let p = s.next(Instant::now()).expect("pending");
         assert_eq!(p.events.len(), 2, "both failures are recorded as events");
         let c = p.condition.expect("condition");
         assert_eq!(c.message, "0/2 nodes are available: 2 Insufficient cpu.");
-        assert!(s.next().is_none());
+        assert!(s.next(Instant::now()).is_none());
         // The same failure again, soon after: nothing to write.
         s.merge(
             failed("a", "0/2 nodes are available: 2 Insufficient cpu."),
             t0 + Duration::from_secs(5),
             w0,
         );
-        assert!(s.next().is_none());
+        assert!(s.next(Instant::now()).is_none());
         // A minute later the event is repeated, the unchanged condition is not.
         s.merge(
             failed("a", "0/2 nodes are available: 2 Insufficient cpu."),
             t0 + REPEAT_INTERVAL,
             w0,
         );
-        let p = s.next().expect("pending");
+        let p = s.next(Instant::now()).expect("pending");
         assert_eq!(p.events.len(), 1);
         assert!(p.condition.is_none());
     }
@@ -580,13 +809,13 @@ mod tests {
         let t0 = Instant::now();
         let w0 = Timestamp::from_second(1_000).unwrap();
         s.merge(failed("a", "first"), t0, w0);
-        s.next();
+        s.next(Instant::now());
         s.merge(
             failed("a", "second"),
             t0,
             Timestamp::from_second(2_000).unwrap(),
         );
-        let c = s.next().unwrap().condition.unwrap();
+        let c = s.next(Instant::now()).unwrap().condition.unwrap();
         assert_eq!((c.message.as_str(), c.transition), ("second", w0));
     }
 
@@ -604,12 +833,12 @@ mod tests {
             t0,
             w0,
         );
-        let p = s.next().unwrap();
+        let p = s.next(Instant::now()).unwrap();
         assert!(p.condition.is_none(), "stale condition dropped");
         assert_eq!(p.events.len(), 1, "the failure event stays");
         // The same failure later is written again: the condition never was.
         s.merge(failed("a", "no"), t0, w0);
-        assert!(s.next().unwrap().condition.is_some());
+        assert!(s.next(Instant::now()).unwrap().condition.is_some());
         s.merge(
             Record::Scheduled {
                 pod: pod("a"),
@@ -619,7 +848,7 @@ mod tests {
             t0,
             w0,
         );
-        let p = s.next().unwrap();
+        let p = s.next(Instant::now()).unwrap();
         assert_eq!(p.events[0].note(), "Successfully assigned ns/a to n1");
         assert_eq!(p.events[0].reason, REASON_SCHEDULED);
     }
@@ -648,7 +877,7 @@ mod tests {
             t0,
             w0,
         );
-        let p = s.next().unwrap();
+        let p = s.next(Instant::now()).unwrap();
         assert_eq!(p.events.len(), 2);
         let e = &p.events[1];
         assert_eq!(
@@ -676,9 +905,9 @@ mod tests {
             t0,
             Timestamp::now(),
         );
-        let p = s.next().unwrap();
+        let p = s.next(Instant::now()).unwrap();
         assert_eq!(p.events[0].pod.name, "b");
-        assert!(s.next().is_none());
+        assert!(s.next(Instant::now()).is_none());
         assert!(!s.seen.contains_key(&("ns".to_string(), "a".to_string())));
     }
 
@@ -773,8 +1002,9 @@ mod tests {
             reason: REASON_FAILED_SCHEDULING,
             action: "Scheduling",
             note: Note::Text("é".repeat(600)),
+            at: Timestamp::from_second(1).unwrap(),
         };
-        let e = build_event(&spec, "host_1", Timestamp::from_second(1).unwrap());
+        let e = build_event(&spec, "host_1");
         assert_eq!(e.metadata.name.as_deref(), Some("web.3b9aca00"));
         assert_eq!(e.note.as_ref().unwrap().len(), 1024);
         assert_eq!(e.reporting_controller.as_deref(), Some("gantry"));
@@ -782,5 +1012,90 @@ mod tests {
         let regarding = e.regarding.unwrap();
         assert_eq!(regarding.uid.as_deref(), Some("uid-web"));
         assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+    }
+
+    fn key(name: &str) -> (String, String) {
+        ("ns".to_string(), name.to_string())
+    }
+
+    #[test]
+    fn a_failed_write_is_retried_after_a_backoff_that_doubles() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("a", "no"), t0, Timestamp::now());
+        let p = s.next(t0).expect("pending");
+        s.failed(p, t0);
+        assert!(s.next(t0).is_none(), "waits for its retry");
+        assert_eq!(s.next_retry(), Some(t0 + FIRST_RETRY_WAIT));
+        let p = s.next(t0 + FIRST_RETRY_WAIT).expect("due");
+        assert!(p.condition.is_some(), "the condition is still the latest");
+        assert_eq!(p.events.len(), 1);
+        let t1 = t0 + FIRST_RETRY_WAIT;
+        s.failed(p, t1);
+        assert_eq!(s.next_retry(), Some(t1 + 2 * FIRST_RETRY_WAIT));
+        assert!(s.next(t1 + FIRST_RETRY_WAIT).is_none());
+        assert!(s.next(t1 + 2 * FIRST_RETRY_WAIT).is_some());
+    }
+
+    #[test]
+    fn a_retry_joins_what_was_recorded_meanwhile_and_a_stale_condition_is_dropped() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("a", "first"), t0, Timestamp::now());
+        let p = s.next(t0).expect("pending");
+        // While the write is failing, the pod fails differently.
+        s.merge(failed("a", "second"), t0, Timestamp::now());
+        s.failed(p, t0);
+        assert!(
+            s.next(t0).is_none(),
+            "the newer records wait with the retry"
+        );
+        let p = s.next(t0 + FIRST_RETRY_WAIT).expect("due");
+        assert_eq!(p.condition.expect("condition").message, "second");
+        let notes: Vec<_> = p.events.iter().map(|e| e.note().into_owned()).collect();
+        assert_eq!(notes, ["first", "second"], "events keep their order");
+        // A condition whose pod was bound meanwhile is not retried.
+        s.merge(failed("b", "no"), t0, Timestamp::now());
+        let mut p = s.next(t0).expect("pending");
+        p.events.clear();
+        s.merge(
+            Record::Binding {
+                namespace: "ns".to_string(),
+                name: "b".to_string(),
+            },
+            t0,
+            Timestamp::now(),
+        );
+        s.failed(p, t0);
+        assert!(!s.pending.contains_key(&key("b")));
+    }
+
+    #[test]
+    fn writes_failing_for_too_long_are_given_up_and_counted() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("a", "no"), t0, Timestamp::now());
+        let p = s.next(t0).expect("pending");
+        s.failed(p, t0);
+        let late = t0 + MAX_RETRY_AGE;
+        let p = s.next(late).expect("due");
+        s.failed(p, late);
+        assert!(s.pending.is_empty());
+        assert!(s.next(late + MAX_RETRY_WAIT).is_none());
+        assert_eq!(s.take_dropped(), 2, "the condition and the event");
+        assert_eq!(s.take_dropped(), 0);
+    }
+
+    #[test]
+    fn the_writes_waiting_are_bounded_by_giving_up_the_oldest() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        for i in 0..MAX_PENDING_PODS + 2 {
+            s.merge(failed(&format!("p{i}"), "no"), t0, Timestamp::now());
+        }
+        assert_eq!(s.pending.len(), MAX_PENDING_PODS);
+        assert_eq!(s.take_dropped(), 4, "two pods' condition and event");
+        let first = s.next(t0).expect("pending");
+        assert_eq!(first.events[0].pod.name, "p2");
     }
 }

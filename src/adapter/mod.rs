@@ -172,7 +172,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let mut signals = Signals::new()?;
     let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let (bind_tx, bind_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (recorder, events_task) = events::spawn(client.clone(), identity.clone());
+    let (recorder, events_task) = events::spawn(client.clone(), identity.clone(), metrics.clone());
     let binder_task = tokio::spawn(binder::run(
         client.clone(),
         bind_rx,
