@@ -499,21 +499,128 @@ impl Proxy {
 
     /// A copy of `kubeconfig` (in `dir`) pointing at the proxy.
     pub fn kubeconfig(&self, kubeconfig: &Path, dir: &Path) -> PathBuf {
-        let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
-        let rewritten: String = text
-            .lines()
-            .map(|l| {
-                if l.trim_start().starts_with("server: ") {
-                    format!("    server: https://{}\n", self.addr)
-                } else {
-                    format!("{l}\n")
-                }
-            })
-            .collect();
-        let path = dir.join(format!("kubeconfig-proxy-{}", self.addr.port()));
-        std::fs::write(&path, rewritten).expect("write kubeconfig");
-        path
+        kubeconfig_via(self.addr, kubeconfig, dir)
     }
+}
+
+/// A copy of `kubeconfig` (in `dir`) whose server is `addr` (a proxy in front of the API
+/// server; the server's certificate names 127.0.0.1, whatever the port).
+fn kubeconfig_via(addr: SocketAddr, kubeconfig: &Path, dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let rewritten: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("server: ") {
+                format!("    server: https://{addr}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let path = dir.join(format!("kubeconfig-proxy-{}", addr.port()));
+    std::fs::write(&path, rewritten).expect("write kubeconfig");
+    path
+}
+
+/// A TCP proxy in front of the API server whose network can be cut as a failing network
+/// cuts it: what clients send still reaches the server for a moment while its answers are
+/// lost (so requests the server carries out get no answer), then every connection is closed
+/// and new ones are refused until the network is restored.
+pub struct CutProxy {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    state: Arc<CutState>,
+}
+
+#[derive(Default)]
+struct CutState {
+    /// New connections are closed at once.
+    down: AtomicBool,
+    /// The server's answers are dropped.
+    deaf: AtomicBool,
+    /// Both ends of every connection made, to close them.
+    open: Mutex<Vec<TcpStream>>,
+}
+
+impl CutProxy {
+    /// A proxy to `target`.
+    pub fn start(target: SocketAddr) -> CutProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listener");
+        let addr = listener.local_addr().expect("proxy addr");
+        let state = Arc::new(CutState::default());
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if st.down.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(std::net::Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(target) else {
+                    continue;
+                };
+                let clones = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                );
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = clones else {
+                    continue;
+                };
+                st.open
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend([c3, s3]);
+                std::thread::spawn(move || pipe(client, server, None));
+                let deaf = st.clone();
+                std::thread::spawn(move || pipe_answers(s2, c2, &deaf));
+            }
+        });
+        CutProxy { addr, state }
+    }
+
+    /// Cuts the network: for `answers_lost_for` the server's answers are dropped while
+    /// requests still reach it, then every connection is closed, and new ones are refused
+    /// until [`CutProxy::restore`].
+    pub fn cut(&self, answers_lost_for: Duration) {
+        self.state.deaf.store(true, Ordering::SeqCst);
+        std::thread::sleep(answers_lost_for);
+        self.state.down.store(true, Ordering::SeqCst);
+        let open = std::mem::take(&mut *self.state.open.lock().unwrap_or_else(|e| e.into_inner()));
+        for stream in open {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+        self.state.deaf.store(false, Ordering::SeqCst);
+    }
+
+    /// Accepts connections again.
+    pub fn restore(&self) {
+        self.state.down.store(false, Ordering::SeqCst);
+    }
+
+    /// A copy of `kubeconfig` (in `dir`) pointing at the proxy.
+    pub fn kubeconfig(&self, kubeconfig: &Path, dir: &Path) -> PathBuf {
+        kubeconfig_via(self.addr, kubeconfig, dir)
+    }
+}
+
+/// Copies the server's answers to the client, dropping them while the network is deaf.
+fn pipe_answers(mut from: TcpStream, mut to: TcpStream, state: &CutState) {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if state.deaf.load(Ordering::SeqCst) {
+            continue;
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
 }
 
 fn pipe(mut from: TcpStream, mut to: TcpStream, hold: Option<Arc<AtomicBool>>) {
