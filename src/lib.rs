@@ -15,6 +15,7 @@ pub mod queue;
 pub mod scheduler;
 mod signals;
 pub mod sim;
+pub mod suggest;
 pub mod synthetic;
 pub mod testing;
 pub mod webhook;

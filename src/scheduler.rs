@@ -11,11 +11,11 @@ use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
 };
-use crate::decision::suggest::{self, Suggestion};
 use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
 use crate::model::load::LoadSample;
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
+use crate::suggest::{self, Suggestion};
 
 /// How many of the best nodes each attempt reports with their scores.
 pub const TOP_SCORES: usize = 5;

@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -15,7 +14,6 @@ use kube::core::Request;
 use kube::{Api, Client};
 use tokio::sync::{Semaphore, mpsc};
 
-use super::driver::Input;
 use super::metrics::Metrics;
 use crate::framework::Code;
 use crate::scheduler::BindTask;
@@ -74,13 +72,13 @@ enum Answer {
     Unknown(String),
 }
 
-/// Carries out every request from `requests`, reporting each outcome to `results`, until
+/// Carries out every request from `requests`, handing each outcome to `report`, until
 /// the channel closes and all bindings in flight are done (or, at shutdown, [`SHUTDOWN_WAIT`]
 /// has passed: a binding still being read back then is left to the next leader's lists).
 pub async fn run(
     client: Client,
     mut requests: mpsc::UnboundedReceiver<BindRequest>,
-    results: Sender<Input>,
+    report: impl Fn(Box<BindRequest>, BindOutcome) + Clone + Send + 'static,
     metrics: Arc<Metrics>,
 ) {
     let limit = Arc::new(Semaphore::new(FIRST_IN_FLIGHT));
@@ -89,7 +87,7 @@ pub async fn run(
         let Ok(permit) = limit.clone().acquire_owned().await else {
             return;
         };
-        let (client, results, metrics) = (client.clone(), results.clone(), metrics.clone());
+        let (client, report, metrics) = (client.clone(), report.clone(), metrics.clone());
         let (limit, withheld) = (limit.clone(), withheld.clone());
         tokio::spawn(async move {
             let start = Instant::now();
@@ -119,9 +117,7 @@ pub async fn run(
             // The permit is held while the binding is read back: when the API server is
             // unreachable, no new binding is sent before the earlier ones are settled.
             drop(permit);
-            // The scheduling thread is gone only when shutting down; the result no longer
-            // matters then.
-            let _ = results.send(Input::Bound(Box::new(request), outcome));
+            report(Box::new(request), outcome);
         });
     }
     // Every permit back in the semaphore means no binding is in flight any more.

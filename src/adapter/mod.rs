@@ -173,10 +173,15 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let (bind_tx, bind_rx) = tokio::sync::mpsc::unbounded_channel();
     let (recorder, events_task) = events::spawn(client.clone(), identity.clone(), metrics.clone());
+    let bound = inputs.clone();
     let binder_task = tokio::spawn(binder::run(
         client.clone(),
         bind_rx,
-        inputs.clone(),
+        move |request, outcome| {
+            // The scheduling thread is gone only when shutting down; the result no longer
+            // matters then.
+            let _ = bound.send(Input::Bound(request, outcome));
+        },
         metrics.clone(),
     ));
     let watchers = watch::spawn_all(
@@ -188,7 +193,11 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let load_task = match &node_load.source {
         LoadSource::Prometheus(source) => {
             tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");
-            Some(node_load::spawn_prometheus(source.clone(), inputs.clone()))
+            let inputs = inputs.clone();
+            Some(node_load::spawn_prometheus(
+                source.clone(),
+                move |readings| inputs.send(Input::NodeLoads(readings)).is_ok(),
+            ))
         }
         LoadSource::Annotations => {
             tracing::info!("node load from node annotations");

@@ -6,8 +6,8 @@
 //!   PromQL expression per resource, each giving a utilisation fraction per node, keyed by a
 //!   label (`instance` by default, a `:port` suffix dropped). The defaults read node-exporter's
 //!   `node_cpu_seconds_total` and `node_memory_*` metrics. A node's sample carries the
-//!   evaluation time Prometheus reports. Readings go to the scheduling thread as
-//!   [`Input::NodeLoads`]; a failed query is logged and sends nothing, so the samples age and
+//!   evaluation time Prometheus reports. Readings are reported to the scheduling thread (as
+//!   its `NodeLoads` input); a failed query is logged and reports nothing, so the samples age and
 //!   the plugins treat them as their configuration says: scheduling never waits for it.
 //! - **Annotations** written by an external agent: `gantry.io/cpu-utilization` and
 //!   `gantry.io/memory-utilization` (fractions) with `gantry.io/metrics-timestamp` (RFC 3339),
@@ -19,7 +19,6 @@
 //! before the measurement still count as not reflected in it.
 
 use std::collections::HashMap;
-use std::sync::mpsc::Sender;
 use std::time::{Duration, SystemTime};
 
 use http_body_util::{BodyExt, Empty};
@@ -29,7 +28,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 
-use super::driver::Input;
 use crate::model::NodeModel;
 use crate::model::load::{LoadSample, load_from_annotations};
 
@@ -197,7 +195,7 @@ impl NodeLoadSettings {
 /// `inputs` until the scheduling thread is gone.
 pub fn spawn_prometheus(
     source: PrometheusSource,
-    inputs: Sender<Input>,
+    mut report: impl FnMut(Vec<NodeReading>) -> bool + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
@@ -212,7 +210,7 @@ pub fn spawn_prometheus(
                         tracing::info!(url = %source.url, "node load from Prometheus again");
                     }
                     tracing::debug!(nodes = readings.len(), "node load read");
-                    if inputs.send(Input::NodeLoads(readings)).is_err() {
+                    if !report(readings) {
                         return;
                     }
                 }

@@ -223,7 +223,7 @@ mod tests {
 
     use super::*;
     use crate::decision::record::{Rejection, TopNode};
-    use crate::decision::suggest::{Shortfall, Suggestion};
+    use crate::suggest::{Shortfall, Suggestion};
 
     fn base(result: Outcome) -> DecisionRecord {
         DecisionRecord {

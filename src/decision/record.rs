@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::suggest::Suggestion;
 use crate::cycle::RejectionCount;
 use crate::scheduler::Attempt;
+use crate::suggest::Suggestion;
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +53,7 @@ pub struct Rejection {
 #[serde(rename_all = "camelCase")]
 pub struct TopNode {
     /// The node.
-    #[serde(with = "super::arc_str")]
+    #[serde(with = "crate::model::arc_str")]
     pub node: Arc<str>,
     /// Each score plugin's normalized score times its weight, in the order of
     /// [`DecisionRecord::score_plugins`].
@@ -83,7 +83,7 @@ pub struct DecisionRecord {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "super::arc_str::option"
+        with = "crate::model::arc_str::option"
     )]
     pub node: Option<Arc<str>>,
     /// kube-scheduler's message, when unschedulable (`0/5 nodes are available: ...`) or

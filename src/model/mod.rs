@@ -1,6 +1,7 @@
 //! The compact model: nodes and pods converted once, at the edge, into the views the
 //! scheduler computes with. No full API object is kept.
 
+pub(crate) mod arc_str;
 pub mod gpu;
 pub mod labels;
 pub mod load;

@@ -3,6 +3,7 @@
 mod bench;
 mod explain;
 mod openb;
+mod report;
 mod run;
 mod simulate;
 mod webhook;

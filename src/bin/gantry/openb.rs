@@ -10,7 +10,7 @@ use gantry::plugins::gpu_share::Policy;
 use gantry::sim::openb::{self, PolicySpec, PolicySummary, Report, Trace};
 use rayon::prelude::*;
 
-use crate::simulate::Output;
+use crate::report::Output;
 
 /// The openb flags of `gantry simulate`.
 #[derive(Debug, Clone, clap::Args)]

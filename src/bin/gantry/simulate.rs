@@ -10,14 +10,7 @@ use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::plugins;
 use gantry::sim::{self, ClusterInput};
 
-/// Output format.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Output {
-    /// Readable tables.
-    Table,
-    /// JSON: per pod its namespace, name, node (or null) and message.
-    Json,
-}
+use crate::report::Output;
 
 /// Arguments of `gantry simulate`.
 #[derive(Debug, clap::Args)]

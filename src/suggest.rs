@@ -31,7 +31,7 @@ pub enum Suggestion {
     #[serde(rename_all = "camelCase")]
     MoreResources {
         /// The node.
-        #[serde(with = "super::arc_str")]
+        #[serde(with = "crate::model::arc_str")]
         node: Arc<str>,
         /// What it lacks, per resource.
         shortfalls: Vec<Shortfall>,
@@ -40,7 +40,7 @@ pub enum Suggestion {
     #[serde(rename_all = "camelCase")]
     OnlyPlugin {
         /// The node.
-        #[serde(with = "super::arc_str")]
+        #[serde(with = "crate::model::arc_str")]
         node: Arc<str>,
         /// The plugin.
         plugin: Cow<'static, str>,
