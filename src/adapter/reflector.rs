@@ -96,15 +96,132 @@ impl ReflectorError {
 }
 
 /// Which version a list asks for.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum ListFrom {
     /// Any (`resourceVersion=0`): whatever the watch cache holds; the first list.
     Any,
     /// At least this version (what the watcher has seen), from the watch cache: a relist
     /// must not go back in time.
     NotOlderThan(String),
-    /// The latest, read from etcd: after the version seen was refused as too old or too new.
+    /// The latest, read from etcd: after a watch failed, or the version seen was refused as
+    /// too old or too new.
     Latest,
+}
+
+/// What the reflector does next: the states of its machine, each carried out by [`run`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Tell the receiver a list starts (`Init`: what it holds may be out of date), wait
+    /// `after` if set, then list.
+    List {
+        /// The version asked for.
+        from: ListFrom,
+        /// The backoff to wait out first.
+        after: Option<Duration>,
+    },
+    /// Watch from `version`.
+    Watch {
+        /// The version to watch from.
+        version: String,
+    },
+}
+
+/// How a watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchEnd {
+    /// The server ended the request (its timeout).
+    Closed,
+    /// The version asked for is too old (410 Gone).
+    Gone,
+    /// Anything else: the connection broke, nothing arrived for too long, an error event.
+    Failed,
+}
+
+/// The transitions of the reflector, apart from its I/O: given how a step went, the next
+/// step, with the backoff between failures.
+#[derive(Debug)]
+struct Machine {
+    /// The wait before the next retry; doubled by each failure up to [`MAX_RETRY`].
+    retry: Duration,
+}
+
+impl Machine {
+    fn new() -> Self {
+        Machine { retry: FIRST_RETRY }
+    }
+
+    /// The first step: list whatever the watch cache holds.
+    fn first() -> Step {
+        Step::List {
+            from: ListFrom::Any,
+            after: None,
+        }
+    }
+
+    /// The backoff to wait now, doubling the next one.
+    fn backoff(&mut self) -> Duration {
+        let wait = self.retry;
+        self.retry = (self.retry * 2).min(MAX_RETRY);
+        wait
+    }
+
+    /// The list at `version` is read: watch from there.
+    fn listed(&mut self, version: String) -> Step {
+        Step::Watch { version }
+    }
+
+    /// A list from `from` failed. The version seen may be refused as expired (410) or, by an
+    /// API server whose cache is behind, as too new (504 after a wait): either way the next
+    /// try reads the latest from etcd, as client-go's reflector does.
+    fn list_failed(&mut self, from: ListFrom) -> Step {
+        let from = match from {
+            ListFrom::NotOlderThan(_) => ListFrom::Latest,
+            other => other,
+        };
+        Step::List {
+            from,
+            after: Some(self.backoff()),
+        }
+    }
+
+    /// A watch in which `version` was the last version seen ended as `end`, after `events`
+    /// events and `lasted`.
+    fn watch_ended(
+        &mut self,
+        version: String,
+        end: WatchEnd,
+        events: usize,
+        lasted: Duration,
+    ) -> Step {
+        // A watch that delivered something, or lived long, was healthy: the next failure
+        // starts the backoff afresh. One that failed at once keeps doubling it, so that a
+        // server failing every watch is not relisted from in a tight loop.
+        if events > 0 || lasted >= HEALTHY_WATCH {
+            self.retry = FIRST_RETRY;
+        }
+        // A watch the server closes at once, with nothing in it, is a failure (client-go's
+        // "very short watch").
+        let end = match end {
+            WatchEnd::Closed if events == 0 && lasted < SHORTEST_WATCH => WatchEnd::Failed,
+            other => other,
+        };
+        match end {
+            // Watch on from where it stopped.
+            WatchEnd::Closed => Step::Watch { version },
+            WatchEnd::Gone => Step::List {
+                from: ListFrom::NotOlderThan(version),
+                after: Some(self.backoff()),
+            },
+            // The connection broke, or the API server failed the watch: whatever changed
+            // meanwhile (bindings whose answers were lost among them) is read from etcd, not
+            // from a watch cache that may still be catching up, before the objects are
+            // trusted again.
+            WatchEnd::Failed => Step::List {
+                from: ListFrom::Latest,
+                after: Some(self.backoff()),
+            },
+        }
+    }
 }
 
 /// Lists and watches `api` (with `fields` as field selector) in `format` for ever, handing
@@ -123,147 +240,174 @@ pub async fn run<K>(
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let mut retry = FIRST_RETRY;
-    let mut from = ListFrom::Any;
-    // After a failure the next list waits out the backoff, once `Init` has told the receiver
-    // that what it holds may be out of date.
-    let mut pause = false;
-    'list: loop {
-        if !deliver(Event::Init) {
-            return;
-        }
-        if pause {
-            backoff(&mut retry).await;
-        }
-        pause = true;
-        let mut open = true;
-        let listed = tokio::time::timeout(
-            LIST_TIMEOUT,
-            list(&client, &api, fields, &from, format, |obj| {
-                open = open && deliver(Event::InitApply(obj));
-            }),
-        )
-        .await
-        .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
-        if !open {
-            return;
-        }
-        let mut version = match listed {
-            Ok(Listed {
-                version,
-                encoding: Encoding::Other(other),
-            }) if format.is_protobuf() => {
-                // A server (or a proxy) that does not speak protobuf answers with JSON:
-                // so be it, from here on.
-                tracing::info!(watcher = name, content_type = %other, "the API server answers this kind as JSON; reading JSON");
-                format = Format::Json;
-                version
-            }
-            Ok(Listed { version, .. }) => version,
-            Err(e) => {
-                // The version seen may be refused as expired (410) or, by an API server
-                // whose cache is behind, as too new (504 after a wait): either way the next
-                // try reads the latest from etcd, as client-go's reflector does.
-                if matches!(from, ListFrom::NotOlderThan(_)) {
-                    from = ListFrom::Latest;
+    let mut machine = Machine::new();
+    let mut step = Machine::first();
+    loop {
+        step = match step {
+            Step::List { from, after } => {
+                if !deliver(Event::Init) {
+                    return;
                 }
-                tracing::warn!(watcher = name, error = %e, "list failed; retrying in {retry:?}");
-                continue;
-            }
-        };
-        pause = false;
-        if !deliver(Event::InitDone) {
-            return;
-        }
-        loop {
-            let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
-            if let Some(f) = fields {
-                params = params.fields(f);
-            }
-            let started = Instant::now();
-            let mut events = 0usize;
-            let opened = tokio::time::timeout(
-                LIST_TIMEOUT,
-                open_watch(&client, &api, &params, &version, format),
-            )
-            .await
-            .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
-            let ended = match opened {
-                Ok(mut stream) => loop {
-                    // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for longer
-                    // means the connection is gone without a word (a vanished host or load
-                    // balancer, over HTTP/1.1 where no ping would tell).
-                    let Ok(next) = tokio::time::timeout(WATCH_IDLE, stream.next()).await else {
-                        break Some(ReflectorError::TimedOut(WATCH_IDLE));
-                    };
-                    match next {
-                        None => break None,
-                        Some(Ok(Change::Applied(obj))) => {
-                            version = obj.resource_version().unwrap_or(version);
-                            if !deliver(Event::Apply(obj)) {
-                                return;
-                            }
+                if let Some(wait) = after {
+                    tokio::time::sleep(wait).await;
+                }
+                let mut open = true;
+                let listed = tokio::time::timeout(
+                    LIST_TIMEOUT,
+                    list(&client, &api, fields, &from, format, |obj| {
+                        open = open && deliver(Event::InitApply(obj));
+                    }),
+                )
+                .await
+                .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
+                if !open {
+                    return;
+                }
+                match listed {
+                    Ok(Listed { version, encoding }) => {
+                        if let Encoding::Other(other) = encoding
+                            && format.is_protobuf()
+                        {
+                            // A server (or a proxy) that does not speak protobuf answers
+                            // with JSON: so be it, from here on.
+                            tracing::info!(watcher = name, content_type = %other, "the API server answers this kind as JSON; reading JSON");
+                            format = Format::Json;
                         }
-                        Some(Ok(Change::Deleted(obj))) => {
-                            version = obj.resource_version().unwrap_or(version);
-                            if !deliver(Event::Delete(obj)) {
-                                return;
-                            }
+                        if !deliver(Event::InitDone) {
+                            return;
                         }
-                        Some(Ok(Change::Bookmark(v))) => version = v,
-                        Some(Ok(Change::Failed { code, message })) => {
-                            break Some(ReflectorError::Watch { code, message });
-                        }
-                        Some(Err(e)) => break Some(e),
+                        machine.listed(version)
                     }
-                    events += 1;
-                },
-                Err(e) => Some(e),
-            };
-            // A watch that delivered something, or lived long, was healthy: the next failure
-            // starts the backoff afresh. One that failed at once keeps doubling it, so that a
-            // server failing every watch is not relisted from in a tight loop.
-            if events > 0 || started.elapsed() >= HEALTHY_WATCH {
-                retry = FIRST_RETRY;
+                    Err(e) => {
+                        let next = machine.list_failed(from);
+                        tracing::warn!(watcher = name, error = %e, "list failed; retrying in {:?}", wait_of(&next));
+                        next
+                    }
+                }
             }
-            // A watch the server closes at once, with nothing in it, is a failure (client-go's
-            // "very short watch"): retried after a pause, not in a tight loop.
-            let ended = match ended {
-                None if events == 0 && started.elapsed() < SHORTEST_WATCH => {
-                    Some(ReflectorError::ShortWatch)
+            Step::Watch { mut version } => {
+                let started = Instant::now();
+                let mut events = 0usize;
+                let Ok(error) = watch(
+                    &client,
+                    &api,
+                    fields,
+                    format,
+                    &mut version,
+                    &mut events,
+                    &mut deliver,
+                )
+                .await
+                else {
+                    return;
+                };
+                let end = match &error {
+                    None => WatchEnd::Closed,
+                    Some(e) if e.is_gone() => WatchEnd::Gone,
+                    Some(_) => WatchEnd::Failed,
+                };
+                let next = machine.watch_ended(version, end, events, started.elapsed());
+                if let Step::List { .. } = next {
+                    let wait = wait_of(&next);
+                    match error {
+                        Some(e) if end == WatchEnd::Gone => {
+                            tracing::info!(watcher = name, error = %e, "watch version too old; relisting in {wait:?}");
+                        }
+                        Some(e) => {
+                            tracing::warn!(watcher = name, error = %e, "watch failed; relisting in {wait:?}");
+                        }
+                        None => {
+                            tracing::warn!(
+                                watcher = name,
+                                "the watch ended at once, with no event; relisting in {wait:?}"
+                            );
+                        }
+                    }
                 }
-                other => other,
-            };
-            match ended {
-                // The server ended the request (its timeout): watch on from where it stopped.
-                None => {}
-                Some(e) if e.is_gone() => {
-                    from = ListFrom::NotOlderThan(version);
-                    tracing::info!(
-                        watcher = name,
-                        "watch version too old; relisting in {retry:?}"
-                    );
-                    continue 'list;
-                }
-                // The connection broke, or the API server failed the watch: whatever changed
-                // meanwhile (bindings whose answers were lost among them) is read from etcd,
-                // not from a watch cache that may still be catching up, before the objects
-                // are trusted again.
-                Some(e) => {
-                    from = ListFrom::Latest;
-                    tracing::warn!(watcher = name, error = %e, "watch failed; relisting in {retry:?}");
-                    continue 'list;
-                }
+                next
             }
         }
     }
 }
 
-/// Waits `retry`, and doubles it up to [`MAX_RETRY`] for the next time.
-async fn backoff(retry: &mut Duration) {
-    let wait = *retry;
-    *retry = (*retry * 2).min(MAX_RETRY);
-    tokio::time::sleep(wait).await;
+/// The backoff a step waits first.
+fn wait_of(step: &Step) -> Duration {
+    match step {
+        Step::List {
+            after: Some(wait), ..
+        } => *wait,
+        _ => Duration::ZERO,
+    }
+}
+
+/// The receiver asked to stop.
+struct Stopped;
+
+/// One watch from `version`, delivering its events (and advancing `version` and `events`)
+/// until it ends: with no error when the server ended it, else with why it failed.
+async fn watch<K>(
+    client: &Client,
+    api: &Api<K>,
+    fields: Option<&str>,
+    format: Format<K>,
+    version: &mut String,
+    events: &mut usize,
+    deliver: &mut impl FnMut(Event<K>) -> bool,
+) -> Result<Option<ReflectorError>, Stopped>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
+    if let Some(f) = fields {
+        params = params.fields(f);
+    }
+    let opened = tokio::time::timeout(
+        LIST_TIMEOUT,
+        open_watch(client, api, &params, version, format),
+    )
+    .await
+    .unwrap_or(Err(ReflectorError::TimedOut(LIST_TIMEOUT)));
+    let mut stream = match opened {
+        Ok(stream) => stream,
+        Err(e) => return Ok(Some(e)),
+    };
+    loop {
+        // The server ends a watch after WATCH_TIMEOUT_SECONDS; silence for longer means the
+        // connection is gone without a word (a vanished host or load balancer, over HTTP/1.1
+        // where no ping would tell).
+        let Ok(next) = tokio::time::timeout(WATCH_IDLE, stream.next()).await else {
+            return Ok(Some(ReflectorError::TimedOut(WATCH_IDLE)));
+        };
+        let event = match next {
+            None => return Ok(None),
+            Some(Ok(Change::Applied(obj))) => {
+                if let Some(v) = obj.resource_version() {
+                    *version = v;
+                }
+                Some(Event::Apply(obj))
+            }
+            Some(Ok(Change::Deleted(obj))) => {
+                if let Some(v) = obj.resource_version() {
+                    *version = v;
+                }
+                Some(Event::Delete(obj))
+            }
+            Some(Ok(Change::Bookmark(v))) => {
+                *version = v;
+                None
+            }
+            Some(Ok(Change::Failed { code, message })) => {
+                return Ok(Some(ReflectorError::Watch { code, message }));
+            }
+            Some(Err(e)) => return Ok(Some(e)),
+        };
+        *events += 1;
+        if let Some(event) = event
+            && !deliver(event)
+        {
+            return Err(Stopped);
+        }
+    }
 }
 
 /// The list request's parameters: not paged (the API server ignores limits when it serves
@@ -720,6 +864,99 @@ mod tests {
         let latest = query(ListFrom::Latest);
         assert!(!latest.contains("resourceVersion"), "{latest}");
         assert!(!latest.contains("limit="), "{latest}");
+    }
+
+    fn relist(from: ListFrom, after: Duration) -> Step {
+        Step::List {
+            from,
+            after: Some(after),
+        }
+    }
+
+    #[test]
+    fn the_machine_lists_then_watches_and_watches_on_after_a_regular_end() {
+        let mut m = Machine::new();
+        assert_eq!(
+            Machine::first(),
+            Step::List {
+                from: ListFrom::Any,
+                after: None
+            }
+        );
+        let watch = |v: &str| Step::Watch {
+            version: v.to_string(),
+        };
+        assert_eq!(m.listed("5".into()), watch("5"));
+        let lasted = Duration::from_secs(290);
+        assert_eq!(
+            m.watch_ended("9".into(), WatchEnd::Closed, 3, lasted),
+            watch("9")
+        );
+        // A quiet watch that ran its course is fine too.
+        assert_eq!(
+            m.watch_ended("9".into(), WatchEnd::Closed, 0, lasted),
+            watch("9")
+        );
+    }
+
+    #[test]
+    fn a_failed_watch_relists_from_etcd_and_an_expired_one_from_the_cache() {
+        let mut m = Machine::new();
+        let short = Duration::from_millis(10);
+        assert_eq!(
+            m.watch_ended("9".into(), WatchEnd::Failed, 1, short),
+            relist(ListFrom::Latest, FIRST_RETRY)
+        );
+        assert_eq!(
+            m.watch_ended("12".into(), WatchEnd::Gone, 1, short),
+            relist(ListFrom::NotOlderThan("12".into()), FIRST_RETRY)
+        );
+        // Closed at once with nothing in it: a failure, and the backoff grows.
+        assert_eq!(
+            m.watch_ended("12".into(), WatchEnd::Closed, 0, short),
+            relist(ListFrom::Latest, FIRST_RETRY * 2)
+        );
+        assert_eq!(
+            m.watch_ended("12".into(), WatchEnd::Failed, 0, short),
+            relist(ListFrom::Latest, FIRST_RETRY * 4)
+        );
+    }
+
+    #[test]
+    fn failed_lists_back_off_up_to_the_most_and_give_up_the_version_seen() {
+        let mut m = Machine::new();
+        assert_eq!(
+            m.list_failed(ListFrom::NotOlderThan("7".into())),
+            relist(ListFrom::Latest, FIRST_RETRY)
+        );
+        assert_eq!(
+            m.list_failed(ListFrom::Any),
+            relist(ListFrom::Any, FIRST_RETRY * 2)
+        );
+        for _ in 0..10 {
+            m.list_failed(ListFrom::Latest);
+        }
+        assert_eq!(
+            m.list_failed(ListFrom::Latest),
+            relist(ListFrom::Latest, MAX_RETRY)
+        );
+        // A list that works does not reset the backoff: a watch that then fails at once
+        // waits as long as the lists did.
+        assert_eq!(
+            m.listed("8".into()),
+            Step::Watch {
+                version: "8".into()
+            }
+        );
+        assert_eq!(
+            m.watch_ended("8".into(), WatchEnd::Failed, 0, Duration::ZERO),
+            relist(ListFrom::Latest, MAX_RETRY)
+        );
+        // A watch that delivered something was healthy: the backoff starts afresh.
+        assert_eq!(
+            m.watch_ended("9".into(), WatchEnd::Failed, 2, Duration::ZERO),
+            relist(ListFrom::Latest, FIRST_RETRY)
+        );
     }
 
     #[test]
