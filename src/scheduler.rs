@@ -11,10 +11,12 @@ use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
 };
-use crate::framework::{BindPlan, Code, CycleState, Profile, ReservedAnnotations, Status};
+use crate::framework::{
+    BindPlan, ClusterChange, Code, CycleState, Profile, ReservedAnnotations, Status,
+};
 use crate::model::load::LoadSample;
 use crate::model::{NodeModel, PodInfo};
-use crate::queue::{ClusterEvent, QueueName, QueuedPod, SchedulingQueue};
+use crate::queue::{self, QueueName, QueuedPod, SchedulingQueue};
 use crate::suggest::{self, Suggestion};
 
 /// How many of the best nodes each attempt reports with their scores.
@@ -99,8 +101,10 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler for `config`; filtering and scoring of large clusters use `pool`.
     pub fn new(config: Config, pool: Option<Arc<rayon::ThreadPool>>) -> Self {
+        let events = queue::plugin_events(config.profiles.iter().flat_map(|p| p.plugins()));
         let queue = SchedulingQueue::new(
             config.profiles[0].queue_sort.clone(),
+            events,
             config.pod_initial_backoff,
             config.pod_max_backoff,
         );
@@ -159,13 +163,17 @@ impl Scheduler {
 
     /// A node appeared or changed.
     pub fn upsert_node(&mut self, node: NodeModel, now: Duration) {
-        let event = if self.cache.has_node(&node.name) {
-            ClusterEvent::NodeUpdate
-        } else {
-            ClusterEvent::NodeAdd
-        };
+        let old = self.cache.node(&node.name).map(|n| n.node.clone());
+        let name = node.name.clone();
         self.cache.upsert_node(node);
-        self.queue.on_event(event, now);
+        let Some(new) = self.cache.node(&name).map(|n| n.node.clone()) else {
+            return;
+        };
+        let change = match &old {
+            Some(old) => ClusterChange::NodeUpdated { old, new: &new },
+            None => ClusterChange::NodeAdded(&new),
+        };
+        self.queue.on_event(&change, now);
     }
 
     /// A node disappeared.
@@ -183,15 +191,13 @@ impl Scheduler {
                 .cache
                 .pod_placement(&pod.namespace, &pod.name)
                 .is_some();
-            self.cache.add_bound_pod(pod)?;
-            self.queue.on_event(
-                if was_placed {
-                    ClusterEvent::PodUpdate
-                } else {
-                    ClusterEvent::PodAdd
-                },
-                now,
-            );
+            self.cache.add_bound_pod(pod.clone())?;
+            let change = if was_placed {
+                ClusterChange::PodUpdated(&pod)
+            } else {
+                ClusterChange::PodAdded(&pod)
+            };
+            self.queue.on_event(&change, now);
             return Ok(());
         }
         let Some(profile) = self.profile(&pod.scheduler_name) else {
@@ -209,8 +215,8 @@ impl Scheduler {
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
         self.queue.delete(namespace, name);
-        if self.cache.remove_pod(namespace, name) {
-            self.queue.on_event(ClusterEvent::PodDelete, now);
+        if let Some(pod) = self.cache.remove_pod(namespace, name) {
+            self.queue.on_event(&ClusterChange::PodRemoved(&pod), now);
         }
     }
 
@@ -226,13 +232,13 @@ impl Scheduler {
             changed |= self.cache.set_node_load(node, sample);
         }
         if changed {
-            self.queue.on_event(ClusterEvent::NodeLoadChange, now);
+            self.queue.on_event(&ClusterChange::NodeLoadChanged, now);
         }
     }
 
     /// Something else changed that may help parked pods (namespaces, workload selectors).
     pub fn notify(&mut self, now: Duration) {
-        self.queue.on_event(ClusterEvent::Other, now);
+        self.queue.on_event(&ClusterChange::Other, now);
     }
 
     /// Schedules the next pod in the queue, if one is due.
@@ -452,7 +458,7 @@ impl Scheduler {
             Some((_, true))
         ) {
             self.cache.add_bound_pod(pod.clone())?;
-            self.queue.on_event(ClusterEvent::PodAdd, now);
+            self.queue.on_event(&ClusterChange::PodAdded(pod), now);
         }
         Ok(())
     }
@@ -466,7 +472,8 @@ impl Scheduler {
         {
             let node = task.plan.node.clone();
             self.forget(&profile, &mut task.state, &task.assumed, &node);
-            self.queue.on_event(ClusterEvent::PodDelete, now);
+            self.queue
+                .on_event(&ClusterChange::PodRemoved(&task.assumed), now);
         }
         self.queue.requeue_backoff(task.queued, now);
     }
@@ -492,7 +499,8 @@ impl Scheduler {
         let mut bound = (*task.queued.pod).clone();
         bound.node_name = Some(node);
         self.cache.add_bound_pod(Arc::new(bound))?;
-        self.queue.on_event(ClusterEvent::PodDelete, now);
+        self.queue
+            .on_event(&ClusterChange::PodRemoved(&task.assumed), now);
         Ok(())
     }
 
@@ -518,7 +526,8 @@ impl Scheduler {
         // Still assumed unless the watch already reported the pod bound (or deleted).
         if self.is_assumed(&namespace, &name) {
             let _ = self.cache.forget_pod(&namespace, &name);
-            self.queue.on_event(ClusterEvent::PodDelete, now);
+            self.queue
+                .on_event(&ClusterChange::PodRemoved(&task.assumed), now);
         }
     }
 

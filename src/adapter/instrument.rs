@@ -295,6 +295,9 @@ impl Plugin for Timed {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
+    fn events(&self) -> &'static [crate::framework::EventHint] {
+        self.inner.events()
+    }
     fn as_queue_sort(&self) -> Option<&dyn crate::framework::QueueSortPlugin> {
         self.inner.as_queue_sort()
     }

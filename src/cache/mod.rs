@@ -227,18 +227,12 @@ impl Cache {
         }
     }
 
-    /// Removes a pod (deleted, or finished); returns whether it was placed.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> bool {
+    /// Removes a pod (deleted, or finished); returns it if it was placed.
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
         let key = (namespace.to_string(), name.to_string());
-        match self.pods.get(&key) {
-            Some(e) => {
-                let node = e.node.clone();
-                self.forget_recent(&node, &key);
-                self.detach(&key, &node);
-                true
-            }
-            None => false,
-        }
+        let node = self.pods.get(&key)?.node.clone();
+        self.forget_recent(&node, &key);
+        self.detach(&key, &node)
     }
 
     fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
@@ -247,15 +241,18 @@ impl Cache {
         self.pods.insert(key, PodEntry { node, assumed });
     }
 
-    fn detach(&mut self, key: &(String, String), node: &Arc<str>) {
+    /// Takes the pod `key` off `node`; returns it.
+    fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
         self.pods.remove(key);
-        if let Some(pod) = self.touch(node).remove_pod(&key.0, &key.1) {
-            self.pod_changes.push((pod, node.clone(), false));
+        let pod = self.touch(node).remove_pod(&key.0, &key.1);
+        if let Some(pod) = &pod {
+            self.pod_changes.push((pod.clone(), node.clone(), false));
         }
         let entry = &self.nodes[node];
         if !entry.present && entry.info.pods.is_empty() {
             self.nodes.remove(node);
         }
+        pod
     }
 
     /// Records a node's measured load (see [`crate::model::load`]); false when the node is

@@ -65,7 +65,7 @@ fn pods_on_unknown_nodes_wait_for_them() {
     cache.remove_node("late");
     cache.update_snapshot(&mut snap);
     assert!(snap.is_empty());
-    assert!(cache.remove_pod("default", "p"));
+    assert!(cache.remove_pod("default", "p").is_some());
 }
 
 #[test]

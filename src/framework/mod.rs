@@ -1,12 +1,17 @@
 //! The plugin framework: extension points, statuses, per-cycle state, and profiles.
 
 pub mod cycle_state;
+pub mod events;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
 pub mod status;
 
 pub use cycle_state::CycleState;
+pub use events::{
+    ClusterChange, ClusterEvent, EventHint, HintFn, NODE_CHANGES, NODE_CHANGES_AND_POD_DELETES,
+    QueueingHint, may_help,
+};
 pub use plugin::*;
 pub use profile::Profile;
 pub use registry::{ArgsError, Factory, PluginArgs, Registry, decode_args};

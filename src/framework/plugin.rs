@@ -13,6 +13,7 @@ use crate::cache::{NodeInfo, Snapshot};
 use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
+use super::events::EventHint;
 use super::status::Status;
 
 /// Highest score a plugin may give a node after normalization.
@@ -64,6 +65,13 @@ pub trait Plugin: Send + Sync + 'static {
     /// The Bind implementation, if any.
     fn as_bind(&self) -> Option<&dyn BindPlugin> {
         None
+    }
+    /// The cluster changes that can make a pod this plugin rejected schedulable, each with
+    /// a hint for one change and one pod (kube-scheduler's `EventsToRegister`). A plugin that
+    /// can reject a pod (in PreFilter, Filter, Reserve or Permit) declares at least one; a pod
+    /// it rejected is retried on nothing else (and after five minutes parked).
+    fn events(&self) -> &'static [EventHint] {
+        &[]
     }
 }
 

@@ -59,3 +59,20 @@ impl std::fmt::Debug for Profile {
             .finish()
     }
 }
+
+impl Profile {
+    /// Every plugin of the profile, at whichever extension points (a plugin at several
+    /// points comes once per point).
+    pub fn plugins(&self) -> impl Iterator<Item = &Arc<dyn Plugin>> {
+        std::iter::once(&self.queue_sort)
+            .chain(&self.pre_enqueue)
+            .chain(&self.pre_filter)
+            .chain(&self.filter)
+            .chain(&self.post_filter)
+            .chain(&self.pre_score)
+            .chain(self.score.iter().map(|(p, _)| p))
+            .chain(&self.reserve)
+            .chain(&self.permit)
+            .chain(&self.bind)
+    }
+}

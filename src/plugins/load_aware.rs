@@ -26,8 +26,8 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PluginArgs, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, Plugin,
+    PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::load::NodeLoad;
@@ -264,9 +264,20 @@ struct LoadAwareState {
     pod: [i64; 2],
 }
 
+/// Fresh load samples, and nodes appearing or changing.
+const EVENTS: [EventHint; 3] = [
+    EventHint::any(ClusterEvent::NodeLoadChange),
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+];
+
 impl Plugin for LoadAware {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -44,3 +44,43 @@ pub fn registry() -> Registry {
     r.register(zone_policy::NAME, zone_policy::factory);
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::framework::Plugin;
+
+    /// Every registered plugin, built with its default arguments.
+    fn every_plugin() -> Vec<std::sync::Arc<dyn Plugin>> {
+        let r = registry();
+        r.names()
+            .map(|name| {
+                let factory = r.get(name).expect("registered");
+                factory(None).unwrap_or_else(|e| panic!("{name} with default args: {e}"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_plugin_that_can_reject_a_pod_declares_the_events_that_may_help_it() {
+        let plugins = every_plugin();
+        assert!(plugins.len() >= 17);
+        // PreEnqueue plugins are asked again whenever their pod changes: the queue does that
+        // itself, whatever the cluster does.
+        let silent: Vec<&str> = plugins
+            .iter()
+            .filter(|p| {
+                p.as_pre_filter().is_some()
+                    || p.as_filter().is_some()
+                    || p.as_reserve().is_some()
+                    || p.as_permit().is_some()
+            })
+            .filter(|p| p.events().is_empty())
+            .map(|p| p.name())
+            .collect();
+        assert!(
+            silent.is_empty(),
+            "plugins that declare no events: {silent:?}"
+        );
+    }
+}

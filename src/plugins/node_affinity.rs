@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PluginArgs,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
-    default_normalize_score,
+    ArgsError, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES, NodeScore,
+    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+    decode_args, default_normalize_score,
 };
 use crate::model::PodInfo;
 use crate::model::selector::{NodeSelector, NodeSelectorTerm, Operator, SelectorError};
@@ -132,6 +132,10 @@ fn check_field_values(term: &core::NodeSelectorTerm, path: &str) -> Result<(), A
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &NODE_CHANGES
     }
 
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {

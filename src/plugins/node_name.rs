@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use crate::cache::NodeInfo;
-use crate::framework::{ArgsError, CycleState, FilterPlugin, Plugin, Status};
+use crate::framework::{
+    ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, Plugin, QueueingHint, Status,
+};
 use crate::model::PodInfo;
 
 /// The name used in configuration files.
@@ -16,9 +18,22 @@ pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NodeName;
 
+/// Only the node the pod asks for can help it, when it appears.
+const EVENTS: [EventHint; 1] = [EventHint::when(
+    ClusterEvent::NodeAdd,
+    |change, pod| match (change.node(), &pod.node_name) {
+        (Some(node), Some(wanted)) if *node.name != **wanted => QueueingHint::Skip,
+        _ => QueueingHint::Queue,
+    },
+)];
+
 impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
 
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, Plugin,
+    PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::model::PodInfo;
 use crate::model::pod::HostPort;
@@ -32,6 +33,10 @@ pub struct NodePorts;
 impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &NODE_CHANGES_AND_POD_DELETES
     }
 
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {

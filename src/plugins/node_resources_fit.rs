@@ -10,8 +10,9 @@ use serde::{Deserialize, Deserializer};
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PluginArgs, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    ArgsError, Code, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE,
+    NODE_CHANGES_AND_POD_DELETES, Plugin, PluginArgs, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::labels::validate_qualified_name;
@@ -385,6 +386,10 @@ struct PreScoreState {
 impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &NODE_CHANGES_AND_POD_DELETES
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

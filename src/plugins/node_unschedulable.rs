@@ -4,7 +4,10 @@
 use std::sync::{Arc, LazyLock};
 
 use crate::cache::NodeInfo;
-use crate::framework::{ArgsError, CycleState, FilterPlugin, Plugin, Status};
+use crate::framework::{
+    ArgsError, ClusterChange, ClusterEvent, CycleState, EventHint, FilterPlugin, Plugin,
+    QueueingHint, Status,
+};
 use crate::model::PodInfo;
 use crate::model::taint::{Taint, TaintEffect};
 
@@ -29,9 +32,26 @@ static UNSCHEDULABLE_TAINT: LazyLock<Taint> = LazyLock::new(|| Taint {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NodeUnschedulable;
 
+/// A node that appears or changes helps only if it is not cordoned.
+const EVENTS: [EventHint; 2] = [
+    EventHint::when(ClusterEvent::NodeAdd, open_node),
+    EventHint::when(ClusterEvent::NodeUpdate, open_node),
+];
+
+fn open_node(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+    match change.node() {
+        Some(node) if node.unschedulable => QueueingHint::Skip,
+        _ => QueueingHint::Queue,
+    }
+}
+
 impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
 
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {

@@ -36,8 +36,8 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, Code, CycleState, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin,
-    PreFilterResult, ReservePlugin, ReservedAnnotations, Status, decode_args,
+    ArgsError, ClusterEvent, Code, CycleState, EventHint, FilterPlugin, Plugin, PluginArgs,
+    PreFilterPlugin, PreFilterResult, ReservePlugin, ReservedAnnotations, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::labels::validate_qualified_name;
@@ -297,9 +297,22 @@ fn opted_in(selector: &[(Box<str>, Box<str>)], node: &NodeInfo) -> bool {
         .all(|(k, v)| node.node.labels.get(k) == Some(&**v))
 }
 
+/// Fresh load samples, nodes appearing or changing (the opt-in is a node label), and pods
+/// going away.
+const EVENTS: [EventHint; 4] = [
+    EventHint::any(ClusterEvent::NodeLoadChange),
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::PodDelete),
+];
+
 impl Plugin for Overcommit {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

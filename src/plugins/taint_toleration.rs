@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin,
-    ScorePlugin, Status, default_normalize_score,
+    ArgsError, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES, NodeScore,
+    Plugin, PreScorePlugin, ScorePlugin, Status, default_normalize_score,
 };
 use crate::model::PodInfo;
 use crate::model::taint::{Taint, TaintEffect, Toleration, find_untolerated};
@@ -37,6 +37,10 @@ pub struct TaintToleration;
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &NODE_CHANGES
     }
 
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {

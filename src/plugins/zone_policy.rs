@@ -22,9 +22,9 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, REGION_LABEL, Snapshot, ZONE_LABEL};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PluginArgs,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
-    default_normalize_score,
+    ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NodeScore,
+    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+    decode_args, default_normalize_score,
 };
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, PodInfo};
@@ -254,9 +254,20 @@ struct RequiredRules(Vec<usize>);
 #[derive(Debug)]
 struct PreferredRules(Vec<usize>);
 
+/// A node's zone and region are its labels; a rule selects pods by their namespace's labels.
+const EVENTS: [EventHint; 3] = [
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::Other),
+];
+
 impl Plugin for ZonePolicy {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -8,7 +8,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::framework::{Plugin, QueueSortPlugin, Status};
+use crate::framework::{ClusterChange, EventHint, Plugin, QueueSortPlugin, Status, may_help};
 use crate::model::PodInfo;
 
 use heap::Heap;
@@ -32,55 +32,6 @@ pub struct QueuedPod {
     pub unschedulable_plugins: BTreeSet<&'static str>,
     /// Why it is gated (PreEnqueue), if it is.
     pub gated: Option<Status>,
-}
-
-/// A cluster change that may make parked pods schedulable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClusterEvent {
-    /// A node appeared.
-    NodeAdd,
-    /// A node changed (labels, taints, allocatable, cordon).
-    NodeUpdate,
-    /// A pod was deleted or finished, freeing resources.
-    PodDelete,
-    /// A pod was placed (relevant to affinity and spreading).
-    PodAdd,
-    /// A pod's labels changed.
-    PodUpdate,
-    /// A namespace or workload selector changed.
-    Other,
-    /// Nodes' measured load changed (a metrics source reported).
-    NodeLoadChange,
-}
-
-impl ClusterEvent {
-    /// The event label kube-scheduler's `scheduler_queue_incoming_pods_total{event}` uses.
-    pub fn label(self) -> &'static str {
-        match self {
-            ClusterEvent::NodeAdd => "NodeAdd",
-            ClusterEvent::NodeUpdate => "NodeUpdate",
-            ClusterEvent::PodDelete => "AssignedPodDelete",
-            ClusterEvent::PodAdd => "AssignedPodAdd",
-            ClusterEvent::PodUpdate => "AssignedPodUpdate",
-            ClusterEvent::Other => "WildCardEvent",
-            ClusterEvent::NodeLoadChange => "NodeLoadChange",
-        }
-    }
-
-    /// True when the event could make a pod rejected by `plugin` fit.
-    fn may_help(self, plugin: &str) -> bool {
-        match self {
-            ClusterEvent::NodeAdd | ClusterEvent::NodeUpdate | ClusterEvent::Other => true,
-            ClusterEvent::PodDelete => !matches!(
-                plugin,
-                "NodeUnschedulable" | "NodeName" | "TaintToleration" | "NodeAffinity"
-            ),
-            ClusterEvent::PodAdd | ClusterEvent::PodUpdate => {
-                matches!(plugin, "InterPodAffinity" | "PodTopologySpread")
-            }
-            ClusterEvent::NodeLoadChange => matches!(plugin, "LoadAware" | "Overcommit"),
-        }
-    }
 }
 
 /// Which sub-queue a pod is in.
@@ -126,9 +77,22 @@ pub const EVENT_BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// Event label of a pod parked longer than [`MAX_UNSCHEDULABLE_DURATION`].
 pub const EVENT_UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
 
+/// The cluster events each plugin declared, by plugin name (see [`crate::framework::events`]).
+pub type PluginEvents = HashMap<&'static str, &'static [EventHint]>;
+
+/// The events every plugin of `plugins` declared.
+pub fn plugin_events<'a>(plugins: impl IntoIterator<Item = &'a Arc<dyn Plugin>>) -> PluginEvents {
+    plugins
+        .into_iter()
+        .map(|p| (p.name(), p.events()))
+        .collect()
+}
+
 /// The scheduling queue.
 pub struct SchedulingQueue {
     sort: Arc<dyn Plugin>,
+    /// Which changes may help a pod each plugin rejected.
+    events: PluginEvents,
     initial_backoff: Duration,
     max_backoff: Duration,
     entries: HashMap<Arc<str>, Entry>,
@@ -147,10 +111,17 @@ pub struct SchedulingQueue {
 }
 
 impl SchedulingQueue {
-    /// A queue ordered by `sort` (a QueueSort plugin).
-    pub fn new(sort: Arc<dyn Plugin>, initial_backoff: Duration, max_backoff: Duration) -> Self {
+    /// A queue ordered by `sort` (a QueueSort plugin), moving parked pods back on the
+    /// changes that `events` say may help them.
+    pub fn new(
+        sort: Arc<dyn Plugin>,
+        events: PluginEvents,
+        initial_backoff: Duration,
+        max_backoff: Duration,
+    ) -> Self {
         SchedulingQueue {
             sort,
+            events,
             initial_backoff,
             max_backoff,
             entries: HashMap::new(),
@@ -383,10 +354,12 @@ impl SchedulingQueue {
         );
     }
 
-    /// A cluster event happened: parked pods it could help go to backoff (if still backing
-    /// off) or active.
-    pub fn on_event(&mut self, event: ClusterEvent, now: Duration) {
+    /// The cluster changed: parked pods the change may help (by the events and hints of the
+    /// plugins that rejected them; a plugin the queue was not told of is taken to be helped by
+    /// anything) go to backoff (if still backing off) or active.
+    pub fn on_event(&mut self, change: &ClusterChange<'_>, now: Duration) {
         self.move_requests += 1;
+        let event = change.event();
         let movable: Vec<Arc<str>> = self
             .waiting
             .iter()
@@ -395,10 +368,11 @@ impl SchedulingQueue {
                 e.queue == QueueName::Unschedulable
                     && e.queued.gated.is_none()
                     && (e.queued.unschedulable_plugins.is_empty()
-                        || e.queued
-                            .unschedulable_plugins
-                            .iter()
-                            .any(|p| event.may_help(p)))
+                        || e.queued.unschedulable_plugins.iter().any(|p| {
+                            self.events
+                                .get(p)
+                                .is_none_or(|hints| may_help(hints, change, &e.queued.pod))
+                        }))
             })
             .map(|(k, _)| k.clone())
             .collect();

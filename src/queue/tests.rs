@@ -1,8 +1,11 @@
 use std::cmp::Ordering;
 
 use super::*;
-use crate::framework::QueueSortPlugin;
-use crate::testing::pod;
+use crate::config::Config;
+use crate::framework::{ClusterChange, QueueSortPlugin};
+use crate::model::NodeModel;
+use crate::plugins;
+use crate::testing::{node, pod};
 
 /// Priority first, then arrival.
 struct Sort;
@@ -20,12 +23,23 @@ impl QueueSortPlugin for Sort {
     }
 }
 
+/// A queue that knows the events of kube-scheduler's default plugins.
 fn queue() -> SchedulingQueue {
+    let config = Config::default_with(&plugins::registry()).expect("defaults");
     SchedulingQueue::new(
         Arc::new(Sort),
+        plugin_events(config.profiles[0].plugins()),
         Duration::from_secs(1),
         Duration::from_secs(10),
     )
+}
+
+fn a_node() -> NodeModel {
+    node("n1").capacity("4", "8Gi").build()
+}
+
+fn a_placed_pod() -> Arc<PodInfo> {
+    pod("placed").on("n1").build()
 }
 
 const T0: Duration = Duration::ZERO;
@@ -74,12 +88,18 @@ fn unschedulable_pods_wait_for_a_helpful_event() {
     let p = q.pop(T0).unwrap();
     q.requeue_unschedulable(p, ["TaintToleration"].into_iter().collect(), T0);
     assert_eq!(q.len(QueueName::Unschedulable), 1);
-    q.on_event(ClusterEvent::PodDelete, secs(5));
+    q.on_event(&ClusterChange::PodRemoved(&a_placed_pod()), secs(5));
     assert!(
         q.pop(secs(5)).is_none(),
         "a pod deletion does not help a taint"
     );
-    q.on_event(ClusterEvent::NodeUpdate, secs(5));
+    q.on_event(
+        &ClusterChange::NodeUpdated {
+            old: &a_node(),
+            new: &a_node(),
+        },
+        secs(5),
+    );
     assert_eq!(q.pop(secs(5)).unwrap().attempts, 2);
 }
 
@@ -89,7 +109,10 @@ fn event_during_backoff_goes_to_backoff_then_active() {
     q.add(pod("a").build(), None, T0);
     let p = q.pop(T0).unwrap();
     q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
-    q.on_event(ClusterEvent::NodeAdd, Duration::from_millis(100));
+    q.on_event(
+        &ClusterChange::NodeAdded(&a_node()),
+        Duration::from_millis(100),
+    );
     assert_eq!(q.len(QueueName::Backoff), 1);
     assert!(q.pop(Duration::from_millis(500)).is_none());
     assert!(q.pop(secs(1)).is_some());
@@ -100,7 +123,7 @@ fn event_while_in_flight_means_retry_not_park() {
     let mut q = queue();
     q.add(pod("a").build(), None, T0);
     let p = q.pop(T0).unwrap();
-    q.on_event(ClusterEvent::NodeAdd, T0);
+    q.on_event(&ClusterChange::NodeAdded(&a_node()), T0);
     q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
     assert_eq!(q.len(QueueName::Backoff), 1);
 }
@@ -120,7 +143,7 @@ fn gated_pods_wait_for_an_update() {
     let mut q = queue();
     q.add(pod("a").build(), Some(Status::unresolvable("gated")), T0);
     assert!(q.pop(T0).is_none());
-    q.on_event(ClusterEvent::NodeAdd, secs(1));
+    q.on_event(&ClusterChange::NodeAdded(&a_node()), secs(1));
     assert!(q.pop(secs(400)).is_none(), "gated pods are not flushed");
     q.update(pod("a").build(), None, secs(400));
     assert!(q.pop(secs(400)).is_some());
@@ -146,7 +169,7 @@ fn incoming_pods_are_counted_by_queue_and_event() {
     q.add(pod("g").build(), Some(Status::unresolvable("gated")), T0);
     let p = q.pop(T0).unwrap();
     q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
-    q.on_event(ClusterEvent::NodeAdd, secs(5));
+    q.on_event(&ClusterChange::NodeAdded(&a_node()), secs(5));
     let p = q.pop(secs(5)).unwrap();
     q.requeue_backoff(p, secs(5));
     assert!(q.pop(secs(6)).is_none());
@@ -205,7 +228,7 @@ fn sub_queue_counts_add_up_through_every_transition() {
     q.requeue_unschedulable(c, ["TaintToleration"].into_iter().collect(), T0);
     check(&q);
     assert_eq!(q.len(QueueName::Unschedulable), 3);
-    q.on_event(ClusterEvent::PodDelete, secs(5));
+    q.on_event(&ClusterChange::PodRemoved(&a_placed_pod()), secs(5));
     check(&q);
     assert_eq!(
         q.len(QueueName::Unschedulable),
@@ -222,4 +245,35 @@ fn sub_queue_counts_add_up_through_every_transition() {
     q.flush(secs(400));
     check(&q);
     assert_eq!(q.len(QueueName::Unschedulable), 2, "gated pods stay");
+}
+
+#[test]
+fn a_plugins_hint_decides_whether_a_change_wakes_the_pods_it_rejected() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeUnschedulable"].into_iter().collect(), T0);
+    let open = a_node();
+    let cordoned = node("n1").capacity("4", "8Gi").unschedulable().build();
+    let updated = |new| ClusterChange::NodeUpdated { old: &open, new };
+    q.on_event(&updated(&cordoned), secs(5));
+    assert_eq!(q.len(QueueName::Unschedulable), 1, "still cordoned: stays");
+    q.on_event(&ClusterChange::Other, secs(5));
+    assert_eq!(
+        q.len(QueueName::Unschedulable),
+        1,
+        "nothing it reads changed"
+    );
+    q.on_event(&updated(&open), secs(5));
+    assert!(q.pop(secs(5)).is_some(), "uncordoned: retried");
+}
+
+#[test]
+fn a_plugin_the_queue_does_not_know_is_helped_by_anything() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["SomeoneElses"].into_iter().collect(), T0);
+    q.on_event(&ClusterChange::Other, secs(5));
+    assert!(q.pop(secs(5)).is_some());
 }

@@ -20,9 +20,9 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, FilterPlugin, NodeScore, Plugin, PluginArgs, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ReservePlugin, ReservedAnnotations, ScorePlugin, Status,
-    decode_args,
+    ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, NodeScore,
+    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin,
+    ReservedAnnotations, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::gpu::{
@@ -341,6 +341,10 @@ fn missing(what: &str) -> Status {
 impl Plugin for GpuShare {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &NODE_CHANGES_AND_POD_DELETES
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use crate::cache::{Snapshot, ZONE_LABEL};
 use crate::framework::{
-    ArgsError, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin, PreScorePlugin, ScorePlugin,
-    decode_args,
+    ArgsError, ClusterEvent, EventHint, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin,
+    PreScorePlugin, ScorePlugin, decode_args,
 };
 use crate::model::labels::validate_qualified_name;
 use crate::model::pod::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
@@ -352,9 +352,24 @@ fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &s
         .count() as i64
 }
 
+/// Pods placed, changed or gone change the counts; nodes appearing or relabelled change the
+/// topology; namespaces and workload selectors change which pods the terms select.
+const EVENTS: [EventHint; 6] = [
+    EventHint::any(ClusterEvent::PodAdd),
+    EventHint::any(ClusterEvent::PodUpdate),
+    EventHint::any(ClusterEvent::PodDelete),
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::Other),
+];
+
 impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -1,0 +1,176 @@
+//! Cluster events and queueing hints: what a plugin declares about the changes that can make a
+//! pod it rejected schedulable (kube-scheduler's `EnqueueExtensions`), so that the queue moves
+//! a parked pod back only when one of the plugins that rejected it says the change may help.
+
+use crate::model::{NodeModel, PodInfo};
+
+/// The kind of a cluster change, as plugins declare it and metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClusterEvent {
+    /// A node appeared.
+    NodeAdd,
+    /// A node changed (labels, taints, allocatable, cordon).
+    NodeUpdate,
+    /// A placed pod went away (deleted, finished, or its binding undone), freeing what it
+    /// held.
+    PodDelete,
+    /// A pod was placed on a node.
+    PodAdd,
+    /// A placed pod changed (its labels).
+    PodUpdate,
+    /// Nodes' measured load changed (a metrics source reported).
+    NodeLoadChange,
+    /// Something else that selectors read: a namespace's labels, a workload's selector.
+    Other,
+}
+
+impl ClusterEvent {
+    /// The event label kube-scheduler's `scheduler_queue_incoming_pods_total{event}` uses.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClusterEvent::NodeAdd => "NodeAdd",
+            ClusterEvent::NodeUpdate => "NodeUpdate",
+            ClusterEvent::PodDelete => "AssignedPodDelete",
+            ClusterEvent::PodAdd => "AssignedPodAdd",
+            ClusterEvent::PodUpdate => "AssignedPodUpdate",
+            ClusterEvent::Other => "WildCardEvent",
+            ClusterEvent::NodeLoadChange => "NodeLoadChange",
+        }
+    }
+}
+
+/// A change of the cluster, with the objects it is about, for queueing hints to look at.
+#[derive(Debug, Clone, Copy)]
+pub enum ClusterChange<'a> {
+    /// A node appeared.
+    NodeAdded(&'a NodeModel),
+    /// A node changed.
+    NodeUpdated {
+        /// As it was.
+        old: &'a NodeModel,
+        /// As it is.
+        new: &'a NodeModel,
+    },
+    /// A pod was placed on a node (bound, or assumed by this scheduler).
+    PodAdded(&'a PodInfo),
+    /// A placed pod changed; as it is now.
+    PodUpdated(&'a PodInfo),
+    /// A placed pod went away; as it was.
+    PodRemoved(&'a PodInfo),
+    /// Nodes' measured load changed.
+    NodeLoadChanged,
+    /// A namespace's labels or a workload's selector changed.
+    Other,
+}
+
+impl ClusterChange<'_> {
+    /// The kind of the change.
+    pub fn event(&self) -> ClusterEvent {
+        match self {
+            ClusterChange::NodeAdded(_) => ClusterEvent::NodeAdd,
+            ClusterChange::NodeUpdated { .. } => ClusterEvent::NodeUpdate,
+            ClusterChange::PodAdded(_) => ClusterEvent::PodAdd,
+            ClusterChange::PodUpdated(_) => ClusterEvent::PodUpdate,
+            ClusterChange::PodRemoved(_) => ClusterEvent::PodDelete,
+            ClusterChange::NodeLoadChanged => ClusterEvent::NodeLoadChange,
+            ClusterChange::Other => ClusterEvent::Other,
+        }
+    }
+
+    /// The node as it is now, for node changes.
+    pub fn node(&self) -> Option<&NodeModel> {
+        match self {
+            ClusterChange::NodeAdded(n) | ClusterChange::NodeUpdated { new: n, .. } => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// A plugin's verdict on one change for one pod it rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueingHint {
+    /// The change may make the pod schedulable: retry it.
+    Queue,
+    /// The change cannot help the pod: leave it parked.
+    Skip,
+}
+
+/// Looks at one change and one pod the plugin rejected.
+pub type HintFn = fn(&ClusterChange<'_>, &PodInfo) -> QueueingHint;
+
+/// A kind of change that can make a pod the plugin rejected schedulable, with the hint that
+/// tells, for one change of that kind, whether it may (none: every such change may).
+#[derive(Debug, Clone, Copy)]
+pub struct EventHint {
+    /// The kind of change.
+    pub event: ClusterEvent,
+    /// Whether one change of the kind may help one pod.
+    pub hint: Option<HintFn>,
+}
+
+impl EventHint {
+    /// Every change of `event` may help.
+    pub const fn any(event: ClusterEvent) -> Self {
+        EventHint { event, hint: None }
+    }
+
+    /// The changes of `event` for which `hint` says so.
+    pub const fn when(event: ClusterEvent, hint: HintFn) -> Self {
+        EventHint {
+            event,
+            hint: Some(hint),
+        }
+    }
+}
+
+/// Whether `change` may help `pod`, by the hints a plugin declared.
+pub fn may_help(hints: &[EventHint], change: &ClusterChange<'_>, pod: &PodInfo) -> bool {
+    let event = change.event();
+    hints
+        .iter()
+        .any(|h| h.event == event && h.hint.is_none_or(|f| f(change, pod) == QueueingHint::Queue))
+}
+
+/// Node additions and updates: what a plugin that reads only the node's object declares.
+pub const NODE_CHANGES: [EventHint; 2] = [
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+];
+
+/// Node additions and updates, and placed pods going away: what a plugin that counts what
+/// the pods on a node hold declares.
+pub const NODE_CHANGES_AND_POD_DELETES: [EventHint; 3] = [
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::PodDelete),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{node, pod};
+
+    fn cordoned_only(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+        match change.node() {
+            Some(n) if !n.unschedulable => QueueingHint::Queue,
+            _ => QueueingHint::Skip,
+        }
+    }
+
+    #[test]
+    fn a_change_helps_when_a_hint_of_its_kind_says_so() {
+        let hints = [
+            EventHint::when(ClusterEvent::NodeUpdate, cordoned_only),
+            EventHint::any(ClusterEvent::PodDelete),
+        ];
+        let p = pod("a").build();
+        let open = node("n").build();
+        let cordoned = node("n").unschedulable().build();
+        let update = |new| ClusterChange::NodeUpdated { old: &open, new };
+        assert!(may_help(&hints, &update(&open), &p));
+        assert!(!may_help(&hints, &update(&cordoned), &p));
+        assert!(may_help(&hints, &ClusterChange::PodRemoved(&p), &p));
+        assert!(!may_help(&hints, &ClusterChange::PodAdded(&p), &p));
+        assert!(!may_help(&hints, &ClusterChange::NodeAdded(&open), &p));
+    }
+}
