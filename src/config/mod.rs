@@ -4,11 +4,13 @@
 mod duration;
 mod resolve;
 pub mod types;
+pub mod yaml;
 
 use std::path::Path;
 use std::time::Duration;
 
 use crate::framework::{Profile, Registry};
+use crate::model::echo::{bound_message, echo};
 
 pub use duration::parse_go_duration;
 pub use resolve::{DEFAULT_PLUGINS, UNSUPPORTED_KUBE_PLUGINS};
@@ -28,6 +30,18 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is larger than any configuration file can be.
+    #[error("cannot read {path}: larger than {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// [`MAX_FILE_BYTES`].
+        limit: u64,
+    },
+    /// The text is nested deeper than [`yaml::MAX_DEPTH`] levels: refused before it is
+    /// parsed, whose cost grows with the square of the depth.
+    #[error(transparent)]
+    TooDeep(#[from] yaml::TooDeep),
     /// A field is malformed or invalid.
     #[error("{field}: {reason}")]
     Field {
@@ -39,26 +53,48 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// An error at `field`.
+    /// An error at `field`. Both parts are cut to a bounded size (see
+    /// [`bound_message`]): they can repeat values of the file, which can be of any length.
     pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError::Field {
-            field: field.into(),
-            reason: reason.into(),
+            field: bound_message(&field.into()),
+            reason: bound_message(&reason.into()),
         }
     }
 }
 
-/// The text of a configuration file.
+/// The largest configuration file read: sixteen times what a ConfigMap (where configuration
+/// files usually come from) can hold; anything larger is a mistake, and is refused before it
+/// is read into memory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The text of a configuration file, at most [`MAX_FILE_BYTES`] long.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    use std::io::Read;
+    let read_error = |source| ConfigError::Read {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.display().to_string(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(text)
 }
 
 /// Configuration text (YAML or JSON) decoded into `T`; an error names the offending field by
-/// its path.
+/// its path. A byte-order mark at the start is accepted; text nested deeper than
+/// [`yaml::MAX_DEPTH`] levels is refused before it is parsed.
 pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    let text = yaml::strip_bom(text);
+    yaml::check_depth(text, yaml::MAX_DEPTH)?;
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -159,9 +195,9 @@ impl Config {
             return Err(ConfigError::field(
                 "apiVersion",
                 format!(
-                    "must be {:?}, got {:?}",
+                    "must be {:?}, got {}",
                     types::API_VERSION,
-                    file.api_version.unwrap_or_default()
+                    echo(file.api_version.as_deref().unwrap_or_default())
                 ),
             ));
         }
@@ -169,9 +205,9 @@ impl Config {
             return Err(ConfigError::field(
                 "kind",
                 format!(
-                    "must be {:?}, got {:?}",
+                    "must be {:?}, got {}",
                     types::KIND,
-                    file.kind.unwrap_or_default()
+                    echo(file.kind.as_deref().unwrap_or_default())
                 ),
             ));
         }

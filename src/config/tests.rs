@@ -282,3 +282,73 @@ fn content_type_is_protobuf_unless_json_is_asked_for() {
         "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\""
     );
 }
+
+#[test]
+fn echoed_values_are_cut() {
+    let long = "x".repeat(100_000);
+    let e = err(&format!(
+        "apiVersion: {long}\nkind: KubeSchedulerConfiguration\n"
+    ));
+    assert_eq!(
+        e,
+        format!(
+            "apiVersion: must be \"kubescheduler.config.k8s.io/v1\", got \"{}\"... (100000 bytes)",
+            "x".repeat(64)
+        )
+    );
+    let e = err(&format!("{HEADER}parallelism: \"{long}\"\n"));
+    assert!(e.len() < 300, "{e}");
+    assert!(
+        e.starts_with("parallelism: invalid type: string \"xxxx"),
+        "{e}"
+    );
+    assert!(e.contains("... (100000 bytes), expected i64"), "{e}");
+    let e = err(&format!("{HEADER}{long}: 1\n"));
+    assert!(e.len() < 1200, "{}", e.len());
+    let e = err(&format!(
+        "{HEADER}profiles:\n- plugins:\n    score:\n      enabled:\n      - name: {long}\n"
+    ));
+    assert_eq!(
+        e,
+        format!(
+            "profiles[0].plugins.score.enabled[0].name: unknown plugin \"{}\"... (100000 bytes)",
+            "x".repeat(64)
+        )
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let text = format!("{HEADER}profiles: {}\n", "[".repeat(100_000));
+    assert_eq!(err(&text), "nested deeper than 128 levels at line 3");
+    let e = crate::webhook::config::RolloutConfig::parse(&format!(
+        "apiVersion: gantry.io/v1alpha1\nkind: RolloutConfiguration\nschedulerName: g\nexcludedNamespaces: {}\n",
+        "[".repeat(100_000)
+    ))
+    .unwrap_err();
+    assert_eq!(e.to_string(), "nested deeper than 128 levels at line 4");
+}
+
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    let c = parse(&format!("\u{feff}{HEADER}parallelism: 4\n")).unwrap();
+    assert_eq!(c.parallelism, 4);
+}
+
+#[test]
+fn oversized_files_are_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.yaml");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(MAX_FILE_BYTES + 1).unwrap();
+    let e = Config::load(&path, &registry()).unwrap_err();
+    assert!(matches!(e, ConfigError::TooLarge { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("big.yaml: larger than 16777216 bytes"),
+        "{e}"
+    );
+    let path = dir.path().join("ok.yaml");
+    std::fs::write(&path, format!("\u{feff}{HEADER}")).unwrap();
+    assert!(Config::load(&path, &registry()).is_ok());
+}
