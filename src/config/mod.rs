@@ -2,6 +2,7 @@
 //! ready-to-run profiles. No file means kube-scheduler's defaults.
 
 mod duration;
+pub mod names;
 mod resolve;
 pub mod types;
 pub mod yaml;
@@ -13,7 +14,7 @@ use crate::framework::{Profile, Registry};
 use crate::model::echo::{bound_message, echo};
 
 pub use duration::parse_go_duration;
-pub use resolve::{DEFAULT_PLUGINS, UNSUPPORTED_KUBE_PLUGINS};
+pub use resolve::{DEFAULT_PLUGINS, MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
 pub use types::KubeSchedulerConfiguration;
 
 /// The scheduler name of the default profile.
@@ -286,10 +287,14 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            // A pod's spec.schedulerName must be a DNS-1123 subdomain: a profile named
+            // otherwise could serve no pod.
+            names::dns_subdomain(name)
+                .map_err(|e| ConfigError::field(format!("{base}.schedulerName"), e))?;
             if profiles.iter().any(|p| p.scheduler_name == name) {
                 return Err(ConfigError::field(
                     format!("{base}.schedulerName"),
-                    format!("duplicate profile {name:?}"),
+                    format!("duplicate profile {}", echo(name)),
                 ));
             }
             let pct = percentage(
@@ -331,6 +336,13 @@ impl Config {
     }
 }
 
+/// client-go's `JitterFactor`: a retry may come up to this factor of `retryPeriod` late, so
+/// `renewDeadline` must leave room for one.
+const LEADER_JITTER_FACTOR: f64 = 1.2;
+
+/// The longest lease: a Lease records its duration as an int32 number of seconds.
+const MAX_LEASE_SECONDS: u64 = i32::MAX as u64;
+
 fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigError> {
     let dur = |v: Option<String>, default: u64, field: &str| -> Result<Duration, ConfigError> {
         match v {
@@ -355,16 +367,27 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
     positive(lease_duration, "leaseDuration")?;
     positive(renew_deadline, "renewDeadline")?;
     positive(retry_period, "retryPeriod")?;
+    if lease_duration < Duration::from_secs(1) || lease_duration.as_secs() > MAX_LEASE_SECONDS {
+        return Err(ConfigError::field(
+            "leaderElection.leaseDuration",
+            format!(
+                "must be between 1s and {MAX_LEASE_SECONDS}s: a Lease holds it as a whole \
+                 number of seconds (int32), got {lease_duration:?}"
+            ),
+        ));
+    }
     if lease_duration <= renew_deadline {
         return Err(ConfigError::field(
             "leaderElection.leaseDuration",
             "must be greater than renewDeadline",
         ));
     }
-    if renew_deadline <= retry_period {
+    // client-go's rule: a renewal retried up to 20% late must still fall within the
+    // deadline. The product cannot overflow: a parsed duration is at most Go's longest.
+    if renew_deadline <= retry_period.mul_f64(LEADER_JITTER_FACTOR) {
         return Err(ConfigError::field(
             "leaderElection.renewDeadline",
-            "must be greater than retryPeriod",
+            format!("must be greater than retryPeriod * {LEADER_JITTER_FACTOR}"),
         ));
     }
     match le.resource_lock.as_deref() {
@@ -372,37 +395,60 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
         Some(other) => {
             return Err(ConfigError::field(
                 "leaderElection.resourceLock",
-                format!("only \"leases\" is supported, got {other:?}"),
+                format!("only \"leases\" is supported, got {}", echo(other)),
             ));
         }
     }
+    let resource_name = le.resource_name.unwrap_or_else(|| "gantry".to_string());
+    names::dns_subdomain(&resource_name)
+        .map_err(|e| ConfigError::field("leaderElection.resourceName", e))?;
+    let resource_namespace = le
+        .resource_namespace
+        .unwrap_or_else(|| "kube-system".to_string());
+    names::dns_label(&resource_namespace)
+        .map_err(|e| ConfigError::field("leaderElection.resourceNamespace", e))?;
     Ok(LeaderElection {
         enabled: le.leader_elect.unwrap_or(true),
         lease_duration,
         renew_deadline,
         retry_period,
-        resource_name: le.resource_name.unwrap_or_else(|| "gantry".to_string()),
-        resource_namespace: le
-            .resource_namespace
-            .unwrap_or_else(|| "kube-system".to_string()),
+        resource_name,
+        resource_namespace,
     })
 }
 
+/// The smallest `clientConnection.qps` other than 0: one request per 100 seconds. Slower
+/// than that not even a watch could be reopened in time; such a value is a mistake.
+pub const MIN_QPS: f64 = 0.01;
+
+/// The largest `clientConnection.burst`: kube-scheduler's field is an int32.
+pub const MAX_BURST: i64 = i32::MAX as i64;
+
 fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, ConfigError> {
     let qps = cc.qps.unwrap_or(DEFAULT_QPS);
-    if !(qps >= 0.0 && qps.is_finite()) {
+    if !(qps == 0.0 || (MIN_QPS..=f64::from(f32::MAX)).contains(&qps)) {
         return Err(ConfigError::field(
             "clientConnection.qps",
-            format!("must not be negative, got {qps}"),
+            format!(
+                "must be 0 (no throttling) or between {MIN_QPS} and {:e} requests per second, \
+                 got {qps}",
+                f32::MAX
+            ),
         ));
     }
     let burst = cc.burst.unwrap_or(i64::from(DEFAULT_BURST));
-    let burst = u32::try_from(burst).map_err(|_| {
-        ConfigError::field(
+    if !(0..=MAX_BURST).contains(&burst) {
+        return Err(ConfigError::field(
             "clientConnection.burst",
-            format!("must be between 0 and {}, got {burst}", u32::MAX),
-        )
-    })?;
+            format!("must be between 0 and {MAX_BURST}, got {burst}"),
+        ));
+    }
+    if burst == 0 && qps > 0.0 {
+        return Err(ConfigError::field(
+            "clientConnection.burst",
+            "must be at least 1 when qps is not 0: a burst of 0 would let no request through",
+        ));
+    }
     let content_type = match cc.content_type.as_deref() {
         None | Some("") | Some("application/vnd.kubernetes.protobuf") => ContentType::Protobuf,
         Some("application/json") => ContentType::Json,
@@ -410,7 +456,8 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
             return Err(ConfigError::field(
                 "clientConnection.contentType",
                 format!(
-                    "must be application/vnd.kubernetes.protobuf or application/json, got {other:?}"
+                    "must be application/vnd.kubernetes.protobuf or application/json, got {}",
+                    echo(other)
                 ),
             ));
         }
@@ -418,7 +465,7 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
     Ok(ClientConnection {
         kubeconfig: cc.kubeconfig.filter(|k| !k.is_empty()),
         qps,
-        burst,
+        burst: burst as u32,
         content_type,
     })
 }
