@@ -10,37 +10,53 @@ use std::time::{Duration, Instant};
 
 use tower::{Layer, Service};
 
+/// The longest wait [`TokenBucket::take`] asks for: a request waits at most this long at a
+/// time before the bucket is asked again (the configuration refuses rates slow enough to
+/// need longer waits, but the bucket accepts any rate without failing).
+pub const MAX_WAIT: Duration = Duration::from_secs(3600);
+
 /// A token bucket: `burst` tokens at most, refilled at `qps` tokens per second.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
-    qps: f64,
+    /// Tokens per second; `None` for an unlimited rate (every token is granted).
+    qps: Option<f64>,
     burst: f64,
     tokens: f64,
     last: Instant,
 }
 
 impl TokenBucket {
-    /// A full bucket. A burst below one still lets one request through at a time.
+    /// A full bucket. A burst below one still lets one request through at a time. Any
+    /// `qps` is accepted: one that is not a positive finite number means no limit.
     pub fn new(qps: f64, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
         TokenBucket {
-            qps,
+            qps: (qps > 0.0 && qps.is_finite()).then_some(qps),
             burst,
             tokens: burst,
             last: now,
         }
     }
 
-    /// Takes a token at `now`, or says how long until one is available.
+    /// Takes a token at `now`, or says how long until one is available (at most
+    /// [`MAX_WAIT`]; a token may still be missing then, and the caller asks again).
     pub fn take(&mut self, now: Instant) -> Result<(), Duration> {
+        let Some(qps) = self.qps else {
+            return Ok(());
+        };
         let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        // Non-negative terms (the product may be infinite), the sum capped at `burst`.
+        self.tokens = (self.tokens + elapsed * qps).min(self.burst);
         self.last = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
             Ok(())
         } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
+            // Positive, but it may be too small for a Duration (a huge rate) or too large.
+            let wait = (1.0 - self.tokens) / qps;
+            Err(Duration::try_from_secs_f64(wait)
+                .unwrap_or(MAX_WAIT)
+                .clamp(Duration::from_nanos(1), MAX_WAIT))
         }
     }
 }
@@ -53,9 +69,9 @@ pub struct ThrottleLayer {
 
 impl ThrottleLayer {
     /// A layer allowing `qps` requests per second with bursts of `burst`; `None` when `qps`
-    /// is 0 (no throttling).
+    /// is 0 (no throttling), or not a positive finite number at all.
     pub fn new(qps: f64, burst: u32) -> Option<Self> {
-        (qps > 0.0).then(|| ThrottleLayer {
+        (qps > 0.0 && qps.is_finite()).then(|| ThrottleLayer {
             bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst, Instant::now()))),
         })
     }
@@ -148,6 +164,59 @@ mod tests {
     fn zero_qps_means_no_throttling() {
         assert!(ThrottleLayer::new(0.0, 10).is_none());
         assert!(ThrottleLayer::new(5.0, 0).is_some());
+        for qps in [-1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert!(ThrottleLayer::new(qps, 10).is_none(), "{qps}");
+        }
+    }
+
+    #[test]
+    fn no_rate_or_burst_makes_the_bucket_fail() {
+        let t0 = Instant::now();
+        for qps in [
+            1e-300,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-9,
+            0.0,
+            -0.0,
+            -5.0,
+            f64::NAN,
+            f64::INFINITY,
+            1e300,
+            f64::MAX,
+        ] {
+            for burst in [0, 1, u32::MAX] {
+                let mut b = TokenBucket::new(qps, burst, t0);
+                for step in [0, 1, 1_000_000_000] {
+                    let now = t0 + Duration::from_secs(step);
+                    if let Err(wait) = b.take(now) {
+                        assert!(wait <= MAX_WAIT, "{qps} {burst}: {wait:?}");
+                        assert!(!wait.is_zero(), "{qps} {burst}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_tiny_rate_waits_at_most_the_longest_wait() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(1e-300, 1, t0);
+        assert!(b.take(t0).is_ok());
+        assert_eq!(b.take(t0), Err(MAX_WAIT));
+        // Time going backwards (an earlier `now`) refills nothing.
+        let mut b = TokenBucket::new(1.0, 1, t0 + Duration::from_secs(10));
+        assert!(b.take(t0).is_ok());
+        assert!(b.take(t0).is_err());
+    }
+
+    #[test]
+    fn an_unlimited_rate_grants_every_token() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(f64::INFINITY, 1, t0);
+        for _ in 0..1000 {
+            assert!(b.take(t0).is_ok());
+        }
     }
 
     #[tokio::test]

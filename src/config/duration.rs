@@ -2,9 +2,16 @@
 
 use std::time::Duration;
 
+use crate::model::echo::echo;
+
+/// The longest Go duration: an int64 of nanoseconds (some 292 years). Go refuses longer
+/// ones, and nothing the scheduler waits for is longer.
+pub const MAX_GO_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
+
 /// Parses a Go duration string. Negative durations are rejected: no configuration field the
-/// scheduler reads allows one.
+/// scheduler reads allows one; so are durations longer than Go's ([`MAX_GO_DURATION`]).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let shown = echo(s);
     let text = s.trim();
     if text == "0" {
         return Ok(Duration::ZERO);
@@ -14,19 +21,19 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
     }
     let mut rest = text.strip_prefix('+').unwrap_or(text);
     if rest.starts_with('-') {
-        return Err(format!("negative duration {s:?}"));
+        return Err(format!("negative duration {shown}"));
     }
     let mut total = 0f64;
     while !rest.is_empty() {
         let num_end = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
+            .ok_or_else(|| format!("missing unit in duration {shown}"))?;
         if num_end == 0 {
-            return Err(format!("invalid duration {s:?}"));
+            return Err(format!("invalid duration {shown}"));
         }
         let value: f64 = rest[..num_end]
             .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
+            .map_err(|_| format!("invalid duration {shown}"))?;
         rest = &rest[num_end..];
         let unit_end = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -38,12 +45,15 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
+            unit => return Err(format!("unknown unit {} in duration {shown}", echo(unit))),
         };
         total += value * scale;
         rest = &rest[unit_end..];
     }
-    Duration::try_from_secs_f64(total).map_err(|_| format!("duration {s:?} out of range"))
+    Duration::try_from_secs_f64(total)
+        .ok()
+        .filter(|d| *d <= MAX_GO_DURATION)
+        .ok_or_else(|| format!("duration {shown} out of range (at most {MAX_GO_DURATION:?})"))
 }
 
 #[cfg(test)]
@@ -60,5 +70,22 @@ mod tests {
         for bad in ["", "15", "s", "-1s", "1x", "1s2"] {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn go_range_only() {
+        assert_eq!(
+            parse_go_duration("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        assert_eq!(
+            parse_go_duration("2562048h"),
+            Err("duration \"2562048h\" out of range (at most 9223372036.854775807s)".to_string())
+        );
+        assert!(parse_go_duration("1e400s").is_err());
+        let long = format!("{}s", "9".repeat(1000));
+        let e = parse_go_duration(&long).unwrap_err();
+        assert!(e.len() < 200, "{e}");
+        assert!(e.contains("... (1001 bytes)"), "{e}");
     }
 }

@@ -2,16 +2,19 @@
 //! ready-to-run profiles. No file means kube-scheduler's defaults.
 
 mod duration;
+pub mod names;
 mod resolve;
 pub mod types;
+pub mod yaml;
 
 use std::path::Path;
 use std::time::Duration;
 
 use crate::framework::{Profile, Registry};
+use crate::model::echo::{bound_message, echo};
 
 pub use duration::parse_go_duration;
-pub use resolve::{DEFAULT_PLUGINS, UNSUPPORTED_KUBE_PLUGINS};
+pub use resolve::{DEFAULT_PLUGINS, MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
 pub use types::KubeSchedulerConfiguration;
 
 /// The scheduler name of the default profile.
@@ -28,6 +31,18 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// The file is larger than any configuration file can be.
+    #[error("cannot read {path}: larger than {limit} bytes")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// [`MAX_FILE_BYTES`].
+        limit: u64,
+    },
+    /// The text is nested deeper than [`yaml::MAX_DEPTH`] levels: refused before it is
+    /// parsed, whose cost grows with the square of the depth.
+    #[error(transparent)]
+    TooDeep(#[from] yaml::TooDeep),
     /// A field is malformed or invalid.
     #[error("{field}: {reason}")]
     Field {
@@ -39,26 +54,48 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// An error at `field`.
+    /// An error at `field`. Both parts are cut to a bounded size (see
+    /// [`bound_message`]): they can repeat values of the file, which can be of any length.
     pub fn field(field: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError::Field {
-            field: field.into(),
-            reason: reason.into(),
+            field: bound_message(&field.into()),
+            reason: bound_message(&reason.into()),
         }
     }
 }
 
-/// The text of a configuration file.
+/// The largest configuration file read: sixteen times what a ConfigMap (where configuration
+/// files usually come from) can hold; anything larger is a mistake, and is refused before it
+/// is read into memory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// The text of a configuration file, at most [`MAX_FILE_BYTES`] long.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    use std::io::Read;
+    let read_error = |source| ConfigError::Read {
         path: path.display().to_string(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(read_error)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_error)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.display().to_string(),
+            limit: MAX_FILE_BYTES,
+        });
+    }
+    Ok(text)
 }
 
 /// Configuration text (YAML or JSON) decoded into `T`; an error names the offending field by
-/// its path.
+/// its path. A byte-order mark at the start is accepted; text nested deeper than
+/// [`yaml::MAX_DEPTH`] levels is refused before it is parsed.
 pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    let text = yaml::strip_bom(text);
+    yaml::check_depth(text, yaml::MAX_DEPTH)?;
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -159,9 +196,9 @@ impl Config {
             return Err(ConfigError::field(
                 "apiVersion",
                 format!(
-                    "must be {:?}, got {:?}",
+                    "must be {:?}, got {}",
                     types::API_VERSION,
-                    file.api_version.unwrap_or_default()
+                    echo(file.api_version.as_deref().unwrap_or_default())
                 ),
             ));
         }
@@ -169,9 +206,9 @@ impl Config {
             return Err(ConfigError::field(
                 "kind",
                 format!(
-                    "must be {:?}, got {:?}",
+                    "must be {:?}, got {}",
                     types::KIND,
-                    file.kind.unwrap_or_default()
+                    echo(file.kind.as_deref().unwrap_or_default())
                 ),
             ));
         }
@@ -250,10 +287,14 @@ impl Config {
                     "must not be empty",
                 ));
             }
+            // A pod's spec.schedulerName must be a DNS-1123 subdomain: a profile named
+            // otherwise could serve no pod.
+            names::dns_subdomain(name)
+                .map_err(|e| ConfigError::field(format!("{base}.schedulerName"), e))?;
             if profiles.iter().any(|p| p.scheduler_name == name) {
                 return Err(ConfigError::field(
                     format!("{base}.schedulerName"),
-                    format!("duplicate profile {name:?}"),
+                    format!("duplicate profile {}", echo(name)),
                 ));
             }
             let pct = percentage(
@@ -295,6 +336,13 @@ impl Config {
     }
 }
 
+/// client-go's `JitterFactor`: a retry may come up to this factor of `retryPeriod` late, so
+/// `renewDeadline` must leave room for one.
+const LEADER_JITTER_FACTOR: f64 = 1.2;
+
+/// The longest lease: a Lease records its duration as an int32 number of seconds.
+const MAX_LEASE_SECONDS: u64 = i32::MAX as u64;
+
 fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigError> {
     let dur = |v: Option<String>, default: u64, field: &str| -> Result<Duration, ConfigError> {
         match v {
@@ -319,16 +367,27 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
     positive(lease_duration, "leaseDuration")?;
     positive(renew_deadline, "renewDeadline")?;
     positive(retry_period, "retryPeriod")?;
+    if lease_duration < Duration::from_secs(1) || lease_duration.as_secs() > MAX_LEASE_SECONDS {
+        return Err(ConfigError::field(
+            "leaderElection.leaseDuration",
+            format!(
+                "must be between 1s and {MAX_LEASE_SECONDS}s: a Lease holds it as a whole \
+                 number of seconds (int32), got {lease_duration:?}"
+            ),
+        ));
+    }
     if lease_duration <= renew_deadline {
         return Err(ConfigError::field(
             "leaderElection.leaseDuration",
             "must be greater than renewDeadline",
         ));
     }
-    if renew_deadline <= retry_period {
+    // client-go's rule: a renewal retried up to 20% late must still fall within the
+    // deadline. The product cannot overflow: a parsed duration is at most Go's longest.
+    if renew_deadline <= retry_period.mul_f64(LEADER_JITTER_FACTOR) {
         return Err(ConfigError::field(
             "leaderElection.renewDeadline",
-            "must be greater than retryPeriod",
+            format!("must be greater than retryPeriod * {LEADER_JITTER_FACTOR}"),
         ));
     }
     match le.resource_lock.as_deref() {
@@ -336,37 +395,60 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
         Some(other) => {
             return Err(ConfigError::field(
                 "leaderElection.resourceLock",
-                format!("only \"leases\" is supported, got {other:?}"),
+                format!("only \"leases\" is supported, got {}", echo(other)),
             ));
         }
     }
+    let resource_name = le.resource_name.unwrap_or_else(|| "gantry".to_string());
+    names::dns_subdomain(&resource_name)
+        .map_err(|e| ConfigError::field("leaderElection.resourceName", e))?;
+    let resource_namespace = le
+        .resource_namespace
+        .unwrap_or_else(|| "kube-system".to_string());
+    names::dns_label(&resource_namespace)
+        .map_err(|e| ConfigError::field("leaderElection.resourceNamespace", e))?;
     Ok(LeaderElection {
         enabled: le.leader_elect.unwrap_or(true),
         lease_duration,
         renew_deadline,
         retry_period,
-        resource_name: le.resource_name.unwrap_or_else(|| "gantry".to_string()),
-        resource_namespace: le
-            .resource_namespace
-            .unwrap_or_else(|| "kube-system".to_string()),
+        resource_name,
+        resource_namespace,
     })
 }
 
+/// The smallest `clientConnection.qps` other than 0: one request per 100 seconds. Slower
+/// than that not even a watch could be reopened in time; such a value is a mistake.
+pub const MIN_QPS: f64 = 0.01;
+
+/// The largest `clientConnection.burst`: kube-scheduler's field is an int32.
+pub const MAX_BURST: i64 = i32::MAX as i64;
+
 fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, ConfigError> {
     let qps = cc.qps.unwrap_or(DEFAULT_QPS);
-    if !(qps >= 0.0 && qps.is_finite()) {
+    if !(qps == 0.0 || (MIN_QPS..=f64::from(f32::MAX)).contains(&qps)) {
         return Err(ConfigError::field(
             "clientConnection.qps",
-            format!("must not be negative, got {qps}"),
+            format!(
+                "must be 0 (no throttling) or between {MIN_QPS} and {:e} requests per second, \
+                 got {qps}",
+                f32::MAX
+            ),
         ));
     }
     let burst = cc.burst.unwrap_or(i64::from(DEFAULT_BURST));
-    let burst = u32::try_from(burst).map_err(|_| {
-        ConfigError::field(
+    if !(0..=MAX_BURST).contains(&burst) {
+        return Err(ConfigError::field(
             "clientConnection.burst",
-            format!("must be between 0 and {}, got {burst}", u32::MAX),
-        )
-    })?;
+            format!("must be between 0 and {MAX_BURST}, got {burst}"),
+        ));
+    }
+    if burst == 0 && qps > 0.0 {
+        return Err(ConfigError::field(
+            "clientConnection.burst",
+            "must be at least 1 when qps is not 0: a burst of 0 would let no request through",
+        ));
+    }
     let content_type = match cc.content_type.as_deref() {
         None | Some("") | Some("application/vnd.kubernetes.protobuf") => ContentType::Protobuf,
         Some("application/json") => ContentType::Json,
@@ -374,7 +456,8 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
             return Err(ConfigError::field(
                 "clientConnection.contentType",
                 format!(
-                    "must be application/vnd.kubernetes.protobuf or application/json, got {other:?}"
+                    "must be application/vnd.kubernetes.protobuf or application/json, got {}",
+                    echo(other)
                 ),
             ));
         }
@@ -382,7 +465,7 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
     Ok(ClientConnection {
         kubeconfig: cc.kubeconfig.filter(|k| !k.is_empty()),
         qps,
-        burst,
+        burst: burst as u32,
         content_type,
     })
 }

@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::framework::{Plugin, Profile, Registry};
+use crate::framework::{MAX_NODE_SCORE, Plugin, Profile, Registry};
+use crate::model::echo::echo;
 
 use super::ConfigError;
 use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
@@ -29,6 +30,11 @@ pub const DEFAULT_PLUGINS: &[(&str, Option<i64>)] = &[
     ("ImageLocality", Some(1)),
     ("DefaultBinder", None),
 ];
+
+/// The largest score weight: kube-scheduler's `weight` is an int32. With at most a few dozen
+/// score plugins, the highest total score (weights times [`MAX_NODE_SCORE`]) stays many
+/// orders of magnitude below `i64::MAX`.
+pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 
 /// kube-scheduler plugins gantry does not implement. Disabling them is accepted (a config
 /// written for kube-scheduler keeps working); enabling them is an error.
@@ -201,7 +207,7 @@ pub(super) fn build_profile(
         if args.insert(&pc.name, (&pc.args, field.clone())).is_some() {
             return Err(ConfigError::field(
                 format!("{field}.name"),
-                format!("repeated config for plugin {:?}", pc.name),
+                format!("repeated config for plugin {}", echo(&pc.name)),
             ));
         }
     }
@@ -253,8 +259,8 @@ pub(super) fn build_profile(
                 return Err(ConfigError::field(
                     format!("{field}.name"),
                     format!(
-                        "plugin {:?} does not extend the {} extension point",
-                        p.name,
+                        "plugin {} does not extend the {} extension point",
+                        echo(&p.name),
                         point.key()
                     ),
                 ));
@@ -262,7 +268,11 @@ pub(super) fn build_profile(
             if explicit.iter().any(|(e, _)| e.name == p.name) {
                 return Err(ConfigError::field(
                     format!("{field}.name"),
-                    format!("plugin {:?} already registered as {}", p.name, point.key()),
+                    format!(
+                        "plugin {} already registered as {}",
+                        echo(&p.name),
+                        point.key()
+                    ),
                 ));
             }
             explicit.push((
@@ -291,7 +301,11 @@ pub(super) fn build_profile(
                 if from_multi.iter().any(|(x, _)| x.name == e.name) {
                     return Err(ConfigError::field(
                         e.field.clone(),
-                        format!("plugin {:?} already registered as {}", e.name, point.key()),
+                        format!(
+                            "plugin {} already registered as {}",
+                            echo(&e.name),
+                            point.key()
+                        ),
                     ));
                 }
                 from_multi.push((e, plugin.clone()));
@@ -306,6 +320,14 @@ pub(super) fn build_profile(
                 return Err(ConfigError::field(
                     format!("{field}.weight"),
                     format!("must not be negative, got {w}"),
+                ));
+            }
+            if w > MAX_WEIGHT {
+                return Err(ConfigError::field(
+                    format!("{field}.weight"),
+                    format!(
+                        "must be at most {MAX_WEIGHT} (an int32, as in kube-scheduler), got {w}"
+                    ),
                 ));
             }
             Ok(if w == 0 { 1 } else { w })
@@ -328,11 +350,16 @@ pub(super) fn build_profile(
         }
         resolved.push(list);
     }
-    let total_weight: i64 = resolved[6].iter().map(|(_, w)| *w).sum();
-    if total_weight > i64::MAX / crate::framework::MAX_NODE_SCORE / 2 {
+    // kube-scheduler's rule: the highest total score, every plugin's weight times the
+    // highest node score, summed, must fit an int64. The cycle sums exactly these products.
+    let max_total = resolved[6].iter().try_fold(0i64, |total, (_, w)| {
+        w.checked_mul(MAX_NODE_SCORE)
+            .and_then(|top| total.checked_add(top))
+    });
+    if max_total.is_none() {
         return Err(ConfigError::field(
             format!("{base_plugins}.score"),
-            "total score plugin weight is too large".to_string(),
+            "total score of Score plugins could overflow",
         ));
     }
     let take =
@@ -379,7 +406,7 @@ fn unknown_plugin(name: &str, field: &str) -> ConfigError {
             "plugin {name:?} is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
         )
     } else {
-        format!("unknown plugin {name:?}")
+        format!("unknown plugin {}", echo(name))
     };
     ConfigError::field(field.to_string(), reason)
 }

@@ -282,3 +282,292 @@ fn content_type_is_protobuf_unless_json_is_asked_for() {
         "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\""
     );
 }
+
+fn score_weight(weight: &str) -> String {
+    format!(
+        "{HEADER}profiles:\n- plugins:\n    score:\n      enabled:\n      - {{name: ImageLocality, weight: {weight}}}\n"
+    )
+}
+
+#[test]
+fn weights_are_kube_scheduler_int32s() {
+    assert_eq!(
+        err(&score_weight("9223372036854775807")),
+        "profiles[0].plugins.score.enabled[0].weight: must be at most 2147483647 (an int32, as in kube-scheduler), got 9223372036854775807"
+    );
+    assert_eq!(
+        err(&score_weight("2147483648")),
+        "profiles[0].plugins.score.enabled[0].weight: must be at most 2147483647 (an int32, as in kube-scheduler), got 2147483648"
+    );
+    assert_eq!(
+        err(&format!(
+            "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled:\n      - {{name: TaintToleration, weight: 9223372036854775807}}\n"
+        )),
+        "profiles[0].plugins.multiPoint.enabled[0].weight: must be at most 2147483647 (an int32, as in kube-scheduler), got 9223372036854775807"
+    );
+    let top = parse(&score_weight("2147483647")).unwrap();
+    let weights: Vec<i64> = top.profiles[0].score.iter().map(|(_, w)| *w).collect();
+    assert!(weights.contains(&2_147_483_647), "{weights:?}");
+    let max_total: i64 = weights
+        .iter()
+        .map(|w| w * crate::framework::MAX_NODE_SCORE)
+        .sum();
+    assert!(max_total > 0, "the highest total score fits an i64");
+    assert!(
+        err(&score_weight("1e3"))
+            .starts_with("profiles[0].plugins.score.enabled[0].weight: invalid type"),
+        "a weight is an integer"
+    );
+}
+
+fn client(settings: &str) -> Result<ClientConnection, ConfigError> {
+    parse(&format!("{HEADER}clientConnection: {{{settings}}}\n")).map(|c| c.client_connection)
+}
+
+#[test]
+fn qps_and_burst_are_ranged() {
+    let c = client("qps: 0, burst: 0").unwrap();
+    assert_eq!((c.qps, c.burst), (0.0, 0), "qps 0 turns throttling off");
+    let c = client("qps: 0.01, burst: 1").unwrap();
+    assert_eq!((c.qps, c.burst), (0.01, 1));
+    let c = client("qps: 50, burst: 2147483647").unwrap();
+    assert_eq!(c.burst, 2_147_483_647);
+    for qps in ["1e-300", "0.001", "-1", "1e300", ".inf", ".nan"] {
+        let e = client(&format!("qps: {qps}, burst: 10"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "clientConnection.qps: must be 0 (no throttling) or between 0.01 and 3.4028235e38 requests per second, got "
+            ),
+            "{qps}: {e}"
+        );
+    }
+    assert_eq!(
+        client("qps: 5, burst: 0").unwrap_err().to_string(),
+        "clientConnection.burst: must be at least 1 when qps is not 0: a burst of 0 would let no request through"
+    );
+    assert_eq!(
+        client("burst: -1").unwrap_err().to_string(),
+        "clientConnection.burst: must be between 0 and 2147483647, got -1"
+    );
+    assert_eq!(
+        client("burst: 2147483648").unwrap_err().to_string(),
+        "clientConnection.burst: must be between 0 and 2147483647, got 2147483648"
+    );
+}
+
+fn leader(settings: &str) -> Result<LeaderElection, ConfigError> {
+    parse(&format!("{HEADER}leaderElection: {{{settings}}}\n")).map(|c| c.leader_election)
+}
+
+#[test]
+fn leader_election_follows_client_go() {
+    let l = leader("leaseDuration: 60s, renewDeadline: 13s, retryPeriod: 10s").unwrap();
+    assert_eq!(l.renew_deadline, Duration::from_secs(13));
+    assert_eq!(
+        leader("leaseDuration: 60s, renewDeadline: 12s, retryPeriod: 10s")
+            .unwrap_err()
+            .to_string(),
+        "leaderElection.renewDeadline: must be greater than retryPeriod * 1.2",
+        "a retry up to 20% late must fit in the deadline"
+    );
+    assert_eq!(
+        leader("renewDeadline: 2400ms").unwrap_err().to_string(),
+        "leaderElection.renewDeadline: must be greater than retryPeriod * 1.2"
+    );
+    assert!(leader("renewDeadline: 2401ms").is_ok());
+    assert_eq!(
+        leader("leaseDuration: 10s").unwrap_err().to_string(),
+        "leaderElection.leaseDuration: must be greater than renewDeadline"
+    );
+    for (field, value) in [
+        ("leaseDuration", "0s"),
+        ("renewDeadline", "0"),
+        ("retryPeriod", "0ms"),
+    ] {
+        assert_eq!(
+            leader(&format!("{field}: {value}"))
+                .unwrap_err()
+                .to_string(),
+            format!("leaderElection.{field}: must be greater than zero")
+        );
+    }
+    assert_eq!(
+        leader("leaseDuration: 900ms, renewDeadline: 500ms, retryPeriod: 100ms")
+            .unwrap_err()
+            .to_string(),
+        "leaderElection.leaseDuration: must be between 1s and 2147483647s: a Lease holds it as a whole number of seconds (int32), got 900ms"
+    );
+    assert!(
+        leader("leaseDuration: 600000h")
+            .unwrap_err()
+            .to_string()
+            .starts_with("leaderElection.leaseDuration: must be between 1s and 2147483647s")
+    );
+    assert_eq!(
+        leader("retryPeriod: 2562048h").unwrap_err().to_string(),
+        "leaderElection.retryPeriod: duration \"2562048h\" out of range (at most 9223372036.854775807s)"
+    );
+    assert_eq!(
+        leader("retryPeriod: -1s").unwrap_err().to_string(),
+        "leaderElection.retryPeriod: negative duration \"-1s\""
+    );
+}
+
+#[test]
+fn leader_election_names_are_object_names() {
+    let l = leader("resourceName: gantry.example.com, resourceNamespace: gantry-system").unwrap();
+    assert_eq!(
+        (l.resource_name.as_str(), l.resource_namespace.as_str()),
+        ("gantry.example.com", "gantry-system")
+    );
+    for name in ["", "Gantry", "gantry_lease", "-gantry", "a/b"] {
+        let e = leader(&format!("resourceName: {name:?}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("leaderElection.resourceName: ") && e.contains("RFC 1123 subdomain"),
+            "{name:?}: {e}"
+        );
+    }
+    for namespace in ["", "kube.system", "Kube", &"x".repeat(64)] {
+        let e = leader(&format!("resourceNamespace: {namespace:?}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("leaderElection.resourceNamespace: "),
+            "{namespace:?}: {e}"
+        );
+    }
+    assert_eq!(
+        leader("resourceLock: endpoints").unwrap_err().to_string(),
+        "leaderElection.resourceLock: only \"leases\" is supported, got \"endpoints\""
+    );
+}
+
+#[test]
+fn scheduler_names_are_what_a_pod_can_name() {
+    let e = err(&format!(
+        "{HEADER}profiles:\n- schedulerName: My_Scheduler\n"
+    ));
+    assert!(
+        e.starts_with(
+            "profiles[0].schedulerName: \"My_Scheduler\" must be a lowercase RFC 1123 subdomain"
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        err(&format!("{HEADER}profiles:\n- schedulerName: \"\"\n")),
+        "profiles[0].schedulerName: must not be empty"
+    );
+    assert!(
+        parse(&format!(
+            "{HEADER}profiles:\n- schedulerName: gantry.io-batch\n"
+        ))
+        .is_ok()
+    );
+}
+
+#[test]
+fn numeric_settings_are_ranged() {
+    for (setting, want) in [
+        (
+            "parallelism: 0",
+            "parallelism: must be between 1 and 1024, got 0",
+        ),
+        (
+            "parallelism: 1025",
+            "parallelism: must be between 1 and 1024, got 1025",
+        ),
+        (
+            "percentageOfNodesToScore: -1",
+            "percentageOfNodesToScore: not in valid range [0-100], got -1",
+        ),
+        (
+            "podInitialBackoffSeconds: 0",
+            "podInitialBackoffSeconds: must be greater than 0, got 0",
+        ),
+        (
+            "profiles:\n- percentageOfNodesToScore: 200",
+            "profiles[0].percentageOfNodesToScore: not in valid range [0-100], got 200",
+        ),
+    ] {
+        assert_eq!(err(&format!("{HEADER}{setting}\n")), want);
+    }
+    let long = parse(&format!(
+        "{HEADER}podInitialBackoffSeconds: 9223372036854775807\npodMaxBackoffSeconds: 9223372036854775807\n"
+    ))
+    .unwrap();
+    assert_eq!(long.pod_max_backoff, Duration::from_secs(i64::MAX as u64));
+}
+
+#[test]
+fn echoed_values_are_cut() {
+    let long = "x".repeat(100_000);
+    let e = err(&format!(
+        "apiVersion: {long}\nkind: KubeSchedulerConfiguration\n"
+    ));
+    assert_eq!(
+        e,
+        format!(
+            "apiVersion: must be \"kubescheduler.config.k8s.io/v1\", got \"{}\"... (100000 bytes)",
+            "x".repeat(64)
+        )
+    );
+    let e = err(&format!("{HEADER}parallelism: \"{long}\"\n"));
+    assert!(e.len() < 300, "{e}");
+    assert!(
+        e.starts_with("parallelism: invalid type: string \"xxxx"),
+        "{e}"
+    );
+    assert!(e.contains("... (100000 bytes), expected i64"), "{e}");
+    let e = err(&format!("{HEADER}{long}: 1\n"));
+    assert!(e.len() < 1200, "{}", e.len());
+    let e = err(&format!(
+        "{HEADER}profiles:\n- plugins:\n    score:\n      enabled:\n      - name: {long}\n"
+    ));
+    assert_eq!(
+        e,
+        format!(
+            "profiles[0].plugins.score.enabled[0].name: unknown plugin \"{}\"... (100000 bytes)",
+            "x".repeat(64)
+        )
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_before_parsing() {
+    let text = format!("{HEADER}profiles: {}\n", "[".repeat(100_000));
+    assert_eq!(err(&text), "nested deeper than 128 levels at line 3");
+    let e = crate::webhook::config::RolloutConfig::parse(&format!(
+        "apiVersion: gantry.io/v1alpha1\nkind: RolloutConfiguration\nschedulerName: g\nexcludedNamespaces: {}\n",
+        "[".repeat(100_000)
+    ))
+    .unwrap_err();
+    assert_eq!(e.to_string(), "nested deeper than 128 levels at line 4");
+}
+
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    let c = parse(&format!("\u{feff}{HEADER}parallelism: 4\n")).unwrap();
+    assert_eq!(c.parallelism, 4);
+}
+
+#[test]
+fn oversized_files_are_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.yaml");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(MAX_FILE_BYTES + 1).unwrap();
+    let e = Config::load(&path, &registry()).unwrap_err();
+    assert!(matches!(e, ConfigError::TooLarge { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .ends_with("big.yaml: larger than 16777216 bytes"),
+        "{e}"
+    );
+    let path = dir.path().join("ok.yaml");
+    std::fs::write(&path, format!("\u{feff}{HEADER}")).unwrap();
+    assert!(Config::load(&path, &registry()).is_ok());
+}

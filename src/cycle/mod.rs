@@ -638,8 +638,12 @@ fn score_nodes(
                 .zip(&mut totals[start..start + len])
                 .zip(scored)
             {
-                *cell = s.score * weight;
-                *total += *cell;
+                // A score is in 0..=MAX_NODE_SCORE (checked above) and a configured weight
+                // in 1..=i32::MAX whose products sum within i64 (checked when the profile is
+                // built), so neither operation saturates for a configured profile; for a
+                // profile built otherwise they stay ordered instead of wrapping.
+                *cell = s.score.saturating_mul(*weight);
+                *total = total.saturating_add(*cell);
             }
         }
     }

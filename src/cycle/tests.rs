@@ -186,6 +186,37 @@ fn highest_weighted_score_wins_and_scores_are_reported() {
 }
 
 #[test]
+fn the_largest_configurable_weight_keeps_the_order_of_scores() {
+    let snap = snapshot(vec![
+        node("low").label("score", "10").build(),
+        node("high").label("score", "90").build(),
+    ]);
+    let weight = crate::config::MAX_WEIGHT;
+    let p = schedule_one(
+        &profile(weight),
+        &snap,
+        &pod("p").build(),
+        &mut CycleMemory::default(),
+        &OPTS,
+    )
+    .unwrap();
+    assert_eq!(&*p.node, "high");
+    assert_eq!(p.scores[0].total, 90 * weight);
+    // A weight no configuration accepts saturates instead of wrapping to a negative total
+    // that would reorder the nodes.
+    let p = schedule_one(
+        &profile(i64::MAX),
+        &snap,
+        &pod("p").build(),
+        &mut CycleMemory::default(),
+        &OPTS,
+    )
+    .unwrap();
+    assert_eq!(p.scores[0].total, i64::MAX);
+    assert!(p.scores.iter().all(|s| s.total > 0), "{:?}", p.scores);
+}
+
+#[test]
 fn ties_are_broken_by_pod_identity_not_node_order() {
     let names: Vec<String> = (0..20).map(|i| format!("n{i}")).collect();
     let forward = snapshot(names.iter().map(|n| node(n).build()).collect());

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::echo::echo;
 use super::labels::Labels;
 use super::resources::Resources;
 
@@ -117,19 +118,19 @@ impl GpuAssignment {
             let part = part.trim();
             let (device, milli) = part
                 .split_once(':')
-                .ok_or_else(|| format!("{part:?} is not <device>:<milli>"))?;
+                .ok_or_else(|| format!("{} is not <device>:<milli>", echo(part)))?;
             let device: u16 = device
                 .trim()
                 .parse()
                 .ok()
                 .filter(|d| usize::from(*d) < MAX_GPUS_PER_NODE)
-                .ok_or_else(|| format!("{device:?} is not a device index"))?;
+                .ok_or_else(|| format!("{} is not a device index", echo(device)))?;
             let milli: u32 = milli
                 .trim()
                 .parse()
                 .ok()
                 .filter(|m| (1..=MILLI_PER_GPU).contains(m))
-                .ok_or_else(|| format!("{milli:?} is not a share in 1..=1000"))?;
+                .ok_or_else(|| format!("{} is not a share in 1..=1000", echo(milli)))?;
             if out.iter().any(|(d, _)| *d == device) {
                 return Err(format!("device {device} is listed twice"));
             }
@@ -221,14 +222,18 @@ fn parse_request(
                 .filter(|v| (1..=MILLI_PER_GPU).contains(v))
                 .ok_or_else(|| {
                     format!(
-                        "annotation {GPU_MILLI_ANNOTATION}: {m:?} is not an integer in 1..=1000"
+                        "annotation {GPU_MILLI_ANNOTATION}: {} is not an integer in 1..=1000",
+                        echo(m)
                     )
                 })?;
             GpuRequest::Milli(v)
         }
         (_, None, Some(m)) => {
             let v: u64 = m.trim().parse().ok().filter(|v| *v > 0).ok_or_else(|| {
-                format!("annotation {GPU_MEMORY_ANNOTATION}: {m:?} is not a positive integer (MiB)")
+                format!(
+                    "annotation {GPU_MEMORY_ANNOTATION}: {} is not a positive integer (MiB)",
+                    echo(m)
+                )
             })?;
             GpuRequest::MemoryMib(v)
         }
@@ -256,7 +261,8 @@ fn parse_request(
                 .collect();
             if models.is_empty() {
                 return Err(format!(
-                    "annotation {GPU_MODEL_ANNOTATION}: {text:?} names no model"
+                    "annotation {GPU_MODEL_ANNOTATION}: {} names no model",
+                    echo(text)
                 ));
             }
             models.into_boxed_slice()

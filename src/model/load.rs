@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::echo::{bound_message, echo, echo_name};
 use super::{Labels, PodInfo};
 
 /// Node annotation with the share of the node's cpu in use, a fraction `0..=1`.
@@ -150,7 +151,9 @@ pub fn load_from_annotations(annotations: &Labels) -> Result<Option<AnnotatedLoa
                 .map(SystemTime::from)
                 .map_err(|e| {
                     format!(
-                        "annotation {METRICS_TIMESTAMP_ANNOTATION}: {t:?} is not an RFC 3339 time: {e}"
+                        "annotation {METRICS_TIMESTAMP_ANNOTATION}: {} is not an RFC 3339 time: {}",
+                        echo(t),
+                        bound_message(&e.to_string())
                     )
                 })
         })
@@ -166,10 +169,11 @@ fn fraction(annotation: &str, value: &str) -> Result<f64, String> {
     let f: f64 = value
         .trim()
         .parse()
-        .map_err(|_| format!("annotation {annotation}: {value:?} is not a number"))?;
+        .map_err(|_| format!("annotation {annotation}: {} is not a number", echo(value)))?;
     if !(0.0..=1.0).contains(&f) {
         return Err(format!(
-            "annotation {annotation}: must be a fraction between 0 and 1, got {value}"
+            "annotation {annotation}: must be a fraction between 0 and 1, got {}",
+            echo_name(value)
         ));
     }
     Ok(f)

@@ -2,6 +2,7 @@
 //! scheduler computes with. No full API object is kept.
 
 pub(crate) mod arc_str;
+pub mod echo;
 pub mod gpu;
 pub mod labels;
 pub mod load;
@@ -39,4 +40,23 @@ pub enum ModelError {
         /// The field and what is wrong with it.
         reason: String,
     },
+}
+
+impl ModelError {
+    /// A malformed pod, its name and the reason cut to a bounded size (both come from the
+    /// input).
+    pub fn pod(namespace: &str, name: &str, reason: &str) -> Self {
+        ModelError::Pod {
+            pod: format!("{}/{}", echo::echo_name(namespace), echo::echo_name(name)),
+            reason: echo::bound_message(reason),
+        }
+    }
+
+    /// A malformed node, its name and the reason cut to a bounded size.
+    pub fn node(name: &str, reason: &str) -> Self {
+        ModelError::Node {
+            node: echo::echo_name(name).to_string(),
+            reason: echo::bound_message(reason),
+        }
+    }
 }

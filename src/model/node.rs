@@ -47,10 +47,7 @@ impl NodeModel {
     /// Converts an API node; malformed fields are errors naming the node and the field.
     pub fn from_api(node: &core::Node) -> Result<Self, ModelError> {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let fail = |reason: String| ModelError::Node {
-            node: name.clone(),
-            reason,
-        };
+        let fail = |reason: String| ModelError::node(&name, &reason);
         if name.is_empty() {
             return Err(fail("metadata.name: must be set".to_string()));
         }

@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 
 use super::ModelError;
+use super::echo::echo;
 use super::gpu::PodGpu;
 use super::labels::Labels;
 use super::quantity::Quantity;
@@ -251,10 +252,7 @@ impl PodInfo {
             .clone()
             .unwrap_or_else(|| "default".to_string());
         let name = meta.name.clone().unwrap_or_default();
-        let fail = |field: String| ModelError::Pod {
-            pod: format!("{namespace}/{name}"),
-            reason: field,
-        };
+        let fail = |field: String| ModelError::pod(&namespace, &name, &field);
         if name.is_empty() {
             return Err(fail("metadata.name: must be set".to_string()));
         }
@@ -576,13 +574,18 @@ fn host_ports(spec: &core::PodSpec) -> Result<Vec<HostPort>, String> {
                 None | Some("") | Some("TCP") => Protocol::Tcp,
                 Some("UDP") => Protocol::Udp,
                 Some("SCTP") => Protocol::Sctp,
-                Some(other) => return Err(format!("{field}.protocol: unknown protocol {other:?}")),
+                Some(other) => {
+                    return Err(format!(
+                        "{field}.protocol: unknown protocol {}",
+                        echo(other)
+                    ));
+                }
             };
             let ip = match p.host_ip.as_deref() {
                 None | Some("") => std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
                 Some(ip) => ip
                     .parse()
-                    .map_err(|_| format!("{field}.hostIP: {ip:?} is not an IP address"))?,
+                    .map_err(|_| format!("{field}.hostIP: {} is not an IP address", echo(ip)))?,
             };
             out.push(HostPort { ip, protocol, port });
         }
@@ -746,7 +749,7 @@ fn topology_spread(
             other => {
                 return Err(err(
                     "whenUnsatisfiable",
-                    format!("unsupported value {other:?}"),
+                    format!("unsupported value {}", echo(other)),
                 ));
             }
         };
@@ -768,7 +771,7 @@ fn topology_spread(
             None => Ok(default),
             Some("Honor") => Ok(InclusionPolicy::Honor),
             Some("Ignore") => Ok(InclusionPolicy::Ignore),
-            Some(other) => Err(err(f, format!("unsupported value {other:?}"))),
+            Some(other) => Err(err(f, format!("unsupported value {}", echo(other)))),
         };
         let mut selector =
             LabelSelector::compile(c.label_selector.as_ref(), &format!("{field}.labelSelector"))?;

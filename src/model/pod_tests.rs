@@ -245,3 +245,22 @@ fn priority_class_name_is_kept() {
     .unwrap();
     assert_eq!(p.priority_class_name, "batch-low");
 }
+
+#[test]
+fn errors_cut_the_values_they_repeat() {
+    let huge = "9".repeat(1_000_000);
+    let name = "n".repeat(1000);
+    let e = pod(&format!(
+        "metadata: {{name: {name}, namespace: ns}}\nspec:\n  containers:\n  - {{name: a, resources: {{requests: {{cpu: \"{huge}x\"}}}}}}\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        e,
+        format!(
+            "pod ns/{}... (1000 bytes): spec.containers[0].resources.requests[cpu]: invalid quantity \"{}\"... (1000001 bytes): unknown suffix",
+            "n".repeat(64),
+            "9".repeat(64)
+        )
+    );
+}

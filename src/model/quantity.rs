@@ -8,11 +8,15 @@
 
 use thiserror::Error;
 
+use super::echo::echo;
+
 /// Why a string is not a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("invalid quantity {input:?}: {reason}")]
+#[error("invalid quantity {input}: {reason}")]
 pub struct QuantityError {
-    /// The rejected text.
+    /// The rejected text as the message shows it: quoted, and cut after
+    /// [`ECHO_LIMIT`](super::echo::ECHO_LIMIT) bytes with its length said (a quantity can
+    /// be as long as the input).
     pub input: String,
     /// What is wrong with it.
     pub reason: &'static str,
@@ -34,7 +38,7 @@ impl Quantity {
     /// Parses a quantity in any form the Kubernetes API accepts.
     pub fn parse(input: &str) -> Result<Self, QuantityError> {
         let err = |reason| QuantityError {
-            input: input.to_string(),
+            input: echo(input).to_string(),
             reason,
         };
         let s = input.trim();
@@ -279,6 +283,19 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "invalid quantity \"12parsecs\": unknown suffix"
+        );
+    }
+
+    #[test]
+    fn a_huge_quantity_is_named_not_echoed() {
+        let huge = format!("{}x", "9".repeat(30_000_000));
+        let e = Quantity::parse(&huge).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "invalid quantity \"{}\"... (30000001 bytes): unknown suffix",
+                "9".repeat(64)
+            )
         );
     }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::echo::{echo, echo_name};
 use super::quantity::{Quantity, QuantityError};
 
 /// Name of the cpu resource.
@@ -48,14 +49,15 @@ impl Resources {
     ) -> Result<Self, ResourceError> {
         let mut r = Resources::default();
         for (name, text) in list {
+            let field = || format!("{what}[{}]", echo_name(name));
             let q = Quantity::parse(text).map_err(|source| ResourceError::Quantity {
-                field: format!("{what}[{name}]"),
+                field: field(),
                 source,
             })?;
             if q.is_negative() {
                 return Err(ResourceError::Negative {
-                    field: format!("{what}[{name}]"),
-                    value: text.to_string(),
+                    field: field(),
+                    value: echo(text).to_string(),
                 });
             }
             r.set(name, q);
@@ -196,11 +198,11 @@ pub enum ResourceError {
         source: QuantityError,
     },
     /// Requests and capacities cannot be negative.
-    #[error("{field}: must be non-negative, got {value:?}")]
+    #[error("{field}: must be non-negative, got {value}")]
     Negative {
         /// The field holding the quantity.
         field: String,
-        /// The value given.
+        /// The value given, quoted and cut as [`echo`] shows it.
         value: String,
     },
 }

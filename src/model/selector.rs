@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
+use super::echo::echo;
 use super::labels::Labels;
 
 /// A selector that cannot be compiled; `field` is the path of the offending field.
@@ -64,7 +65,7 @@ impl Requirement {
             "DoesNotExist" => Operator::DoesNotExist,
             "Gt" if allow_numeric => Operator::Gt,
             "Lt" if allow_numeric => Operator::Lt,
-            other => return Err(err(format!("unsupported operator {other:?}"))),
+            other => return Err(err(format!("unsupported operator {}", echo(other)))),
         };
         let mut bound = 0;
         match op {
@@ -80,8 +81,8 @@ impl Requirement {
                 }
                 bound = values[0].parse().map_err(|_| {
                     err(format!(
-                        "{operator} value {:?} is not an integer",
-                        values[0]
+                        "{operator} value {} is not an integer",
+                        echo(&values[0])
                     ))
                 })?;
             }
@@ -268,7 +269,7 @@ impl NodeSelectorTerm {
             if e.key != "metadata.name" {
                 return Err(SelectorError {
                     field: path,
-                    reason: format!("unsupported field {:?}: only metadata.name", e.key),
+                    reason: format!("unsupported field {}: only metadata.name", echo(&e.key)),
                 });
             }
             let r = Requirement::compile(

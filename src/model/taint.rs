@@ -4,6 +4,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1 as core;
 
+use super::echo::echo;
 /// What a taint does to pods that do not tolerate it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TaintEffect {
@@ -58,7 +59,7 @@ impl Taint {
     /// Converts an API taint; an unknown effect is an error naming `field`.
     pub fn from_api(t: &core::Taint, field: &str) -> Result<Self, String> {
         let effect = TaintEffect::parse(&t.effect)
-            .ok_or_else(|| format!("{field}.effect: unknown taint effect {:?}", t.effect))?;
+            .ok_or_else(|| format!("{field}.effect: unknown taint effect {}", echo(&t.effect)))?;
         Ok(Taint {
             key: t.key.clone(),
             value: t.value.clone().unwrap_or_default(),
@@ -96,14 +97,17 @@ impl Toleration {
             None | Some("") | Some("Equal") => TolerationOperator::Equal,
             Some("Exists") => TolerationOperator::Exists,
             Some(other) => {
-                return Err(format!("{field}.operator: unknown operator {other:?}"));
+                return Err(format!(
+                    "{field}.operator: unknown operator {}",
+                    echo(other)
+                ));
             }
         };
         let effect = match t.effect.as_deref() {
             None | Some("") => None,
             Some(e) => Some(
                 TaintEffect::parse(e)
-                    .ok_or_else(|| format!("{field}.effect: unknown taint effect {e:?}"))?,
+                    .ok_or_else(|| format!("{field}.effect: unknown taint effect {}", echo(e)))?,
             ),
         };
         Ok(Toleration {

@@ -121,13 +121,17 @@ pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, Args
     Ok(Arc::new(Overcommit::new(&args)?))
 }
 
+/// The highest overcommit ratio: a node given a hundred times its allocatable is no longer
+/// overcommitted but unlimited, which is a mistake, not a policy.
+const MAX_RATIO: f64 = 100.0;
+
 fn check_ratio(value: f64, field: &str) -> Result<(), ArgsError> {
-    if value.is_finite() && value >= 1.0 {
+    if (1.0..=MAX_RATIO).contains(&value) {
         Ok(())
     } else {
         Err(ArgsError::new(
             field,
-            format!("Invalid value: {value}: must be a number of at least 1"),
+            format!("Invalid value: {value}: must be a number between 1 and {MAX_RATIO}"),
         ))
     }
 }
@@ -534,9 +538,16 @@ mod tests {
             (e.field.as_str(), e.reason.as_str()),
             (
                 "cpuRatio",
-                "Invalid value: 0.9: must be a number of at least 1"
+                "Invalid value: 0.9: must be a number between 1 and 100"
             )
         );
+        for ratio in [100.5, 1e300, f64::INFINITY] {
+            assert_eq!(
+                err(serde_json::json!({"cpuRatio": ratio})).field,
+                "cpuRatio",
+                "{ratio}"
+            );
+        }
         assert_eq!(
             err(serde_json::json!({"memoryRatio": 0.5})).field,
             "memoryRatio"
@@ -562,6 +573,7 @@ mod tests {
         // Edges that are valid.
         for ok in [
             serde_json::json!({"cpuRatio": 1.0, "loadThreshold": 1.0}),
+            serde_json::json!({"cpuRatio": 100.0, "memoryRatio": 100.0}),
             serde_json::json!({"qosClasses": ["BestEffort"], "priorityClassNames": ["batch"]}),
         ] {
             assert!(decode_args::<OvercommitArgs>(Some(&ok)).is_ok(), "{ok}");

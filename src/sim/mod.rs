@@ -56,7 +56,11 @@ pub fn simulate_recorded(
                 match load_from_annotations(&n.annotations) {
                     Ok(Some(load)) => loads.push((n.name.clone(), simulated_sample(load, now))),
                     Ok(None) => {}
-                    Err(e) => report.invalid.push(format!("node {}: {e}", n.name)),
+                    Err(e) => report.invalid.push(format!(
+                        "node {}: {}",
+                        crate::model::echo::echo_name(&n.name),
+                        crate::model::echo::bound_message(&e)
+                    )),
                 }
                 sched.upsert_node(n, now);
             }

@@ -25,8 +25,10 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::framework::Registry;
+use crate::model::echo::echo;
 use crate::model::gpu::{
-    GPU_MILLI_ANNOTATION, GPU_MODEL_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE, MILLI_PER_GPU,
+    GPU_MILLI_ANNOTATION, GPU_MODEL_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE, MAX_GPUS_PER_NODE,
+    MILLI_PER_GPU,
 };
 use crate::model::{NodeModel, PodInfo};
 use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
@@ -46,6 +48,8 @@ const CURVE_TABLE_ARRIVALS: std::ops::RangeInclusive<usize> = 10..=130;
 const CURVE_TABLE_STEP: usize = 10;
 /// Pods a node of the trace can hold (the reference's node objects say 1001).
 const NODE_POD_CAPACITY: &str = "1001";
+/// The most memory a trace row may give, in MiB: the largest byte count a quantity holds.
+const MAX_MEMORY_MIB: i64 = i64::MAX >> 20;
 
 /// A trace that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +125,7 @@ fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Row>), OpenbError> {
         path: path.display().to_string(),
         source,
     })?;
-    let mut lines = text
+    let mut lines = crate::config::yaml::strip_bom(&text)
         .lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty());
@@ -153,19 +157,31 @@ impl Columns<'_> {
         }
     }
 
-    fn number<T: std::str::FromStr>(
+    /// The number in column `col` (0 when empty), at most `max`.
+    fn number<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
         &self,
         row: &Row,
         col: Option<usize>,
         name: &str,
+        max: T,
     ) -> Result<T, OpenbError> {
         let text = col.and_then(|c| row.1.get(c)).map_or("", String::as_str);
         let text = if text.is_empty() { "0" } else { text };
-        text.parse().map_err(|_| OpenbError::Invalid {
+        let invalid = |what: &str| OpenbError::Invalid {
             path: self.path.display().to_string(),
             line: row.0,
-            reason: format!("column {name}: {text:?} is not a non-negative integer"),
-        })
+            reason: format!("column {name}: {} {what}", echo(text)),
+        };
+        if text.starts_with('-') {
+            return Err(invalid("is not a non-negative integer"));
+        }
+        let value: T = text
+            .parse()
+            .map_err(|_| invalid("is not a non-negative integer"))?;
+        if value > max {
+            return Err(invalid(&format!("is more than {max}")));
+        }
+        Ok(value)
     }
 }
 
@@ -187,9 +203,9 @@ pub fn load_nodes(path: &Path) -> Result<Vec<TraceNode>, OpenbError> {
         .map(|row| {
             Ok(TraceNode {
                 name: sn.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
-                cpu_milli: c.number(row, cpu, "cpu_milli")?,
-                memory_mib: c.number(row, mem, "memory_mib")?,
-                gpus: c.number(row, gpu, "gpu")?,
+                cpu_milli: c.number(row, cpu, "cpu_milli", i64::MAX)?,
+                memory_mib: c.number(row, mem, "memory_mib", MAX_MEMORY_MIB)?,
+                gpus: c.number(row, gpu, "gpu", MAX_GPUS_PER_NODE as u32)?,
                 model: model
                     .and_then(|i| row.1.get(i))
                     .cloned()
@@ -218,10 +234,10 @@ pub fn load_pods(path: &Path) -> Result<Vec<TracePod>, OpenbError> {
         .map(|row| {
             let pod = TracePod {
                 name: name.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
-                cpu_milli: c.number(row, cpu, "cpu_milli")?,
-                memory_mib: c.number(row, mem, "memory_mib")?,
-                num_gpu: c.number(row, num, "num_gpu")?,
-                gpu_milli: c.number(row, milli, "gpu_milli")?,
+                cpu_milli: c.number(row, cpu, "cpu_milli", i64::MAX)?,
+                memory_mib: c.number(row, mem, "memory_mib", MAX_MEMORY_MIB)?,
+                num_gpu: c.number(row, num, "num_gpu", MAX_GPUS_PER_NODE as u32)?,
+                gpu_milli: c.number(row, milli, "gpu_milli", u32::MAX)?,
                 gpu_spec: spec.and_then(|i| row.1.get(i)).cloned().unwrap_or_default(),
             };
             if pod.gpu_milli > MILLI_PER_GPU
@@ -912,6 +928,64 @@ mod tests {
             load_nodes(Path::new("/nonexistent/x.csv")),
             Err(OpenbError::Read { .. })
         ));
+    }
+
+    #[test]
+    fn csv_values_are_ranged_and_cut_in_errors() {
+        let e = load_nodes(&write(
+            "neg.csv",
+            "sn,cpu_milli,memory_mib,gpu
+n,-1000,1,0
+",
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with(":2: column cpu_milli: \"-1000\" is not a non-negative integer"),
+            "{e}"
+        );
+        let e = load_nodes(&write(
+            "mem.csv",
+            "sn,cpu_milli,memory_mib,gpu
+n,1,9223372036854775807,0
+",
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().ends_with(&format!(
+                ":2: column memory_mib: \"9223372036854775807\" is more than {MAX_MEMORY_MIB}"
+            )),
+            "{e}"
+        );
+        let e = load_nodes(&write(
+            "gpus.csv",
+            "sn,cpu_milli,memory_mib,gpu
+n,1,1,257
+",
+        ))
+        .unwrap_err();
+        assert!(e.to_string().ends_with("is more than 256"), "{e}");
+        let huge = "7".repeat(1_000_000);
+        let e = load_pods(&write(
+            "huge.csv",
+            &format!("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,{huge},1,0,0\n"),
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.ends_with(&format!(
+                ":2: column cpu_milli: \"{}\"... (1000000 bytes) is not a non-negative integer",
+                "7".repeat(64)
+            )),
+            "{}",
+            &e[..e.len().min(300)]
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_header_is_accepted() {
+        let nodes = load_nodes(&write("bom.csv", &format!("\u{feff}{NODES}"))).unwrap();
+        assert_eq!(nodes.len(), 2);
     }
 
     fn trace() -> Trace {

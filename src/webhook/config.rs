@@ -6,7 +6,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigError, decode, read_file};
+use crate::config::{ConfigError, decode, names, read_file};
+use crate::model::echo::echo;
 
 /// The `apiVersion` of the file.
 pub const API_VERSION: &str = "gantry.io/v1alpha1";
@@ -27,9 +28,9 @@ pub struct Share(u16);
 
 /// A share that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid share {value:?}: {reason}")]
+#[error("invalid share {value}: {reason}")]
 pub struct ShareError {
-    /// The value as written.
+    /// The value as written, quoted and cut to a bounded size (an annotation can be long).
     pub value: String,
     /// What is wrong.
     pub reason: &'static str,
@@ -56,7 +57,7 @@ impl Share {
     /// accepted: no sign, no spaces, no fraction like `0.3`, no bare number.
     pub fn parse(text: &str) -> Result<Share, ShareError> {
         let error = |reason| ShareError {
-            value: text.to_string(),
+            value: echo(text).to_string(),
             reason,
         };
         let Some(number) = text.strip_suffix('%') else {
@@ -180,7 +181,7 @@ impl RolloutConfig {
             Some(other) => {
                 return Err(ConfigError::field(
                     "apiVersion",
-                    format!("must be {API_VERSION}, not {other:?}"),
+                    format!("must be {API_VERSION}, not {}", echo(other)),
                 ));
             }
             None => {
@@ -195,7 +196,7 @@ impl RolloutConfig {
             Some(other) => {
                 return Err(ConfigError::field(
                     "kind",
-                    format!("must be {KIND}, not {other:?}"),
+                    format!("must be {KIND}, not {}", echo(other)),
                 ));
             }
             None => return Err(ConfigError::field("kind", format!("required ({KIND})"))),
@@ -216,16 +217,22 @@ impl RolloutConfig {
                     format!("must name gantry's profile, not {DEFAULT_SCHEDULER}"),
                 ));
             }
-            Some(name) => name,
+            // Written into pods' spec.schedulerName, which the API server checks: a name
+            // it refuses would make every pod sent to gantry fail to be created.
+            Some(name) => {
+                names::dns_subdomain(&name).map_err(|e| ConfigError::field("schedulerName", e))?;
+                name
+            }
         };
         let excluded_namespaces = match file.excluded_namespaces {
             None => DEFAULT_EXCLUDED_NAMESPACES.map(String::from).to_vec(),
             Some(list) => {
-                if let Some(i) = list.iter().position(String::is_empty) {
-                    return Err(ConfigError::field(
-                        format!("excludedNamespaces[{i}]"),
-                        "must not be empty",
-                    ));
+                for (i, namespace) in list.iter().enumerate() {
+                    let field = format!("excludedNamespaces[{i}]");
+                    if namespace.is_empty() {
+                        return Err(ConfigError::field(field, "must not be empty"));
+                    }
+                    names::dns_label(namespace).map_err(|e| ConfigError::field(field, e))?;
                 }
                 list
             }
@@ -379,5 +386,38 @@ mod tests {
                 .to_string(),
             "kind: must be RolloutConfiguration, not \"Other\""
         );
+    }
+
+    #[test]
+    fn names_are_what_the_api_server_accepts() {
+        let e = error("schedulerName: Gantry_Batch\n");
+        assert!(
+            e.starts_with("schedulerName: \"Gantry_Batch\" must be a lowercase RFC 1123 subdomain"),
+            "{e}"
+        );
+        let e = error("schedulerName: g\nexcludedNamespaces: [kube-system, gantry.system]\n");
+        assert!(
+            e.starts_with(
+                "excludedNamespaces[1]: \"gantry.system\" must be a lowercase RFC 1123 label"
+            ),
+            "{e}"
+        );
+        assert!(RolloutConfig::parse(&format!("{HEAD}schedulerName: gantry.batch-1\n")).is_ok());
+    }
+
+    #[test]
+    fn long_values_are_cut_and_a_byte_order_mark_is_accepted() {
+        let long = format!("{}%", "9".repeat(100_000));
+        assert_eq!(
+            Share::parse(&long).unwrap_err().to_string(),
+            format!(
+                "invalid share \"{}\"... (100001 bytes): must be between 0% and 100%",
+                "9".repeat(64)
+            )
+        );
+        let e = error(&format!("schedulerName: g\nshare: \"{long}\"\n"));
+        assert!(e.len() < 200, "{e}");
+        let c = RolloutConfig::parse(&format!("\u{feff}{HEAD}schedulerName: g\n")).unwrap();
+        assert_eq!(c.scheduler_name, "g");
     }
 }

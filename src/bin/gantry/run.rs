@@ -121,8 +121,26 @@ impl LoadArgs {
     }
 }
 
+/// The exit status of a process ended by a panic: the one Rust gives a process whose main
+/// thread panics.
+const PANIC_EXIT_STATUS: i32 = 101;
+
+/// Makes a panic on any thread end the whole process, with [`PANIC_EXIT_STATUS`], once the
+/// default hook has printed it. A long-running command is made of many threads and tasks;
+/// by default a panicking one dies alone (a tokio task's panic is even caught), leaving a
+/// process that looks alive to its liveness probe but no longer schedules, binds or renews
+/// its lease. Exiting lets the restart policy start a whole one.
+pub(crate) fn exit_on_panic() {
+    let print = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        print(info);
+        std::process::exit(PANIC_EXIT_STATUS);
+    }));
+}
+
 /// Runs the scheduler until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    exit_on_panic();
     limit_malloc_arenas();
     crate::init_logging(&args.log)?;
     let node_load = args.load.settings()?;

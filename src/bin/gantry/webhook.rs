@@ -42,6 +42,7 @@ pub struct Args {
 
 /// Serves the webhook until SIGTERM or SIGINT.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::run::exit_on_panic();
     crate::init_logging(&args.log)?;
     let config = RolloutConfig::load(&args.config)
         .with_context(|| format!("invalid configuration {}", args.config.display()))?;

@@ -129,6 +129,15 @@ impl PluginArgs for GpuShareArgs {
                     format!("Invalid value: {}: must be positive", p.weight),
                 ));
             }
+            if p.gpu_memory_mib > MAX_GPU_MEMORY_MIB {
+                return Err(ArgsError::new(
+                    field("gpuMemoryMib"),
+                    format!(
+                        "Invalid value: {}: more memory than any GPU has (at most {MAX_GPU_MEMORY_MIB})",
+                        p.gpu_memory_mib
+                    ),
+                ));
+            }
             if p.cpu_milli < 0 {
                 return Err(ArgsError::new(
                     field("cpuMilli"),
@@ -173,9 +182,26 @@ impl PluginArgs for GpuShareArgs {
                 ));
             }
         }
+        // Weights are normalized by their sum, which must be a number.
+        if !self
+            .typical_pods
+            .iter()
+            .map(|p| p.weight)
+            .sum::<f64>()
+            .is_finite()
+        {
+            return Err(ArgsError::new(
+                "typicalPods",
+                "Invalid value: the weights' sum is not a finite number",
+            ));
+        }
         Ok(())
     }
 }
+
+/// The most GPU memory a typical pod may ask for, in MiB (4 PiB): far beyond any GPU, and
+/// small enough that converting it into milli of a GPU cannot overflow.
+const MAX_GPU_MEMORY_MIB: u64 = u32::MAX as u64;
 
 impl TypicalPod {
     fn shape(&self) -> ShapeKey {

@@ -426,6 +426,14 @@ fn args_validation() {
     );
     assert!(err(json!({"typicalPods": [{"weight": 1, "cpu": 5}]})).contains("unknown field `cpu`"));
     assert_eq!(
+        err(json!({"typicalPods": [{"weight": 1e308}, {"weight": 1e308}]})),
+        "typicalPods: Invalid value: the weights' sum is not a finite number"
+    );
+    assert_eq!(
+        err(json!({"typicalPods": [{"weight": 1, "gpuCount": 1, "gpuMemoryMib": 4294967296u64}]})),
+        "typicalPods[0].gpuMemoryMib: Invalid value: 4294967296: more memory than any GPU has (at most 4294967295)"
+    );
+    assert_eq!(
         decode_args::<GpuShareArgs>(None).unwrap(),
         GpuShareArgs::default()
     );

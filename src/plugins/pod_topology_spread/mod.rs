@@ -134,6 +134,16 @@ impl PluginArgs for PodTopologySpreadArgs {
                     ));
                 }
             }
+            // As the API server checks a pod's own constraints (kube-scheduler leaves the
+            // defaults unchecked): a minimum of no domain means nothing.
+            if let Some(m) = c.min_domains
+                && m <= 0
+            {
+                return Err(ArgsError::new(
+                    field("minDomains"),
+                    format!("Invalid value: {m}: must be greater than zero"),
+                ));
+            }
             if c.label_selector.is_some() {
                 return Err(ArgsError::new(
                     field("labelSelector"),

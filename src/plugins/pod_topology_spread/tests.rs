@@ -274,6 +274,11 @@ fn args_validation_names_the_field() {
             "Unsupported value: \"Never\": supported values: \"DoNotSchedule\", \"ScheduleAnyway\"",
         ),
         (
+            json!({"defaultingType": "List", "defaultConstraints": [c(json!({"minDomains": 0}))]}),
+            "defaultConstraints[0].minDomains",
+            "Invalid value: 0: must be greater than zero",
+        ),
+        (
             json!({"defaultingType": "List", "defaultConstraints": [c(json!({"labelSelector": {}}))]}),
             "defaultConstraints[0].labelSelector",
             "Forbidden: constraint must not define a selector, as they deduced for each pod",

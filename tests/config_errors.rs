@@ -1,0 +1,204 @@
+//! The built `gantry` binary refuses invalid input before it does anything with it: `gantry
+//! run` with a configuration that fails validation exits non-zero, names the field on
+//! stderr, and never contacts the API server its kubeconfig points to; `gantry webhook` and
+//! `gantry simulate` refuse theirs the same way.
+
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const HEADER: &str =
+    "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
+
+/// Runs the binary with `args`, killing it (and failing) if it is still running after 30 s.
+fn gantry(args: &[&std::ffi::OsStr]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gantry");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait for gantry").is_none() {
+        if Instant::now() > deadline {
+            child.kill().expect("kill gantry");
+            panic!("gantry {args:?} still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("gantry's output")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a file");
+    path
+}
+
+/// An "API server" that only counts connections: a listening socket nobody answers on.
+struct Server {
+    listener: TcpListener,
+}
+
+impl Server {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        listener.set_nonblocking(true).expect("non-blocking");
+        Server { listener }
+    }
+
+    fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let port = self.listener.local_addr().expect("address").port();
+        write(
+            dir,
+            "kubeconfig",
+            &format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\n\
+                 users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+                 current-context: x\n"
+            ),
+        )
+    }
+
+    fn was_contacted(&self) -> bool {
+        match self.listener.accept() {
+            Ok(_) => true,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => false,
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn gantry_run_refuses_an_invalid_configuration_before_contacting_the_api_server() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let server = Server::start();
+    let kubeconfig = server.kubeconfig(dir.path());
+    let cases = [
+        (
+            "weight.yaml",
+            format!(
+                "{HEADER}profiles:\n- plugins:\n    score:\n      enabled:\n      - {{name: ImageLocality, weight: 9223372036854775807}}\n"
+            ),
+            "profiles[0].plugins.score.enabled[0].weight: must be at most 2147483647",
+        ),
+        (
+            "qps.yaml",
+            format!("{HEADER}clientConnection: {{qps: 1e-300, burst: 0}}\n"),
+            "clientConnection.qps: must be 0 (no throttling) or between 0.01",
+        ),
+        (
+            "burst.yaml",
+            format!("{HEADER}clientConnection: {{qps: 50, burst: 0}}\n"),
+            "clientConnection.burst: must be at least 1",
+        ),
+        (
+            "renew.yaml",
+            format!("{HEADER}leaderElection: {{renewDeadline: 2s, retryPeriod: 2s}}\n"),
+            "leaderElection.renewDeadline: must be greater than retryPeriod * 1.2",
+        ),
+        (
+            "lease.yaml",
+            format!("{HEADER}leaderElection: {{resourceName: Gantry_Lease}}\n"),
+            "leaderElection.resourceName: \"Gantry_Lease\" must be a lowercase RFC 1123 subdomain",
+        ),
+        (
+            "namespace.yaml",
+            format!("{HEADER}leaderElection: {{resourceNamespace: kube.system}}\n"),
+            "leaderElection.resourceNamespace: \"kube.system\" must be a lowercase RFC 1123 label",
+        ),
+        (
+            "parallelism.yaml",
+            format!("{HEADER}parallelism: 0\n"),
+            "parallelism: must be between 1 and 1024, got 0",
+        ),
+        (
+            "deep.yaml",
+            format!("{HEADER}profiles: {}\n", "[".repeat(100_000)),
+            "nested deeper than 128 levels at line 3",
+        ),
+    ];
+    for (name, text, want) in cases {
+        let config = write(dir.path(), name, &text);
+        let out = gantry(&[
+            "run".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--kubeconfig".as_ref(),
+            kubeconfig.as_os_str(),
+            "--address".as_ref(),
+            "127.0.0.1:0".as_ref(),
+        ]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{name}: gantry run succeeded: {err}");
+        assert!(
+            err.contains(want),
+            "{name}: stderr does not say {want:?}: {err}"
+        );
+        assert!(
+            !server.was_contacted(),
+            "{name}: gantry run contacted the API server"
+        );
+    }
+}
+
+#[test]
+fn gantry_webhook_refuses_an_invalid_configuration() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = write(
+        dir.path(),
+        "rollout.yaml",
+        "apiVersion: gantry.io/v1alpha1\nkind: RolloutConfiguration\nschedulerName: Gantry\n",
+    );
+    let missing = dir.path().join("missing.pem");
+    let out = gantry(&[
+        "webhook".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--tls-cert-file".as_ref(),
+        missing.as_os_str(),
+        "--tls-private-key-file".as_ref(),
+        missing.as_os_str(),
+    ]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("schedulerName: \"Gantry\" must be a lowercase RFC 1123 subdomain"),
+        "{err}"
+    );
+}
+
+#[test]
+fn gantry_simulate_refuses_a_pod_defined_twice_and_deep_nesting() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: shop}\nspec: {containers: []}\n";
+    let first = write(dir.path(), "a.yaml", pod);
+    let second = write(dir.path(), "b.yaml", &format!("---\n{pod}"));
+    let out = gantry(&["simulate".as_ref(), first.as_os_str(), second.as_os_str()]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "pod shop/web is defined twice: in {}: document 1 and in {}: document 1",
+            first.display(),
+            second.display()
+        )),
+        "{err}"
+    );
+    let deep = write(dir.path(), "deep.yaml", &"- ".repeat(100_000));
+    let out = gantry(&["simulate".as_ref(), deep.as_os_str()]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("nested deeper than 128 levels at line 1"),
+        "{err}"
+    );
+}
