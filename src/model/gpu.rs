@@ -76,7 +76,8 @@ impl NodeGpus {
         if mib > total {
             return None;
         }
-        let milli = (mib * u64::from(MILLI_PER_GPU)).div_ceil(total);
+        // In u128: a memory of any u64 size times 1,000 cannot overflow.
+        let milli = (u128::from(mib) * u128::from(MILLI_PER_GPU)).div_ceil(u128::from(total));
         u32::try_from(milli).ok().map(|m| m.max(1))
     }
 }
@@ -329,6 +330,18 @@ mod tests {
 
     fn pod_gpu(whole: i64, annotations: &[(&str, &str)]) -> PodGpu {
         PodGpu::from_pod(&gpus(whole), &labels(annotations))
+    }
+
+    #[test]
+    fn the_largest_memories_do_not_overflow() {
+        let huge = NodeGpus {
+            count: 1,
+            model: None,
+            memory_mib: Some(u64::MAX),
+        };
+        assert_eq!(huge.milli_for_memory(u64::MAX), Some(1000));
+        assert_eq!(huge.milli_for_memory(u64::MAX / 2), Some(500));
+        assert_eq!(huge.milli_for_memory(1), Some(1));
     }
 
     #[test]

@@ -198,7 +198,10 @@ impl TypicalWorkload {
             }
             let milli = if s.memory_mib > 0 {
                 match memory_mib.filter(|m| *m >= s.memory_mib) {
-                    Some(m) => (s.memory_mib * u64::from(MILLI_PER_GPU)).div_ceil(m) as u32,
+                    // At most 1,000 (the shape needs no more than the GPU has); in u128 the
+                    // product cannot overflow whatever the sizes.
+                    Some(m) => (u128::from(s.memory_mib) * u128::from(MILLI_PER_GPU))
+                        .div_ceil(u128::from(m)) as u32,
                     None => continue,
                 }
             } else {
