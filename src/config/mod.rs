@@ -14,7 +14,7 @@ use crate::framework::{Profile, Registry};
 use crate::model::echo::{bound_message, echo};
 
 pub use duration::parse_go_duration;
-pub use resolve::{DEFAULT_PLUGINS, MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
+pub use resolve::{MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
 pub use types::KubeSchedulerConfiguration;
 
 /// The scheduler name of the default profile.

@@ -13,24 +13,6 @@ use crate::model::echo::echo;
 use super::ConfigError;
 use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
 
-/// The default plugins kube-scheduler enables, in its order, with its default weights, less
-/// those gantry does not implement (volumes, preemption).
-pub const DEFAULT_PLUGINS: &[(&str, Option<i64>)] = &[
-    ("SchedulingGates", None),
-    ("PrioritySort", None),
-    ("NodeUnschedulable", None),
-    ("NodeName", None),
-    ("TaintToleration", Some(3)),
-    ("NodeAffinity", Some(2)),
-    ("NodePorts", None),
-    ("NodeResourcesFit", Some(1)),
-    ("PodTopologySpread", Some(2)),
-    ("InterPodAffinity", Some(2)),
-    ("NodeResourcesBalancedAllocation", Some(1)),
-    ("ImageLocality", Some(1)),
-    ("DefaultBinder", None),
-];
-
 /// The largest score weight: kube-scheduler's `weight` is an int32. With at most a few dozen
 /// score plugins, the highest total score (weights times [`MAX_NODE_SCORE`]) stays many
 /// orders of magnitude below `i64::MAX`.
@@ -146,7 +128,11 @@ struct Entry {
 
 /// kube-scheduler's `mergePluginSet` for `multiPoint`: defaults not disabled keep their
 /// order (replaced in place by a re-listed custom entry), then the other custom entries.
-fn merge_multi_point(custom: &PluginSet, base: &str) -> (Vec<Entry>, Vec<String>) {
+fn merge_multi_point(
+    custom: &PluginSet,
+    base: &str,
+    registry: &Registry,
+) -> (Vec<Entry>, Vec<String>) {
     let disabled: Vec<String> = custom.disabled.iter().map(|p| p.name.clone()).collect();
     let custom_index: HashMap<&str, usize> = custom
         .enabled
@@ -162,7 +148,7 @@ fn merge_multi_point(custom: &PluginSet, base: &str) -> (Vec<Entry>, Vec<String>
         field: format!("{base}.multiPoint.enabled[{i}]"),
     };
     if !disabled.iter().any(|d| d == "*") {
-        for (name, weight) in DEFAULT_PLUGINS {
+        for (name, weight) in registry.defaults() {
             if disabled.iter().any(|d| d == name) {
                 continue;
             }
@@ -173,7 +159,7 @@ fn merge_multi_point(custom: &PluginSet, base: &str) -> (Vec<Entry>, Vec<String>
                 }
                 None => enabled.push(Entry {
                     name: name.to_string(),
-                    weight: *weight,
+                    weight,
                     field: format!("{base}.multiPoint (default {name})"),
                 }),
             }
@@ -238,7 +224,7 @@ pub(super) fn build_profile(
         instantiate(name, base)?;
     }
 
-    let (multi, multi_disabled) = merge_multi_point(&plugins.multi_point, &base_plugins);
+    let (multi, multi_disabled) = merge_multi_point(&plugins.multi_point, &base_plugins, registry);
     let mut multi_plugins = Vec::new();
     for e in &multi {
         if multi_disabled.iter().any(|d| d == &e.name) {

@@ -14,5 +14,7 @@ pub use events::{
 };
 pub use plugin::*;
 pub use profile::Profile;
-pub use registry::{ArgsError, Factory, PluginArgs, Registry, decode_args};
+pub use registry::{
+    ArgsError, DefaultPlace, Factory, PluginArgs, PluginSpec, Registry, decode_args,
+};
 pub use status::{Code, Status};

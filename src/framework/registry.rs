@@ -76,10 +76,31 @@ pub fn decode_args<T: PluginArgs>(value: Option<&serde_json::Value>) -> Result<T
 /// Builds a plugin from its (optional) arguments.
 pub type Factory = fn(Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError>;
 
+/// Where a plugin sits in kube-scheduler's default profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DefaultPlace {
+    /// Its position among the default plugins: kube-scheduler's order, lowest first (in
+    /// steps of ten, leaving room for plugins between).
+    pub order: u32,
+    /// Its default weight, for a Score plugin.
+    pub weight: Option<i64>,
+}
+
+/// What a plugin's module tells the registry about it.
+#[derive(Debug, Clone, Copy)]
+pub struct PluginSpec {
+    /// The name configuration files use.
+    pub name: &'static str,
+    /// How to build it.
+    pub factory: Factory,
+    /// Its place in the default profile; none for a plugin a profile must enable.
+    pub default: Option<DefaultPlace>,
+}
+
 /// Known plugins by name.
 #[derive(Clone, Default)]
 pub struct Registry {
-    factories: BTreeMap<&'static str, Factory>,
+    plugins: BTreeMap<&'static str, PluginSpec>,
 }
 
 impl Registry {
@@ -89,23 +110,38 @@ impl Registry {
     }
 
     /// Registers a plugin; a later registration under the same name replaces the earlier.
-    pub fn register(&mut self, name: &'static str, factory: Factory) {
-        self.factories.insert(name, factory);
+    pub fn register(&mut self, spec: PluginSpec) {
+        self.plugins.insert(spec.name, spec);
     }
 
     /// The factory for `name`.
     pub fn get(&self, name: &str) -> Option<Factory> {
-        self.factories.get(name).copied()
+        self.plugins.get(name).map(|s| s.factory)
     }
 
     /// Registered names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
-        self.factories.keys().copied()
+        self.plugins.keys().copied()
+    }
+
+    /// The plugins of the default profile, in kube-scheduler's order, with their default
+    /// weights.
+    pub fn defaults(&self) -> Vec<(&'static str, Option<i64>)> {
+        let mut defaults: Vec<(DefaultPlace, &'static str)> = self
+            .plugins
+            .values()
+            .filter_map(|s| Some((s.default?, s.name)))
+            .collect();
+        defaults.sort_by_key(|(place, name)| (place.order, *name));
+        defaults
+            .into_iter()
+            .map(|(place, name)| (name, place.weight))
+            .collect()
     }
 }
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.factories.keys()).finish()
+        f.debug_list().entries(self.plugins.keys()).finish()
     }
 }

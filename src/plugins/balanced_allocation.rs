@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, MAX_NODE_SCORE, Plugin, PluginArgs, PreScorePlugin, ScorePlugin, Status,
-    decode_args,
+    ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, Plugin, PluginArgs, PluginSpec,
+    PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 
@@ -69,6 +69,16 @@ impl PluginArgs for NodeResourcesBalancedAllocationArgs {
 pub struct NodeResourcesBalancedAllocation {
     allocation: ResourceAllocation,
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 110,
+        weight: Some(1),
+    }),
+};
 
 /// Builds the plugin from its `NodeResourcesBalancedAllocationArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::framework::{ArgsError, BindPlan, BindPlugin, CycleState, Plugin, Status};
+use crate::framework::{
+    ArgsError, BindPlan, BindPlugin, CycleState, DefaultPlace, Plugin, PluginSpec, Status,
+};
 use crate::model::PodInfo;
 
 /// The name used in configuration files.
@@ -31,6 +33,16 @@ impl BindPlugin for DefaultBinder {
         })
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 130,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
+    ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, Plugin, PluginSpec, PreScorePlugin,
+    ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -129,6 +130,16 @@ fn calculate_priority(sum: i64, max_threshold: i64) -> i64 {
     };
     MAX_NODE_SCORE * (clamped - MIN_THRESHOLD) / (max_threshold - MIN_THRESHOLD)
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 120,
+        weight: Some(1),
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

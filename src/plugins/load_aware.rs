@@ -27,7 +27,8 @@ use serde::Deserialize;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, Plugin,
-    PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
+    decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::load::NodeLoad;
@@ -164,6 +165,13 @@ pub struct LoadAware {
     factors: [i64; 2],
     stale: StaleMetrics,
 }
+
+/// The plugin for the registry; not in kube-scheduler's default profile (a profile enables it).
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: None,
+};
 
 /// Builds the plugin from its `LoadAwareArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

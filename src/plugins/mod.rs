@@ -25,23 +25,27 @@ pub mod zone_policy;
 /// Every plugin gantry knows, by the name configuration files use.
 pub fn registry() -> Registry {
     let mut r = Registry::new();
-    r.register(balanced_allocation::NAME, balanced_allocation::factory);
-    r.register(default_binder::NAME, default_binder::factory);
-    r.register(gpu_share::NAME, gpu_share::factory);
-    r.register(image_locality::NAME, image_locality::factory);
-    r.register(inter_pod_affinity::NAME, inter_pod_affinity::factory);
-    r.register(load_aware::NAME, load_aware::factory);
-    r.register(node_affinity::NAME, node_affinity::factory);
-    r.register(node_name::NAME, node_name::factory);
-    r.register(node_ports::NAME, node_ports::factory);
-    r.register(node_resources_fit::NAME, node_resources_fit::factory);
-    r.register(node_unschedulable::NAME, node_unschedulable::factory);
-    r.register(overcommit::NAME, overcommit::factory);
-    r.register(pod_topology_spread::NAME, pod_topology_spread::factory);
-    r.register(priority_sort::NAME, priority_sort::factory);
-    r.register(scheduling_gates::NAME, scheduling_gates::factory);
-    r.register(taint_toleration::NAME, taint_toleration::factory);
-    r.register(zone_policy::NAME, zone_policy::factory);
+    for spec in [
+        balanced_allocation::SPEC,
+        default_binder::SPEC,
+        gpu_share::SPEC,
+        image_locality::SPEC,
+        inter_pod_affinity::SPEC,
+        load_aware::SPEC,
+        node_affinity::SPEC,
+        node_name::SPEC,
+        node_ports::SPEC,
+        node_resources_fit::SPEC,
+        node_unschedulable::SPEC,
+        overcommit::SPEC,
+        pod_topology_spread::SPEC,
+        priority_sort::SPEC,
+        scheduling_gates::SPEC,
+        taint_toleration::SPEC,
+        zone_policy::SPEC,
+    ] {
+        r.register(spec);
+    }
     r
 }
 
@@ -81,6 +85,28 @@ mod tests {
         assert!(
             silent.is_empty(),
             "plugins that declare no events: {silent:?}"
+        );
+    }
+
+    #[test]
+    fn the_default_profile_is_kube_schedulers_in_its_order_and_weights() {
+        assert_eq!(
+            registry().defaults(),
+            [
+                (scheduling_gates::NAME, None),
+                (priority_sort::NAME, None),
+                (node_unschedulable::NAME, None),
+                (node_name::NAME, None),
+                (taint_toleration::NAME, Some(3)),
+                (node_affinity::NAME, Some(2)),
+                (node_ports::NAME, None),
+                (node_resources_fit::NAME, Some(1)),
+                (pod_topology_spread::NAME, Some(2)),
+                (inter_pod_affinity::NAME, Some(2)),
+                (balanced_allocation::NAME, Some(1)),
+                (image_locality::NAME, Some(1)),
+                (default_binder::NAME, None),
+            ]
         );
     }
 }

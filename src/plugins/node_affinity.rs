@@ -10,9 +10,9 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES, NodeScore,
-    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
-    decode_args, default_normalize_score,
+    ArgsError, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES,
+    NodeScore, Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ScorePlugin, Status, decode_args, default_normalize_score,
 };
 use crate::model::PodInfo;
 use crate::model::selector::{NodeSelector, NodeSelectorTerm, Operator, SelectorError};
@@ -270,6 +270,16 @@ impl ScorePlugin for NodeAffinity {
         Status::success()
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 60,
+        weight: Some(2),
+    }),
+};
 
 /// Builds the plugin from `NodeAffinityArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

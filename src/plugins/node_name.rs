@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use crate::cache::NodeInfo;
 use crate::framework::{
-    ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, Plugin, QueueingHint, Status,
+    ArgsError, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginSpec,
+    QueueingHint, Status,
 };
 use crate::model::PodInfo;
 
@@ -49,6 +50,16 @@ impl FilterPlugin for NodeName {
         }
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 40,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, Plugin,
-    PreFilterPlugin, PreFilterResult, Status,
+    ArgsError, CycleState, DefaultPlace, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES,
+    Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::model::PodInfo;
 use crate::model::pod::HostPort;
@@ -82,6 +82,16 @@ impl FilterPlugin for NodePorts {
         }
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 70,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

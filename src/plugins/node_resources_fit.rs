@@ -1,6 +1,12 @@
 //! NodeResourcesFit: rejects nodes without room for the pod's requests, and scores the
 //! feasible ones by how allocated they would be (LeastAllocated, MostAllocated or
 //! RequestedToCapacityRatio), with kube-scheduler's integer arithmetic.
+//!
+//! Another plugin may take over the cpu and memory check on some nodes, for one pod: its
+//! PreFilter calls [`delegate_cpu_memory`] with the nodes it checks itself (gantry's
+//! Overcommit does, on the nodes that opt in to overcommitment). On those nodes this filter
+//! checks everything else as usual; the delegate must then check cpu and memory in its own
+//! Filter.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -10,8 +16,8 @@ use serde::{Deserialize, Deserializer};
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, Code, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE,
-    NODE_CHANGES_AND_POD_DELETES, Plugin, PluginArgs, PreFilterPlugin, PreFilterResult,
+    ArgsError, Code, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE,
+    NODE_CHANGES_AND_POD_DELETES, Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
@@ -263,6 +269,16 @@ pub struct NodeResourcesFit {
     allocation: ResourceAllocation,
 }
 
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 80,
+        weight: Some(1),
+    }),
+};
+
 /// Builds the plugin from its `NodeResourcesFitArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
     let args = decode_args::<NodeResourcesFitArgs>(args)?;
@@ -353,10 +369,25 @@ impl NodeResourcesFit {
     }
 }
 
-/// Cycle state a plugin sets when it checks the pod's cpu and memory itself on some nodes
-/// (gantry's Overcommit, on the nodes that opt in): on a node the function accepts, this filter
-/// leaves cpu and memory to that plugin and checks everything else as usual.
-pub struct CpuMemoryDelegation(pub Arc<dyn Fn(&NodeInfo) -> bool + Send + Sync>);
+/// The cycle state [`delegate_cpu_memory`] leaves: the nodes on which this filter leaves cpu
+/// and memory to another plugin.
+struct CpuMemoryDelegation(Arc<dyn Fn(&NodeInfo) -> bool + Send + Sync>);
+
+/// Hands the cpu and memory check of this cycle's pod, on the nodes `checks_itself` accepts,
+/// to the calling plugin (from its PreFilter, which runs before this plugin's Filter): this
+/// filter checks everything else there, and the caller's Filter must check cpu and memory.
+pub fn delegate_cpu_memory(
+    state: &mut CycleState,
+    checks_itself: impl Fn(&NodeInfo) -> bool + Send + Sync + 'static,
+) {
+    state.insert(CpuMemoryDelegation(Arc::new(checks_itself)));
+}
+
+/// True when a plugin took over the cpu and memory check in this cycle.
+#[cfg(test)]
+pub(crate) fn cpu_memory_delegated(state: &CycleState) -> bool {
+    state.get::<CpuMemoryDelegation>().is_some()
+}
 
 /// The pod's requests as the filter checks them, computed once per cycle.
 #[derive(Debug)]
@@ -476,7 +507,7 @@ fn fits_outright(s: &PreFilterState, node: &NodeInfo) -> bool {
 }
 
 /// kube-scheduler's `fitsRequest` for the requests PreFilter computed, with cpu and memory
-/// shortfalls left to a [`CpuMemoryDelegation`] in `state` that accepts the node.
+/// shortfalls left to a plugin that took them over on the node ([`delegate_cpu_memory`]).
 #[inline]
 fn fits_request(state: &CycleState, s: &PreFilterState, node: &NodeInfo) -> Status {
     if fits_outright(s, node) {

@@ -5,8 +5,8 @@ use std::sync::{Arc, LazyLock};
 
 use crate::cache::NodeInfo;
 use crate::framework::{
-    ArgsError, ClusterChange, ClusterEvent, CycleState, EventHint, FilterPlugin, Plugin,
-    QueueingHint, Status,
+    ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
+    Plugin, PluginSpec, QueueingHint, Status,
 };
 use crate::model::PodInfo;
 use crate::model::taint::{Taint, TaintEffect};
@@ -72,6 +72,16 @@ impl FilterPlugin for NodeUnschedulable {
         Status::success()
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 30,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

@@ -21,7 +21,7 @@
 //! How it fits with NodeResourcesFit: like Koordinator's batch resources, overcommitted pods
 //! must not be refused by the ordinary cpu and memory check. Instead of rewriting the pods'
 //! requests into other resource names, this plugin tells NodeResourcesFit, through
-//! [`CpuMemoryDelegation`] in the cycle state, that it checks cpu and memory itself for this
+//! [`node_resources_fit::delegate_cpu_memory`], that it checks cpu and memory itself for this
 //! pod on opted-in nodes; NodeResourcesFit keeps checking pods, ephemeral storage and extended
 //! resources there, and everything on other nodes. The plugin's PreFilter hands the check
 //! over and its Filter does it, so the two must be enabled together (`multiPoint` does).
@@ -37,14 +37,15 @@ use serde::Deserialize;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, ClusterEvent, Code, CycleState, EventHint, FilterPlugin, Plugin, PluginArgs,
-    PreFilterPlugin, PreFilterResult, ReservePlugin, ReservedAnnotations, Status, decode_args,
+    PluginSpec, PreFilterPlugin, PreFilterResult, ReservePlugin, ReservedAnnotations, Status,
+    decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::labels::validate_qualified_name;
 use crate::model::pod::QosClass;
 use crate::model::selector::LabelSelector;
 
-use super::node_resources_fit::{CpuMemoryDelegation, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY};
+use super::node_resources_fit::{self, INSUFFICIENT_CPU, INSUFFICIENT_MEMORY};
 
 /// The plugin's name in configuration files.
 pub const NAME: &str = "Overcommit";
@@ -114,6 +115,13 @@ pub struct Overcommit {
     priority_class_names: Vec<String>,
     pod_selector: Option<LabelSelector>,
 }
+
+/// The plugin for the registry; not in kube-scheduler's default profile (a profile enables it).
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: None,
+};
 
 /// Builds the plugin from its `OvercommitArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
@@ -346,9 +354,9 @@ impl PreFilterPlugin for Overcommit {
             now: snapshot.now(),
         });
         let selector = self.node_selector.clone();
-        state.insert(CpuMemoryDelegation(Arc::new(move |node: &NodeInfo| {
+        node_resources_fit::delegate_cpu_memory(state, move |node: &NodeInfo| {
             opted_in(&selector, node)
-        })));
+        });
         (PreFilterResult::default(), Status::success())
     }
 }
@@ -627,7 +635,7 @@ mod tests {
         // Skipped pods leave NodeResourcesFit alone.
         let (state, status) = cycle(&p, &guaranteed, 0);
         assert!(status.is_skip());
-        assert!(state.get::<CpuMemoryDelegation>().is_none());
+        assert!(!node_resources_fit::cpu_memory_delegated(&state));
     }
 
     #[test]

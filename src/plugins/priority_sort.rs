@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-use crate::framework::{ArgsError, Plugin, QueueSortPlugin};
+use crate::framework::{ArgsError, DefaultPlace, Plugin, PluginSpec, QueueSortPlugin};
 use crate::model::PodInfo;
 
 /// The name used in configuration files.
@@ -29,6 +29,16 @@ impl QueueSortPlugin for PrioritySort {
         b.priority.cmp(&a.priority).then_with(|| a_seq.cmp(&b_seq))
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 20,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::framework::{ArgsError, Plugin, PreEnqueuePlugin, Status};
+use crate::framework::{ArgsError, DefaultPlace, Plugin, PluginSpec, PreEnqueuePlugin, Status};
 use crate::model::PodInfo;
 
 /// The name used in configuration files.
@@ -38,6 +38,16 @@ impl PreEnqueuePlugin for SchedulingGates {
         ))
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 10,
+        weight: None,
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES, NodeScore,
-    Plugin, PreScorePlugin, ScorePlugin, Status, default_normalize_score,
+    ArgsError, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES,
+    NodeScore, Plugin, PluginSpec, PreScorePlugin, ScorePlugin, Status, default_normalize_score,
 };
 use crate::model::PodInfo;
 use crate::model::taint::{Taint, TaintEffect, Toleration, find_untolerated};
@@ -132,6 +132,16 @@ fn intolerable_preferences(taints: &[Taint], tolerations: &[Toleration]) -> i64 
         .filter(|t| !tolerations.iter().any(|tol| tol.tolerates(t)))
         .count() as i64
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 50,
+        weight: Some(3),
+    }),
+};
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does
 /// for plugins without an arguments type).

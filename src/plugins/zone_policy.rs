@@ -23,8 +23,8 @@ use serde::Deserialize;
 use crate::cache::{NodeInfo, REGION_LABEL, Snapshot, ZONE_LABEL};
 use crate::framework::{
     ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NodeScore,
-    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
-    decode_args, default_normalize_score,
+    Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin,
+    Status, decode_args, default_normalize_score,
 };
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, PodInfo};
@@ -161,6 +161,13 @@ impl Rule {
 pub struct ZonePolicy {
     rules: Vec<Rule>,
 }
+
+/// The plugin for the registry; not in kube-scheduler's default profile (a profile enables it).
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: None,
+};
 
 /// Builds the plugin from its `ZonePolicyArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

@@ -33,6 +33,7 @@ use crate::model::gpu::{
 use crate::model::{NodeModel, PodInfo};
 use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
 use crate::plugins::gpu_share::{self, Policy};
+use crate::plugins::{default_binder, node_resources_fit, priority_sort};
 use crate::scheduler::{Attempt, Scheduler};
 
 mod plot;
@@ -507,15 +508,15 @@ pub fn experiment_config(
             "plugins": {
                 "multiPoint": {
                     "enabled": [
-                        {"name": "PrioritySort"},
-                        {"name": "NodeResourcesFit"},
+                        {"name": priority_sort::NAME},
+                        {"name": node_resources_fit::NAME},
                         {"name": gpu_share::NAME},
-                        {"name": "DefaultBinder"}
+                        {"name": default_binder::NAME}
                     ],
                     "disabled": [{"name": "*"}]
                 },
-                "score": {"disabled": [{"name": "NodeResourcesFit"}]},
-                "preScore": {"disabled": [{"name": "NodeResourcesFit"}]}
+                "score": {"disabled": [{"name": node_resources_fit::NAME}]},
+                "preScore": {"disabled": [{"name": node_resources_fit::NAME}]}
             },
             "pluginConfig": [{"name": gpu_share::NAME, "args": args}]
         }]

@@ -21,8 +21,8 @@ use serde::Deserialize;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, NodeScore,
-    Plugin, PluginArgs, PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin,
-    ReservedAnnotations, ScorePlugin, Status, decode_args,
+    Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin,
+    ReservePlugin, ReservedAnnotations, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::gpu::{
@@ -236,6 +236,13 @@ pub struct GpuShare {
     policy: Policy,
     typical: Typical,
 }
+
+/// The plugin for the registry; not in kube-scheduler's default profile (a profile enables it).
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: None,
+};
 
 /// Builds the plugin from its `GpuShareArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use crate::cache::Snapshot;
 use crate::framework::{
-    ArgsError, ClusterEvent, EventHint, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, decode_args,
+    ArgsError, ClusterEvent, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginArgs, PluginSpec,
+    PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
 };
 use crate::model::pod::AffinityTerm;
 use crate::model::{Labels, PodInfo};
@@ -87,6 +87,16 @@ impl InterPodAffinity {
         InterPodAffinity { args }
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 100,
+        weight: Some(2),
+    }),
+};
 
 /// Builds the plugin from its (optional) arguments.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use crate::cache::{Snapshot, ZONE_LABEL};
 use crate::framework::{
-    ArgsError, ClusterEvent, EventHint, FilterPlugin, Plugin, PluginArgs, PreFilterPlugin,
-    PreScorePlugin, ScorePlugin, decode_args,
+    ArgsError, ClusterEvent, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginArgs, PluginSpec,
+    PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
 };
 use crate::model::labels::validate_qualified_name;
 use crate::model::pod::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
@@ -394,6 +394,16 @@ impl Plugin for PodTopologySpread {
         Some(self)
     }
 }
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 90,
+        weight: Some(2),
+    }),
+};
 
 /// Builds the plugin from its (optional) `PodTopologySpreadArgs`.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
