@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{Cache, CacheError, Snapshot};
+use crate::cache::{Cache, CacheError, NodeInfo, Snapshot};
 use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
@@ -314,7 +314,10 @@ impl Scheduler {
         }
     }
 
-    /// Reserve, assume, Permit and Bind planning for a chosen node.
+    /// After the cycle chose `node`: Reserve ([`run_reserve`]), assume the pod in the cache,
+    /// Permit ([`run_permit`]) and the Bind plugins' plan ([`plan_binding`]). A step that
+    /// fails undoes the ones before it and requeues the pod: parked if a plugin rejected it,
+    /// backing off after an error.
     fn reserve_and_plan(
         &mut self,
         profile: &Profile,
@@ -355,15 +358,8 @@ impl Scheduler {
                 Status::error(format!("node {node} is not in the snapshot")),
             );
         };
-        for (i, plugin) in profile.reserve.iter().enumerate() {
-            let Some(r) = plugin.as_reserve() else {
-                continue;
-            };
-            let status = r.reserve(&mut state, &assumed, node_info);
-            if !status.is_success() {
-                unreserve(profile, &mut state, &assumed, &node, i + 1);
-                return fail(self, queued, status.with_plugin(plugin.name()));
-            }
+        if let Err(status) = run_reserve(profile, &mut state, &assumed, node_info) {
+            return fail(self, queued, status);
         }
         let reserved = state
             .get::<ReservedAnnotations>()
@@ -378,40 +374,14 @@ impl Scheduler {
             return fail(self, queued, Status::error(e.to_string()));
         }
         self.cache.note_placement(&assumed, now);
-        for plugin in &profile.permit {
-            let Some(p) = plugin.as_permit() else {
-                continue;
-            };
-            let (status, _) = p.permit(&mut state, &assumed, &node);
-            let status = match status.code() {
-                Code::Success => continue,
-                // No gantry plugin asks to wait; a plugin that does is reported, not ignored.
-                Code::Wait => {
-                    Status::error("Permit Wait is not supported").with_plugin(plugin.name())
-                }
-                _ => status.with_plugin(plugin.name()),
-            };
-            self.forget(profile, &mut state, &assumed, &node);
-            return fail(self, queued, status);
-        }
-        let mut plan = None;
-        for plugin in &profile.bind {
-            let Some(b) = plugin.as_bind() else { continue };
-            match b.bind(&state, &assumed, &node) {
-                Ok(p) => {
-                    plan = Some(p);
-                    break;
-                }
-                Err(s) if s.is_skip() => continue,
-                Err(s) => {
-                    self.forget(profile, &mut state, &assumed, &node);
-                    return fail(self, queued, s.with_plugin(plugin.name()));
-                }
+        let planned = run_permit(profile, &mut state, &assumed, &node)
+            .and_then(|()| plan_binding(profile, &state, &assumed, &node));
+        let mut plan = match planned {
+            Ok(plan) => plan,
+            Err(status) => {
+                self.forget(profile, &mut state, &assumed, &node);
+                return fail(self, queued, status);
             }
-        }
-        let Some(mut plan) = plan else {
-            self.forget(profile, &mut state, &assumed, &node);
-            return fail(self, queued, Status::error("no bind plugin bound the pod"));
         };
         for (k, v) in reserved {
             plan.annotations.retain(|(pk, _)| *pk != k);
@@ -557,6 +527,71 @@ fn gate(profile: &Profile, pod: &PodInfo) -> Option<Status> {
         let s = p.as_pre_enqueue()?.pre_enqueue(pod);
         (!s.is_success()).then(|| s.with_plugin(p.name()))
     })
+}
+
+/// Runs the Reserve plugins in order; when one fails, those before it (and it) are
+/// unreserved in reverse order, and its status is returned.
+fn run_reserve(
+    profile: &Profile,
+    state: &mut CycleState,
+    assumed: &PodInfo,
+    node: &NodeInfo,
+) -> Result<(), Status> {
+    for (i, plugin) in profile.reserve.iter().enumerate() {
+        let Some(r) = plugin.as_reserve() else {
+            continue;
+        };
+        let status = r.reserve(state, assumed, node);
+        if !status.is_success() {
+            unreserve(profile, state, assumed, node.name(), i + 1);
+            return Err(status.with_plugin(plugin.name()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs the Permit plugins; the first that does not allow the pod ends it. No gantry plugin
+/// asks to wait, and a plugin that does is reported as an error rather than ignored.
+fn run_permit(
+    profile: &Profile,
+    state: &mut CycleState,
+    assumed: &PodInfo,
+    node: &str,
+) -> Result<(), Status> {
+    for plugin in &profile.permit {
+        let Some(p) = plugin.as_permit() else {
+            continue;
+        };
+        let (status, _) = p.permit(state, assumed, node);
+        match status.code() {
+            Code::Success => {}
+            Code::Wait => {
+                return Err(
+                    Status::error("Permit Wait is not supported").with_plugin(plugin.name())
+                );
+            }
+            _ => return Err(status.with_plugin(plugin.name())),
+        }
+    }
+    Ok(())
+}
+
+/// The binding the first Bind plugin that does not skip the pod plans.
+fn plan_binding(
+    profile: &Profile,
+    state: &CycleState,
+    assumed: &PodInfo,
+    node: &Arc<str>,
+) -> Result<BindPlan, Status> {
+    for plugin in &profile.bind {
+        let Some(b) = plugin.as_bind() else { continue };
+        match b.bind(state, assumed, node) {
+            Ok(plan) => return Ok(plan),
+            Err(s) if s.is_skip() => continue,
+            Err(s) => return Err(s.with_plugin(plugin.name())),
+        }
+    }
+    Err(Status::error("no bind plugin bound the pod"))
 }
 
 fn unreserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &str, upto: usize) {

@@ -221,7 +221,11 @@ pub fn num_feasible_nodes_to_find(percentage: u32, num_all_nodes: usize) -> usiz
     (num_all_nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
 }
 
-/// Runs one scheduling cycle for `pod` against `snapshot`.
+/// Schedules `pod` on `snapshot` with `profile`, in kube-scheduler's phases:
+/// [`pre_filter`], [`find_feasible_nodes`] (Filter; PostFilter when none is found),
+/// [`score_nodes`] (PreScore, Score, normalization, weights) and [`select_host`]. Reserve and
+/// what follows it change the cluster state and are the caller's
+/// ([`crate::scheduler::Scheduler`]).
 pub fn schedule_one(
     profile: &Profile,
     snapshot: &Snapshot,
@@ -234,12 +238,75 @@ pub fn schedule_one(
         return Err(CycleError::Unschedulable(Diagnosis::default()));
     }
     let mut state = CycleState::new();
-    let mut diagnosis = Diagnosis {
+    let diagnosis = Diagnosis {
         num_all_nodes,
         ..Default::default()
     };
+    let (pre, diagnosis) = pre_filter(profile, &mut state, pod, snapshot, diagnosis)?;
+    let Feasible {
+        nodes: feasible,
+        evaluated,
+        mut diagnosis,
+    } = find_feasible_nodes(
+        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
+    )?;
+    if feasible.is_empty() {
+        run_post_filter(profile, &state, pod, snapshot, &mut diagnosis);
+        return Err(CycleError::Unschedulable(diagnosis));
+    }
+    let rejections = diagnosis.rejection_counts();
+    if feasible.len() == 1 {
+        return Ok(Placement {
+            node: feasible[0].node.name.clone(),
+            evaluated,
+            feasible: 1,
+            score_plugins: Vec::new(),
+            scores: Vec::new(),
+            rejections,
+            state,
+        });
+    }
+    let buffers = &mut memory.scores;
+    let score_plugins = score_nodes(
+        profile, &mut state, pod, snapshot, &feasible, options, buffers,
+    )?;
+    let fixed_order = profile
+        .score
+        .iter()
+        .filter(|(p, _)| score_plugins.contains(&p.name()))
+        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+    let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
+    let scores = buffers.top(&feasible, options.top_scores);
+    Ok(Placement {
+        node: feasible[chosen].node.name.clone(),
+        evaluated,
+        feasible: feasible.len(),
+        score_plugins,
+        scores,
+        rejections,
+        state,
+    })
+}
 
-    // PreFilter.
+/// What PreFilter left for Filter.
+struct PreFiltered {
+    /// Plugins whose PreFilter skipped the pod: their Filter is skipped too.
+    skip_filter: Vec<&'static str>,
+    /// The positions of the nodes PreFilter narrowed the search to; none: every node.
+    candidates: Option<Vec<usize>>,
+}
+
+/// Runs every PreFilter plugin. A plugin may reject the pod outright (every node then
+/// carries its status), skip itself for the pod, or narrow the search to some nodes (the
+/// intersection of what all narrowing plugins allow; the nodes left out are recorded in the
+/// diagnosis as kube-scheduler reports them). Errors end the cycle.
+fn pre_filter(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    mut diagnosis: Diagnosis,
+) -> Result<(PreFiltered, Diagnosis), CycleError> {
     let mut skip_filter: Vec<&'static str> = Vec::new();
     let mut allowed: Option<BTreeSet<Arc<str>>> = None;
     let mut narrowing_plugins: Vec<&'static str> = Vec::new();
@@ -247,7 +314,7 @@ pub fn schedule_one(
         let Some(pf) = plugin.as_pre_filter() else {
             continue;
         };
-        let (result, status) = pf.pre_filter(&mut state, pod, snapshot);
+        let (result, status) = pf.pre_filter(state, pod, snapshot);
         let status = status.with_plugin(plugin.name());
         match status.code() {
             Code::Success => {}
@@ -280,34 +347,63 @@ pub fn schedule_one(
             }
         }
     }
-
-    // The nodes to examine: all (`None`), or the positions of those PreFilter narrowed the
-    // search to.
-    let candidates: Option<Vec<usize>> = match &allowed {
-        None => None,
-        Some(names) => {
-            // kube-scheduler (1.32+) reports the nodes PreFilter left out as not satisfying
-            // the narrowing plugins, listed sorted (Go's `%v` of a sorted string set).
-            let mut plugins = narrowing_plugins.clone();
-            plugins.sort_unstable();
-            plugins.dedup();
-            let left_out = Status::unresolvable(format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                plugins.join(" ")
-            ));
-            for n in snapshot.nodes() {
-                if !names.contains(&n.node.name) {
-                    diagnosis
-                        .node_statuses
-                        .push((n.node.name.clone(), left_out.clone()));
-                }
+    let candidates = allowed.map(|names| {
+        // kube-scheduler (1.32+) reports the nodes PreFilter left out as not satisfying the
+        // narrowing plugins, listed sorted (Go's `%v` of a sorted string set).
+        let mut plugins = narrowing_plugins.clone();
+        plugins.sort_unstable();
+        plugins.dedup();
+        let left_out = Status::unresolvable(format!(
+            "node(s) didn't satisfy plugin(s) [{}]",
+            plugins.join(" ")
+        ));
+        for n in snapshot.nodes() {
+            if !names.contains(&n.node.name) {
+                diagnosis
+                    .node_statuses
+                    .push((n.node.name.clone(), left_out.clone()));
             }
-            Some(names.iter().filter_map(|n| snapshot.position(n)).collect())
         }
-    };
-    let candidate_count = candidates.as_ref().map_or(num_all_nodes, Vec::len);
+        names.iter().filter_map(|n| snapshot.position(n)).collect()
+    });
+    Ok((
+        PreFiltered {
+            skip_filter,
+            candidates,
+        },
+        diagnosis,
+    ))
+}
 
-    // Filter, from the rotating start, until enough feasible nodes are found.
+/// What Filter found.
+struct Feasible<'s> {
+    /// The feasible nodes, in examination order.
+    nodes: Vec<&'s NodeInfo>,
+    /// Nodes examined, those PreFilter left out included.
+    evaluated: usize,
+    /// Why the others were rejected.
+    diagnosis: Diagnosis,
+}
+
+/// Runs the Filter plugins over the candidate nodes, from the rotating start the cycle's
+/// memory keeps, until as many feasible nodes are found as `percentageOfNodesToScore` asks
+/// for (kube-scheduler's `numFeasibleNodesToFind`), in blocks, on the pool's threads for
+/// large ones. The result is the same as examining the nodes one by one in that order.
+/// Advances the rotating start past the nodes examined.
+#[allow(clippy::too_many_arguments)]
+fn find_feasible_nodes<'s>(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &'s Snapshot,
+    pre: &PreFiltered,
+    diagnosis: Diagnosis,
+    memory: &mut CycleMemory,
+    options: &CycleOptions<'_>,
+) -> Result<Feasible<'s>, CycleError> {
+    let num_all_nodes = snapshot.len();
+    let candidates = &pre.candidates;
+    let candidate_count = candidates.as_ref().map_or(num_all_nodes, Vec::len);
     let percentage = profile
         .percentage_of_nodes_to_score
         .unwrap_or(options.percentage_of_nodes_to_score);
@@ -335,12 +431,12 @@ pub fn schedule_one(
     let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
         .filter
         .iter()
-        .filter(|p| !skip_filter.contains(&p.name()))
+        .filter(|p| !pre.skip_filter.contains(&p.name()))
         .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
         .collect();
     let filter_block = |nodes: &[&NodeInfo], statuses: &mut [Status]| {
         for (f, name) in &filters {
-            if f.filter_nodes(&state, pod, nodes, statuses) > 0 {
+            if f.filter_nodes(state, pod, nodes, statuses) > 0 {
                 for s in statuses.iter_mut() {
                     if !s.is_success() && s.plugin().is_none() {
                         s.set_plugin(name);
@@ -387,49 +483,15 @@ pub fn schedule_one(
     let FilterProgress {
         feasible,
         processed,
-        mut diagnosis,
+        diagnosis,
     } = progress;
     if candidate_count > 0 {
         memory.next_start = (memory.next_start + processed) % candidate_count;
     }
-
-    if feasible.is_empty() {
-        run_post_filter(profile, &state, pod, snapshot, &mut diagnosis);
-        return Err(CycleError::Unschedulable(diagnosis));
-    }
-    let evaluated = processed + num_all_nodes - candidate_count;
-    let rejections = diagnosis.rejection_counts();
-    if feasible.len() == 1 {
-        return Ok(Placement {
-            node: feasible[0].node.name.clone(),
-            evaluated,
-            feasible: 1,
-            score_plugins: Vec::new(),
-            scores: Vec::new(),
-            rejections,
-            state,
-        });
-    }
-
-    let buffers = &mut memory.scores;
-    let score_plugins = score_nodes(
-        profile, &mut state, pod, snapshot, &feasible, options, buffers,
-    )?;
-    let fixed_order = profile
-        .score
-        .iter()
-        .filter(|(p, _)| score_plugins.contains(&p.name()))
-        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
-    let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
-    let scores = buffers.top(&feasible, options.top_scores);
-    Ok(Placement {
-        node: feasible[chosen].node.name.clone(),
-        evaluated,
-        feasible: feasible.len(),
-        score_plugins,
-        scores,
-        rejections,
-        state,
+    Ok(Feasible {
+        nodes: feasible,
+        evaluated: processed + num_all_nodes - candidate_count,
+        diagnosis,
     })
 }
 
@@ -459,6 +521,7 @@ impl<'s> FilterProgress<'s> {
     }
 }
 
+/// The cycle's end when PreFilter rejects the pod: every node carries `status`.
 fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> CycleError {
     if let Some(p) = status.plugin() {
         diagnosis.unschedulable_plugins.insert(p);
@@ -472,6 +535,8 @@ fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> 
     CycleError::Unschedulable(diagnosis)
 }
 
+/// Runs the PostFilter plugins after no node was found feasible, until one succeeds; the
+/// last message one gave goes into the diagnosis.
 fn run_post_filter(
     profile: &Profile,
     state: &CycleState,
@@ -523,8 +588,10 @@ impl ScoreBuffers {
     }
 }
 
-/// Runs PreScore and Score with normalization over the feasible nodes into `buffers`;
-/// returns the names of the score plugins that ran, in column order.
+/// Runs PreScore and Score with normalization over the feasible nodes into `buffers`, and
+/// the weighted totals per node (each plugin's scores in `0..=100` times its weight, applied
+/// here once); returns the names of the score plugins that ran, in column order. A plugin
+/// whose PreScore skips the pod is left out of Score.
 fn score_nodes(
     profile: &Profile,
     state: &mut CycleState,
