@@ -3,6 +3,8 @@
 //! The scheduling core (model, cache, queue, framework, plugins, cycle) is synchronous and
 //! pure; the simulator and the Kubernetes adapter drive it.
 
+#![warn(missing_docs)]
+
 pub mod adapter;
 pub mod cache;
 pub mod config;
