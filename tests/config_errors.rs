@@ -202,3 +202,23 @@ fn gantry_simulate_refuses_a_pod_defined_twice_and_deep_nesting() {
         "{err}"
     );
 }
+
+#[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let missing = dir.path().join("missing.yaml");
+    for command in ["run", "simulate"] {
+        let args: Vec<&std::ffi::OsStr> = match command {
+            "run" => vec!["run".as_ref(), "--config".as_ref(), missing.as_os_str()],
+            _ => vec!["simulate".as_ref(), missing.as_os_str()],
+        };
+        let out = gantry(&args);
+        assert!(!out.status.success());
+        let text = stderr(&out);
+        assert_eq!(
+            text.matches("os error 2").count(),
+            1,
+            "gantry {command}: the cause once:\n{text}"
+        );
+    }
+}

@@ -48,9 +48,9 @@ pub async fn connect(
         .or_else(|| settings.kubeconfig.as_ref().map(PathBuf::from));
     let config = match path {
         Some(path) => {
-            let error = |source| AdapterError::Kubeconfig {
+            let error = |error| AdapterError::Kubeconfig {
                 path: path.display().to_string(),
-                source,
+                error,
             };
             let file = Kubeconfig::read_from(&path).map_err(error)?;
             kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())

@@ -341,7 +341,7 @@ impl Driver {
                 message,
             } => {
                 s.remove_pod(&pod.namespace, &pod.name, now);
-                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %message, "pod cannot be scheduled");
+                tracing::warn!(pod = %pod.display(), %message, "pod cannot be scheduled");
                 self.recorder.record(Record::Failed {
                     pod,
                     profile: scheduler_name,
@@ -440,7 +440,7 @@ impl Driver {
                 if let Err(e) = self.scheduler.binding_succeeded(&task, now) {
                     tracing::warn!(error = %e, "bound pod not recorded");
                 }
-                tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), %node, "bound");
+                tracing::debug!(pod = %pod.display(), %node, "bound");
                 let overcommit = task
                     .plan
                     .annotations
@@ -464,7 +464,7 @@ impl Driver {
             BindOutcome::BoundElsewhere(node) => {
                 self.metrics
                     .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
-                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), planned = %task.plan.node, %node, "pod bound to another node by someone else");
+                tracing::info!(pod = %pod.display(), planned = %task.plan.node, %node, "pod bound to another node by someone else");
                 if let Err(e) = self.scheduler.binding_landed_elsewhere(*task, node, now) {
                     tracing::warn!(error = %e, "bound pod not recorded");
                 }
@@ -472,13 +472,13 @@ impl Driver {
             BindOutcome::Gone(reason) => {
                 self.metrics
                     .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
-                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), %reason, "binding refused: pod gone; dropped");
+                tracing::info!(pod = %pod.display(), %reason, "binding refused: pod gone; dropped");
                 self.scheduler.binding_dropped(*task, now);
             }
             BindOutcome::Failed(error) => {
                 self.metrics
                     .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
-                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), %error, "binding failed; retrying after backoff");
+                tracing::warn!(pod = %pod.display(), %error, "binding failed; retrying after backoff");
                 self.scheduler.binding_failed(*task, now);
                 self.recorder.record(Record::Failed {
                     pod,

@@ -34,6 +34,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::metrics::Metrics;
+use crate::model::PodKey;
 
 /// The reason of the warning event for a failed attempt.
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
@@ -83,6 +84,11 @@ pub struct PodRef {
 impl PodRef {
     fn key(&self) -> (String, String) {
         (self.namespace.clone(), self.name.clone())
+    }
+
+    /// `namespace/name`, for logs.
+    pub fn display(&self) -> PodKey<'_> {
+        PodKey::new(&self.namespace, &self.name)
     }
 }
 
@@ -337,7 +343,7 @@ impl State {
         );
         retry.tries += 1;
         if now.saturating_duration_since(retry.since) >= MAX_RETRY_AGE {
-            tracing::warn!(pod = %format!("{}/{}", key.0, key.1), tries = retry.tries, "events and conditions given up unwritten");
+            tracing::warn!(pod = %PodKey::new(&key.0, &key.1), tries = retry.tries, "events and conditions given up unwritten");
             self.dropped += unwritten.records();
             return;
         }
@@ -688,7 +694,7 @@ enum Written {
 
 /// Sorts a write's result, logging what is worth a line.
 fn judge(result: Result<(), kube::Error>, what: &str, pod: &PodRef) -> Written {
-    let pod = format!("{}/{}", pod.namespace, pod.name);
+    let pod = pod.display();
     match result {
         Ok(()) => Written::Settled,
         Err(kube::Error::Api(s)) if s.code == 404 => {

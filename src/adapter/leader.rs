@@ -17,12 +17,11 @@ use crate::config::LeaderElection;
 
 /// An error talking to the API server about the lease.
 #[derive(Debug, thiserror::Error)]
-#[error("lease {namespace}/{name}: {source}")]
+#[error("lease {namespace}/{name}: {error}")]
 pub struct LeaseError {
     namespace: String,
     name: String,
-    #[source]
-    source: kube::Error,
+    error: kube::Error,
 }
 
 /// What a candidate last saw of the lease, and when (on its own clock).
@@ -76,11 +75,11 @@ impl Elector {
         &self.identity
     }
 
-    fn error(&self, source: kube::Error) -> LeaseError {
+    fn error(&self, error: kube::Error) -> LeaseError {
         LeaseError {
             namespace: self.settings.resource_namespace.clone(),
             name: self.settings.resource_name.clone(),
-            source,
+            error,
         }
     }
 

@@ -60,40 +60,59 @@ use node_load::{LoadSource, NodeLoadSettings};
 /// How long a shutdown waits for the event writer to finish.
 const EVENTS_GRACE: Duration = Duration::from_secs(5);
 
-/// Why `gantry run` stopped with an error.
+/// Why `gantry run` stopped with an error. Each message includes its cause, so none is
+/// returned as a `source` as well (the CLI would print it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
     /// The kubeconfig cannot be read or used.
-    #[error("kubeconfig {path}: {source}")]
+    #[error("kubeconfig {path}: {error}")]
     Kubeconfig {
         /// The file.
         path: String,
         /// Why.
-        source: kube::config::KubeconfigError,
+        error: kube::config::KubeconfigError,
     },
     /// No kubeconfig was given and none could be found (nor an in-cluster configuration).
     #[error("no API server configuration: {0}")]
-    Infer(#[from] kube::config::InferConfigError),
+    Infer(kube::config::InferConfigError),
     /// The HTTP client cannot be built.
     #[error("cannot build the API client: {0}")]
-    Client(#[from] kube::Error),
+    Client(kube::Error),
     /// The metrics and health endpoints cannot be served.
-    #[error("cannot serve HTTP on {address}: {source}")]
+    #[error("cannot serve HTTP on {address}: {error}")]
     Serve {
         /// The address.
         address: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The scheduling thread or the signal handlers cannot be started.
     #[error("cannot start: {0}")]
-    Start(#[from] std::io::Error),
+    Start(std::io::Error),
     /// The lease could not be renewed: another replica may lead now.
     #[error("leader election lost")]
     LeadershipLost,
     /// The decision log file cannot be opened.
     #[error(transparent)]
     DecisionLog(#[from] LogError),
+}
+
+impl From<kube::config::InferConfigError> for AdapterError {
+    fn from(e: kube::config::InferConfigError) -> Self {
+        AdapterError::Infer(e)
+    }
+}
+
+impl From<kube::Error> for AdapterError {
+    fn from(e: kube::Error) -> Self {
+        AdapterError::Client(e)
+    }
+}
+
+impl From<std::io::Error> for AdapterError {
+    fn from(e: std::io::Error) -> Self {
+        AdapterError::Start(e)
+    }
 }
 
 /// Where `gantry run` keeps its decision records.
@@ -166,7 +185,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     };
     let (served, _server) = health::serve(address, health)
         .await
-        .map_err(|source| AdapterError::Serve { address, source })?;
+        .map_err(|error| AdapterError::Serve { address, error })?;
     tracing::info!(%served, %identity, ?profiles, "gantry starting");
 
     let mut signals = Signals::new()?;

@@ -48,7 +48,7 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 pub enum ReflectorError {
     /// The request could not be made or its response read.
     #[error("{0}")]
-    Client(#[from] kube::Error),
+    Client(kube::Error),
     /// The API server answered with an error status.
     #[error("HTTP {code}: {message}")]
     Status {
@@ -59,10 +59,10 @@ pub enum ReflectorError {
     },
     /// The list could not be decoded.
     #[error("cannot decode the list: {0}")]
-    Decode(#[from] serde_json::Error),
+    Decode(serde_json::Error),
     /// Protobuf from the API server could not be read.
     #[error("cannot read the API server's protobuf: {0}")]
-    Proto(#[from] protobuf::ProtoError),
+    Proto(protobuf::ProtoError),
     /// A watch asked for protobuf came in another encoding (its list had come as protobuf).
     #[error("a protobuf watch came as {0:?}")]
     ContentType(String),
@@ -80,6 +80,24 @@ pub enum ReflectorError {
         /// Its message.
         message: String,
     },
+}
+
+impl From<kube::Error> for ReflectorError {
+    fn from(e: kube::Error) -> Self {
+        ReflectorError::Client(e)
+    }
+}
+
+impl From<serde_json::Error> for ReflectorError {
+    fn from(e: serde_json::Error) -> Self {
+        ReflectorError::Decode(e)
+    }
+}
+
+impl From<protobuf::ProtoError> for ReflectorError {
+    fn from(e: protobuf::ProtoError) -> Self {
+        ReflectorError::Proto(e)
+    }
 }
 
 impl ReflectorError {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::selector::LabelSelector;
-use crate::model::{Labels, NodeModel, PodInfo};
+use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 
 pub use node_info::NodeInfo;
 pub use pod_index::{IndexedPod, PodIndex};
@@ -223,7 +223,9 @@ impl Cache {
                 self.detach(&key, &node);
                 Ok(())
             }
-            _ => Err(CacheError::NotAssumed(format!("{namespace}/{name}"))),
+            _ => Err(CacheError::NotAssumed(
+                PodKey::new(namespace, name).to_string(),
+            )),
         }
     }
 

@@ -24,12 +24,12 @@ pub const DEFAULT_SCHEDULER_NAME: &str = "default-scheduler";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is larger than any configuration file can be.
     #[error("cannot read {path}: larger than {limit} bytes")]
@@ -72,9 +72,9 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 /// The text of a configuration file, at most [`MAX_FILE_BYTES`] long.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
-    let read_error = |source| ConfigError::Read {
+    let read_error = |error| ConfigError::Read {
         path: path.display().to_string(),
-        source,
+        error,
     };
     let file = std::fs::File::open(path).map_err(read_error)?;
     let mut text = String::new();

@@ -34,29 +34,29 @@ pub struct Rotation {
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// A file cannot be opened, written, renamed or read.
-    #[error("decision log {path}: {source}")]
+    #[error("decision log {path}: {error}")]
     Io {
         /// The file.
         path: String,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// A line is not a decision record.
-    #[error("decision log {path}, line {line}: not a decision record: {source}")]
+    #[error("decision log {path}, line {line}: not a decision record: {error}")]
     Malformed {
         /// The file.
         path: String,
         /// The line, from 1.
         line: usize,
         /// Why.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> LogError + '_ {
-    move |source| LogError::Io {
+    move |error| LogError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     }
 }
 
@@ -86,9 +86,9 @@ impl DecisionLog {
         let thread = std::thread::Builder::new()
             .name("decision-log".to_string())
             .spawn(move || writer.run(receiver))
-            .map_err(|source| LogError::Io {
+            .map_err(|error| LogError::Io {
                 path: "<writer thread>".to_string(),
-                source,
+                error,
             })?;
         Ok(DecisionLog {
             sender: Some(sender),
@@ -192,7 +192,7 @@ impl Writer {
         self.line.clear();
         serde_json::to_writer(&mut self.line, record).map_err(|e| LogError::Io {
             path: self.rotation.path.display().to_string(),
-            source: e.into(),
+            error: e.into(),
         })?;
         self.line.push(b'\n');
         if self.size > 0 && self.size + self.line.len() as u64 > self.rotation.max_size {
@@ -286,7 +286,7 @@ pub fn read_all(
                     return Err(LogError::Malformed {
                         path: file.display().to_string(),
                         line: number,
-                        source,
+                        error: source,
                     });
                 }
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::cycle::RejectionCount;
+use crate::model::PodKey;
 use crate::scheduler::Attempt;
 use crate::suggest::Suggestion;
 
@@ -215,7 +216,7 @@ impl DecisionRecord {
 
     /// `namespace/pod`.
     pub fn pod_key(&self) -> String {
-        format!("{}/{}", self.namespace, self.pod)
+        PodKey::new(&self.namespace, &self.pod).to_string()
     }
 }
 

@@ -18,7 +18,7 @@ mod pod_tests;
 
 pub use labels::Labels;
 pub use node::NodeModel;
-pub use pod::PodInfo;
+pub use pod::{PodInfo, PodKey};
 pub use resources::Resources;
 
 /// An API object the scheduler cannot use, with the object and field named.

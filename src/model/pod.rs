@@ -225,10 +225,33 @@ pub struct PodInfo {
     pub gpu: PodGpu,
 }
 
+/// A pod's `namespace/name`: how the queue keys pods and how logs, events and the decision
+/// log name them. Written out only when displayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodKey<'a> {
+    /// The namespace.
+    pub namespace: &'a str,
+    /// The name.
+    pub name: &'a str,
+}
+
+impl<'a> PodKey<'a> {
+    /// The key of pod `name` in `namespace`.
+    pub fn new(namespace: &'a str, name: &'a str) -> Self {
+        PodKey { namespace, name }
+    }
+}
+
+impl std::fmt::Display for PodKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 impl PodInfo {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        PodKey::new(&self.namespace, &self.name).to_string()
     }
 
     /// Sets annotations (e.g. those a Reserve plugin writes with the binding), keeping what

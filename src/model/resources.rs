@@ -50,9 +50,9 @@ impl Resources {
         let mut r = Resources::default();
         for (name, text) in list {
             let field = || format!("{what}[{}]", echo_name(name));
-            let q = Quantity::parse(text).map_err(|source| ResourceError::Quantity {
+            let q = Quantity::parse(text).map_err(|error| ResourceError::Quantity {
                 field: field(),
-                source,
+                error,
             })?;
             if q.is_negative() {
                 return Err(ResourceError::Negative {
@@ -190,12 +190,12 @@ pub fn is_extended_resource(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ResourceError {
     /// The text is not a quantity.
-    #[error("{field}: {source}")]
+    #[error("{field}: {error}")]
     Quantity {
         /// The field holding the quantity.
         field: String,
         /// What is wrong with it.
-        source: QuantityError,
+        error: QuantityError,
     },
     /// Requests and capacities cannot be negative.
     #[error("{field}: must be non-negative, got {value}")]

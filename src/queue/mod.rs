@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::framework::{ClusterChange, EventHint, Plugin, QueueSortPlugin, Status, may_help};
-use crate::model::PodInfo;
+use crate::model::{PodInfo, PodKey};
 
 use heap::Heap;
 
@@ -236,7 +236,7 @@ impl SchedulingQueue {
     /// Removes a pod (deleted, or bound by someone else). Returns whether it was queued or in
     /// flight.
     pub fn delete(&mut self, namespace: &str, name: &str) -> bool {
-        let key = format!("{namespace}/{name}");
+        let key = PodKey::new(namespace, name).to_string();
         self.remove_active(&key);
         self.waiting.remove(key.as_str());
         let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
@@ -245,7 +245,7 @@ impl SchedulingQueue {
 
     /// True when the pod is queued or in flight.
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        let key = format!("{namespace}/{name}");
+        let key = PodKey::new(namespace, name).to_string();
         self.entries.contains_key(key.as_str()) || self.in_flight.contains_key(key.as_str())
     }
 
@@ -290,7 +290,7 @@ impl SchedulingQueue {
     /// The pod was scheduled (or dropped): forget it.
     pub fn done(&mut self, namespace: &str, name: &str) {
         self.in_flight
-            .remove(format!("{namespace}/{name}").as_str());
+            .remove(PodKey::new(namespace, name).to_string().as_str());
     }
 
     fn backoff_for(&self, attempts: u32) -> Duration {

@@ -15,12 +15,12 @@ use crate::model::echo::{bound_message, echo, echo_name};
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A document is not valid YAML, or an object does not match its kind's schema.
     #[error("{source_name}: document {document}: {reason}")]
@@ -34,12 +34,12 @@ pub enum InputError {
     },
     /// The text is nested deeper than [`yaml::MAX_DEPTH`] levels: refused before it is
     /// parsed, whose cost grows with the square of the depth.
-    #[error("{source_name}: {source}")]
+    #[error("{source_name}: {error}")]
     TooDeep {
         /// File name (or `<embedded>`).
         source_name: String,
         /// Where.
-        source: yaml::TooDeep,
+        error: yaml::TooDeep,
     },
     /// Two pods with the same namespace and name: the second would silently stand for the
     /// first in the cache and the report.
@@ -80,9 +80,9 @@ pub struct ClusterInput {
 impl ClusterInput {
     /// Reads a file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, InputError> {
-        let text = std::fs::read_to_string(path).map_err(|source| InputError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| InputError::Read {
             path: path.display().to_string(),
-            source,
+            error,
         })?;
         let mut input = ClusterInput::default();
         input.add_yaml(&text, &path.display().to_string())?;
@@ -95,9 +95,9 @@ impl ClusterInput {
     /// namespace and name, here or in an earlier text) is an error naming both places.
     pub fn add_yaml(&mut self, text: &str, source_name: &str) -> Result<(), InputError> {
         let text = yaml::strip_bom(text);
-        yaml::check_depth(text, yaml::MAX_DEPTH).map_err(|source| InputError::TooDeep {
+        yaml::check_depth(text, yaml::MAX_DEPTH).map_err(|error| InputError::TooDeep {
             source_name: source_name.to_string(),
-            source,
+            error,
         })?;
         for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
             let document = i + 1;

@@ -56,12 +56,12 @@ const MAX_MEMORY_MIB: i64 = i64::MAX >> 20;
 #[derive(Debug, thiserror::Error)]
 pub enum OpenbError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A line or column is malformed.
     #[error("{path}:{line}: {reason}")]
@@ -122,9 +122,9 @@ type Row = (usize, Vec<String>);
 
 /// Reads a CSV file into its header and rows.
 fn read_csv(path: &Path) -> Result<(Vec<String>, Vec<Row>), OpenbError> {
-    let text = std::fs::read_to_string(path).map_err(|source| OpenbError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| OpenbError::Read {
         path: path.display().to_string(),
-        source,
+        error,
     })?;
     let mut lines = crate::config::yaml::strip_bom(&text)
         .lines()

@@ -44,7 +44,7 @@ pub enum ProtoError {
     Malformed(&'static str),
     /// A message did not decode.
     #[error("malformed protobuf: {0}")]
-    Decode(#[from] prost::DecodeError),
+    Decode(prost::DecodeError),
     /// The list's metadata has no version to watch from.
     #[error("the list has no metadata.resourceVersion")]
     NoVersion,
@@ -54,6 +54,12 @@ pub enum ProtoError {
     /// A watch frame claims to be larger than [`MAX_FRAME`].
     #[error("a watch frame of {0} bytes is larger than the {MAX_FRAME} accepted")]
     FrameTooLarge(usize),
+}
+
+impl From<prost::DecodeError> for ProtoError {
+    fn from(e: prost::DecodeError) -> Self {
+        ProtoError::Decode(e)
+    }
 }
 
 /// The protobuf wire types this reader meets (groups, long deprecated, are refused).
