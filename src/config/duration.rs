@@ -8,6 +8,44 @@ use crate::model::echo::echo;
 /// ones, and nothing the scheduler waits for is longer.
 pub const MAX_GO_DURATION: Duration = Duration::new(9_223_372_036, 854_775_807);
 
+/// A duration read and written as Go writes it (`15s`, `3m`, `1m30s`, `250ms`): for
+/// command-line flags, so that `--help` shows each default from the constant that defines it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoDuration(pub Duration);
+
+impl std::fmt::Display for GoDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = self.0;
+        if d.is_zero() {
+            return f.write_str("0s");
+        }
+        let secs = d.as_secs();
+        let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+        let millis = d.subsec_millis();
+        if h > 0 {
+            write!(f, "{h}h")?;
+        }
+        if m > 0 {
+            write!(f, "{m}m")?;
+        }
+        if s > 0 {
+            write!(f, "{s}s")?;
+        }
+        if millis > 0 {
+            write!(f, "{millis}ms")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for GoDuration {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_go_duration(s).map(GoDuration)
+    }
+}
+
 /// Parses a Go duration string. Negative durations are rejected: no configuration field the
 /// scheduler reads allows one; so are durations longer than Go's ([`MAX_GO_DURATION`]).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
@@ -58,6 +96,22 @@ pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_go_duration_reads_back_what_it_writes() {
+        for (d, text) in [
+            (Duration::from_secs(15), "15s"),
+            (Duration::from_secs(180), "3m"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_millis(250), "250ms"),
+            (Duration::from_secs(7200), "2h"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(GoDuration(d).to_string(), text);
+            assert_eq!(text.parse::<GoDuration>(), Ok(GoDuration(d)));
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::framework::{Profile, Registry};
 use crate::model::echo::{bound_message, echo};
 
-pub use duration::parse_go_duration;
+pub use duration::{GoDuration, parse_go_duration};
 pub use resolve::{MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
 pub use types::KubeSchedulerConfiguration;
 

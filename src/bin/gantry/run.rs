@@ -3,12 +3,11 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
 use gantry::adapter::{self, DecisionSettings, Options};
-use gantry::config::{Config, parse_go_duration};
+use gantry::config::{Config, GoDuration};
 use gantry::plugins;
 
 /// Arguments of `gantry run`.
@@ -76,16 +75,16 @@ struct LoadArgs {
     #[arg(long)]
     prometheus_memory_query: Option<String>,
     /// Time between Prometheus queries.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
-    load_interval: Duration,
+    #[arg(long, default_value_t = GoDuration(node_load::DEFAULT_INTERVAL))]
+    load_interval: GoDuration,
     /// Age beyond which a node's load sample is stale (LoadAware's staleMetrics decides what
     /// that means; Overcommit treats the node as loaded).
-    #[arg(long, default_value = "3m", value_parser = parse_go_duration)]
-    load_max_age: Duration,
+    #[arg(long, default_value_t = GoDuration(node_load::DEFAULT_MAX_AGE))]
+    load_max_age: GoDuration,
     /// How long a pod takes to show in a node's measured load: pods placed less than this
     /// before a measurement still count with their estimate.
-    #[arg(long, default_value = "1m", value_parser = parse_go_duration)]
-    load_lag: Duration,
+    #[arg(long, default_value_t = GoDuration(node_load::DEFAULT_LAG))]
+    load_lag: GoDuration,
 }
 
 impl LoadArgs {
@@ -108,13 +107,13 @@ impl LoadArgs {
                     .clone()
                     .unwrap_or_else(|| node_load::default_memory_query(label)),
                 node_label: label.clone(),
-                interval: self.load_interval,
+                interval: self.load_interval.0,
             }),
         };
         let settings = NodeLoadSettings {
             source,
-            max_age: self.load_max_age,
-            lag: self.load_lag,
+            max_age: self.load_max_age.0,
+            lag: self.load_lag.0,
         };
         settings.validate()?;
         Ok(settings)
