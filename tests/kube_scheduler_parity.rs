@@ -44,8 +44,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use serde_json::{Value, json};
+
+mod scenario_schema;
+use scenario_schema::{Detailed, Expect};
 
 /// How long one pending pod may take to be bound or rejected.
 const POD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -56,65 +58,17 @@ const POLL: Duration = Duration::from_millis(50);
 
 // ------------------------------------------------------------------ scenarios
 
-/// The parts of a scenario file this test reads (`tests/scenarios.rs` validates the format).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Scenario {
-    #[serde(default)]
-    config: Option<Value>,
-    #[serde(default)]
-    config_error: Option<String>,
-    #[serde(default)]
-    cluster: Vec<Value>,
-    #[serde(default)]
-    expect: BTreeMap<String, Expect>,
-    #[serde(default)]
-    kube_scheduler: Option<Parity>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Expect {
-    Node(String),
-    Detailed {
-        #[serde(default, rename = "oneOf")]
-        one_of: Option<Vec<String>>,
-        #[serde(default)]
-        pending: Option<String>,
-    },
-}
-
-/// A scenario's `kubeScheduler` field.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Parity {
-    #[serde(default = "yes")]
-    parity: bool,
-    #[serde(default = "yes")]
-    messages: bool,
-    #[serde(default)]
-    why: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The scenario files, or those whose name contains `GANTRY_PARITY_FILTER`.
 fn scenario_files() -> Vec<PathBuf> {
-    let dir = repo_root().join("tests/scenarios");
     let filter = std::env::var("GANTRY_PARITY_FILTER").unwrap_or_default();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/scenarios exists")
-        .map(|e| e.expect("readable dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+    scenario_schema::files()
+        .into_iter()
         .filter(|p| file_name(p).contains(&filter))
-        .collect();
-    files.sort();
-    files
+        .collect()
 }
 
 fn file_name(p: &Path) -> String {
@@ -1070,19 +1024,11 @@ fn features_1_20_lacks(cluster: &[Value]) -> Vec<&'static str> {
 
 /// Checks one scenario; leaves the cluster empty again.
 fn check(cp: &mut ControlPlane, path: &Path) -> Outcome {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) => return Outcome::Failed(vec![format!("unreadable: {e}")]),
-    };
-    let scenario: Scenario = match serde_yaml::from_str(&text) {
+    let mut scenario = match scenario_schema::read(path) {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(vec![format!("malformed scenario: {e}")]),
+        Err(e) => return Outcome::Failed(vec![e]),
     };
-    let parity = scenario.kube_scheduler.unwrap_or(Parity {
-        parity: true,
-        messages: true,
-        why: None,
-    });
+    let parity = scenario.kube_scheduler.take().unwrap_or_default();
     let why = parity.why.clone().unwrap_or_default();
     if (!parity.parity || !parity.messages) && why.trim().is_empty() {
         return Outcome::Failed(vec!["kubeScheduler: say why".to_string()]);
@@ -1095,18 +1041,19 @@ fn check(cp: &mut ControlPlane, path: &Path) -> Outcome {
             "checks gantry's configuration validation; nothing is placed".to_string(),
         );
     }
-    let lacking = features_1_20_lacks(&scenario.cluster);
+    let cluster = scenario.cluster_json();
+    let lacking = features_1_20_lacks(&cluster);
     if !lacking.is_empty() {
         return Outcome::Failed(vec![format!(
             "uses {}, which kube-scheduler 1.20 lacks: mark it kubeScheduler: {{parity: false, why: ...}}",
             lacking.join(", ")
         )]);
     }
-    let objects = match prepare(&scenario.cluster) {
+    let objects = match prepare(&cluster) {
         Ok(o) => o,
         Err(e) => return Outcome::Failed(vec![e]),
     };
-    let config = match translate_config(scenario.config.as_ref(), objects.nodes.len()) {
+    let config = match translate_config(scenario.config_json().as_ref(), objects.nodes.len()) {
         Ok(c) => c,
         Err(e) => {
             return Outcome::Failed(vec![format!(
@@ -1266,24 +1213,24 @@ fn run(
         let ok = match (want, got) {
             (Expect::Node(n), PodState::Bound(g)) => n == g,
             (
-                Expect::Detailed {
+                Expect::Detailed(Detailed {
                     one_of: Some(ns),
                     pending: None,
-                },
+                }),
                 PodState::Bound(g),
             ) => ns.contains(g),
             (
-                Expect::Detailed {
+                Expect::Detailed(Detailed {
                     one_of: None,
                     pending: Some(_),
-                },
+                }),
                 PodState::Waiting,
             ) => true,
             (
-                Expect::Detailed {
+                Expect::Detailed(Detailed {
                     one_of: None,
                     pending: Some(msg),
-                },
+                }),
                 PodState::Unschedulable(m),
             ) => {
                 !compare_messages
@@ -1307,13 +1254,13 @@ fn run(
             };
             let want = match want {
                 Expect::Node(n) => format!("on {n}"),
-                Expect::Detailed {
+                Expect::Detailed(Detailed {
                     one_of: Some(ns), ..
-                } => format!("on one of {}", ns.join(", ")),
-                Expect::Detailed {
+                }) => format!("on one of {}", ns.join(", ")),
+                Expect::Detailed(Detailed {
                     pending: Some(m), ..
-                } => format!("pending: {m}"),
-                Expect::Detailed { .. } => "?".to_string(),
+                }) => format!("pending: {m}"),
+                Expect::Detailed(_) => "?".to_string(),
             };
             problems.push(format!(
                 "{pod}:\n      kube-scheduler 1.20: {got}\n      scenario expects:    {want}"

@@ -18,79 +18,20 @@
 //!   messages: false        # or: check placements, but not the wording of pending messages
 //! ```
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gantry::config::Config;
 use gantry::plugins;
 use gantry::sim::{self, ClusterInput};
-use serde::Deserialize;
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Scenario {
-    description: String,
-    #[serde(default)]
-    config: Option<serde_yaml::Value>,
-    #[serde(default)]
-    config_error: Option<String>,
-    #[serde(default)]
-    cluster: Vec<serde_yaml::Value>,
-    #[serde(default)]
-    expect: BTreeMap<String, Expect>,
-    #[serde(default)]
-    kube_scheduler: Option<KubeSchedulerParity>,
-}
-
-/// Whether and how `tests/kube_scheduler_parity.rs` checks the scenario against kube-scheduler.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct KubeSchedulerParity {
-    #[serde(default = "yes")]
-    parity: bool,
-    #[serde(default = "yes")]
-    messages: bool,
-    #[serde(default)]
-    why: Option<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Expect {
-    Node(String),
-    Detailed(Detailed),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Detailed {
-    #[serde(default)]
-    one_of: Option<Vec<String>>,
-    #[serde(default)]
-    pending: Option<String>,
-}
-
-fn scenario_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/scenarios exists")
-        .map(|e| e.expect("readable dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
+mod scenario_schema;
+use scenario_schema::{Detailed, Expect};
 
 /// Runs one scenario; returns the mismatches.
 fn run(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).expect("readable scenario");
-    let scenario: Scenario = match serde_yaml::from_str(&text) {
+    let scenario = match scenario_schema::read(path) {
         Ok(s) => s,
-        Err(e) => return vec![format!("malformed scenario: {e}")],
+        Err(e) => return vec![e],
     };
     assert!(!scenario.description.is_empty());
     if let Some(k) = &scenario.kube_scheduler {
@@ -172,7 +113,7 @@ fn run(path: &Path) -> Vec<String> {
 
 #[test]
 fn scenarios() {
-    let files = scenario_files();
+    let files = scenario_schema::files();
     let mut failures = Vec::new();
     for f in &files {
         let problems = run(f);

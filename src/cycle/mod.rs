@@ -224,8 +224,7 @@ pub fn num_feasible_nodes_to_find(percentage: u32, num_all_nodes: usize) -> usiz
 /// Schedules `pod` on `snapshot` with `profile`, in kube-scheduler's phases:
 /// [`pre_filter`], [`find_feasible_nodes`] (Filter; PostFilter when none is found),
 /// [`score_nodes`] (PreScore, Score, normalization, weights) and [`select_host`]. Reserve and
-/// what follows it change the cluster state and are the caller's
-/// ([`crate::scheduler::Scheduler`]).
+/// what follows it change the cluster state and are the caller's (the scheduler's).
 pub fn schedule_one(
     profile: &Profile,
     snapshot: &Snapshot,
