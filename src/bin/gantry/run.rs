@@ -227,3 +227,34 @@ fn limit_malloc_arenas() {
 /// Other allocators need no limit.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn limit_malloc_arenas() {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Set in the child process the test below starts.
+    const CHILD: &str = "GANTRY_TEST_PANIC_CHILD";
+
+    #[test]
+    fn a_panic_in_a_tokio_task_ends_the_process_with_status_101() {
+        if std::env::var_os(CHILD).is_some() {
+            exit_on_panic();
+            let runtime = tokio::runtime::Runtime::new().expect("runtime");
+            // tokio catches a task's panic; the hook must end the process first.
+            let _ = runtime.block_on(async { tokio::spawn(async { panic!("on purpose") }).await });
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            std::process::exit(0);
+        }
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--exact",
+                "run::tests::a_panic_in_a_tokio_task_ends_the_process_with_status_101",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .expect("run the child");
+        assert_eq!(out.status.code(), Some(PANIC_EXIT_STATUS), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("on purpose"));
+    }
+}
