@@ -66,7 +66,8 @@ pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigErr
         // serde_yaml already names the enclosing field of nested errors.
         match message.split_once(": ") {
             Some((prefix, rest)) if !prefix.contains(' ') => ConfigError::field(prefix, rest),
-            _ if path == "." => ConfigError::field("config", message),
+            // An unknown field named "" at the top has the empty path.
+            _ if path == "." || path.is_empty() => ConfigError::field("config", message),
             _ => ConfigError::field(path, message),
         }
     })

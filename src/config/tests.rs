@@ -282,3 +282,10 @@ fn content_type_is_protobuf_unless_json_is_asked_for() {
         "clientConnection.contentType: must be application/vnd.kubernetes.protobuf or application/json, got \"application/yaml\""
     );
 }
+
+#[test]
+fn an_unknown_field_without_a_name_is_named_config() {
+    // Found by fuzz_config_parse_mutated: the error named the field "" (its path is empty).
+    let e = err("\"\": null\n");
+    assert!(e.starts_with("config: unknown field ``"), "{e}");
+}
