@@ -51,6 +51,10 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// How long a namespace missing from the cache may be looked up for.
 const NAMESPACE_GET_TIMEOUT: Duration = Duration::from_secs(2);
+/// The AdmissionReview version served (the webhook configuration asks for it alone).
+const ADMISSION_V1: &str = "admission.k8s.io/v1";
+/// The kind of an AdmissionReview.
+const ADMISSION_REVIEW: &str = "AdmissionReview";
 /// Skip reason of requests that are not pod creations (the webhook should not get them).
 pub const NOT_A_POD_CREATION: &str = "not_a_pod_creation";
 
@@ -110,6 +114,16 @@ pub enum ReviewError {
     /// The body is not an AdmissionReview.
     #[error("malformed AdmissionReview: {0}")]
     Malformed(#[from] serde_json::Error),
+    /// It is not an `admission.k8s.io/v1` `AdmissionReview` (the only version served).
+    #[error(
+        "malformed AdmissionReview: expected {ADMISSION_V1} {ADMISSION_REVIEW}, got {api_version:?} {kind:?}"
+    )]
+    Version {
+        /// The request's `apiVersion`.
+        api_version: String,
+        /// The request's `kind`.
+        kind: String,
+    },
     /// It has no `request`.
     #[error("malformed AdmissionReview: no request")]
     NoRequest,
@@ -136,6 +150,13 @@ impl Webhook {
     /// Answers one AdmissionReview (the request body).
     pub async fn review(&self, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, ReviewError> {
         let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
+        // The answer echoes the request's type, which the API server then checks.
+        if review.types.api_version != ADMISSION_V1 || review.types.kind != ADMISSION_REVIEW {
+            return Err(ReviewError::Version {
+                api_version: review.types.api_version,
+                kind: review.types.kind,
+            });
+        }
         let request: AdmissionRequest<DynamicObject> =
             review.try_into().map_err(|_| ReviewError::NoRequest)?;
         let response = AdmissionResponse::from(&request);
@@ -193,14 +214,16 @@ impl Webhook {
         if matches!(decision.route, Route::Split { gantry: true, .. }) {
             let path = PointerBuf::from_tokens(["spec", "schedulerName"]);
             let value = serde_json::Value::String(self.config.scheduler_name.clone());
-            let has_name = pod
-                .spec
-                .as_ref()
-                .is_some_and(|s| s.scheduler_name.is_some());
-            let op = if has_name {
-                PatchOperation::Replace(ReplaceOperation { path, value })
-            } else {
-                PatchOperation::Add(AddOperation { path, value })
+            let op = match &pod.spec {
+                Some(spec) if spec.scheduler_name.is_some() => {
+                    PatchOperation::Replace(ReplaceOperation { path, value })
+                }
+                Some(_) => PatchOperation::Add(AddOperation { path, value }),
+                // A JSONPatch cannot add a field to an object that is not there.
+                None => PatchOperation::Add(AddOperation {
+                    path: PointerBuf::from_tokens(["spec"]),
+                    value: serde_json::json!({ "schedulerName": value }),
+                }),
             };
             response = response.with_patch(Patch(vec![op]))?;
         }
@@ -977,6 +1000,20 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_pod_without_a_spec_gets_one() {
+        // Found by fuzz_webhook_mutated_reviews: `add /spec/schedulerName` cannot apply
+        // without a spec (the API server always sends one, defaulted).
+        let w = webhook("100%", &[]);
+        let mut object = pod(json!(null), None);
+        object.as_object_mut().unwrap().remove("spec");
+        let a = answer(&w, &review("apps", "CREATE", object)).await;
+        assert_eq!(
+            patch(&a),
+            Some(json!([{"op": "add", "path": "/spec", "value": {"schedulerName": "gantry"}}]))
+        );
+    }
+
+    #[tokio::test]
     async fn leaves_the_rest_to_the_default_scheduler() {
         let w = webhook("0%", &[]);
         let a = answer(&w, &review("apps", "CREATE", pod(json!(null), None))).await;
@@ -1191,6 +1228,21 @@ mod tests {
         assert_eq!(
             err(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).await,
             "malformed AdmissionReview: no request"
+        );
+        // Found by fuzz_webhook_mutated_reviews: another type was answered, echoed back.
+        let mut body: Value =
+            serde_json::from_slice(&review("apps", "CREATE", pod(json!(null), None))).unwrap();
+        body["apiVersion"] = json!("");
+        assert_eq!(
+            err(&serde_json::to_vec(&body).unwrap()).await,
+            "malformed AdmissionReview: expected admission.k8s.io/v1 AdmissionReview, got \"\" \"AdmissionReview\""
+        );
+        body["apiVersion"] = json!("admission.k8s.io/v1");
+        body["kind"] = json!("Pod");
+        assert!(
+            err(&serde_json::to_vec(&body).unwrap())
+                .await
+                .ends_with("got \"admission.k8s.io/v1\" \"Pod\"")
         );
         let mut body: Value =
             serde_json::from_slice(&review("apps", "CREATE", pod(json!(null), None))).unwrap();
