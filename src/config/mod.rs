@@ -389,4 +389,6 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -292,6 +292,8 @@ fn node_usage(sched: &Scheduler) -> Vec<NodeUsage> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::plugins;

@@ -15,6 +15,8 @@
 
 pub mod config;
 pub mod decision;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod metrics;
 pub mod server;
 
