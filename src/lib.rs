@@ -11,6 +11,8 @@ pub mod config;
 pub mod cycle;
 pub mod decision;
 pub mod framework;
+#[cfg(test)]
+mod fuzz;
 pub mod model;
 pub mod plugins;
 pub mod queue;

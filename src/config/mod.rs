@@ -103,7 +103,8 @@ pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigErr
         // serde_yaml already names the enclosing field of nested errors.
         match message.split_once(": ") {
             Some((prefix, rest)) if !prefix.contains(' ') => ConfigError::field(prefix, rest),
-            _ if path == "." => ConfigError::field("config", message),
+            // An unknown field named "" at the top has the empty path.
+            _ if path == "." || path.is_empty() => ConfigError::field("config", message),
             _ => ConfigError::field(path, message),
         }
     })
@@ -470,5 +471,7 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
     })
 }
 
+#[cfg(test)]
+mod fuzz_tests;
 #[cfg(test)]
 mod tests;

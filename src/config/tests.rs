@@ -571,3 +571,10 @@ fn oversized_files_are_refused_unread() {
     std::fs::write(&path, format!("\u{feff}{HEADER}")).unwrap();
     assert!(Config::load(&path, &registry()).is_ok());
 }
+
+#[test]
+fn an_unknown_field_without_a_name_is_named_config() {
+    // Found by fuzz_config_parse_mutated: the error named the field "" (its path is empty).
+    let e = err("\"\": null\n");
+    assert!(e.starts_with("config: unknown field ``"), "{e}");
+}

@@ -15,6 +15,8 @@ pub mod taint;
 
 #[cfg(test)]
 mod pod_tests;
+#[cfg(test)]
+mod quantity_fuzz_tests;
 
 pub use labels::Labels;
 pub use node::NodeModel;

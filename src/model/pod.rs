@@ -541,11 +541,11 @@ fn qos_class(spec: &core::PodSpec) -> Result<QosClass, String> {
                 None => limit.unwrap_or(0),
             };
             if request > 0 {
-                requests[i] += request;
+                requests[i] = requests[i].saturating_add(request);
                 requested[i] = true;
             }
             if let Some(l) = limit.filter(|l| *l > 0) {
-                limits[i] += l;
+                limits[i] = limits[i].saturating_add(l);
                 limited[i] = true;
                 has_limit[i] = true;
             }

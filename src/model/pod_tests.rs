@@ -264,3 +264,19 @@ fn errors_cut_the_values_they_repeat() {
         )
     );
 }
+
+#[test]
+fn limits_beyond_the_range_add_up_without_overflow() {
+    // Found by fuzz_sim_structured_clusters_fit: the QoS sums of two containers' limits
+    // overflowed.
+    let p = pod(r#"
+metadata: {name: p, namespace: ns}
+spec:
+  containers:
+  - {name: a, resources: {requests: {memory: 1Gi}, limits: {memory: "8e18"}}}
+  - {name: b, resources: {requests: {memory: 1Gi}, limits: {memory: "8e18"}}}
+"#)
+    .unwrap();
+    assert_eq!(p.qos_class, super::pod::QosClass::Burstable);
+    assert_eq!(p.requests.memory, 2 << 30);
+}

@@ -29,6 +29,8 @@ pub struct Quantity {
     digits: u128,
     exp10: i32,
     exp2: u32,
+    /// A nonzero digit was dropped beyond the precision kept: the value is a little more.
+    truncated: bool,
 }
 
 /// Largest magnitude we accept: Kubernetes stores quantities as int64 milli-values at most.
@@ -66,11 +68,14 @@ impl Quantity {
         }
         let mut digits: u128 = 0;
         let mut exp10: i32 = 0;
+        let mut truncated = false;
         for c in int_part.bytes().chain(frac_part.bytes()) {
             if digits > u128::MAX / 100 {
                 // Further digits cannot matter for an int64 milli-value except through
-                // rounding; keep scale, drop precision, and let the range check decide.
+                // rounding; keep scale, drop precision (remembering whether it rounds up),
+                // and let the range check decide.
                 exp10 += 1;
+                truncated |= c != b'0';
                 continue;
             }
             digits = digits * 10 + u128::from(c - b'0');
@@ -141,6 +146,7 @@ impl Quantity {
             digits,
             exp10,
             exp2,
+            truncated,
         };
         q.scaled(0).map_err(|()| err("value out of range"))?;
         Ok(q)
@@ -167,7 +173,7 @@ impl Quantity {
     fn scaled(&self, extra: i32) -> Result<i64, ()> {
         let mut magnitude = self.digits.checked_mul(1u128 << self.exp2).ok_or(())?;
         let exp = self.exp10 + extra;
-        let mut inexact = false;
+        let mut inexact = self.truncated;
         if exp >= 0 {
             for _ in 0..exp {
                 if magnitude == 0 {
@@ -245,6 +251,21 @@ mod tests {
         assert_eq!(value("1Ei"), 1 << 60);
         assert_eq!(value("100m"), 1, "fractional bytes round up");
         assert_eq!(value("1.5"), 2);
+    }
+
+    #[test]
+    fn digits_beyond_the_precision_kept_still_round_up() {
+        // Found by fuzz_quantity_long_fractions_still_round_up: the 39th digit was dropped.
+        let text = format!("1.{}1", "0".repeat(37));
+        assert_eq!(value(&text), 2);
+        assert_eq!(milli(&text), 1001);
+        assert_eq!(value(&format!("1.{}", "0".repeat(60))), 1);
+        assert_eq!(
+            Quantity::parse(&format!("-1.{}1", "0".repeat(37)))
+                .unwrap()
+                .value(),
+            -1
+        );
     }
 
     #[test]

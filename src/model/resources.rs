@@ -20,6 +20,12 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// Memory assumed for a container that requests none, when scoring (kube-scheduler's default).
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
+/// The largest amount of one resource a list may give (2^53: in millicores 9.0e12 cores, in
+/// bytes 8 PiB), far beyond any machine. Larger amounts are errors rather than numbers to add
+/// up: sums over a pod's containers and over a node's pods, and the scorers' products of an
+/// amount and a score, then stay within 64 bits.
+pub const MAX_AMOUNT: i64 = 1 << 53;
+
 /// A resource name, shared rather than copied: a cluster has few distinct extended resources.
 pub type ResourceName = Arc<str>;
 
@@ -60,18 +66,30 @@ impl Resources {
                     value: echo(text).to_string(),
                 });
             }
-            r.set(name, q);
+            let amount = if name == CPU {
+                q.milli_value()
+            } else {
+                q.value()
+            };
+            if amount > MAX_AMOUNT {
+                return Err(ResourceError::TooLarge {
+                    field: format!("{what}[{name}]"),
+                    value: text.to_string(),
+                });
+            }
+            r.set(name, amount);
         }
         Ok(r)
     }
 
-    fn set(&mut self, name: &str, q: Quantity) {
+    /// Sets the amount of `name` (millicores for cpu, base units for the rest).
+    fn set(&mut self, name: &str, amount: i64) {
         match name {
-            CPU => self.milli_cpu = q.milli_value(),
-            MEMORY => self.memory = q.value(),
-            EPHEMERAL_STORAGE => self.ephemeral_storage = q.value(),
-            PODS => self.allowed_pods = q.value(),
-            _ if is_scalar_resource(name) => self.set_scalar(name, q.value()),
+            CPU => self.milli_cpu = amount,
+            MEMORY => self.memory = amount,
+            EPHEMERAL_STORAGE => self.ephemeral_storage = amount,
+            PODS => self.allowed_pods = amount,
+            _ if is_scalar_resource(name) => self.set_scalar(name, amount),
             // Other native resources (storage, ...) are not scheduled on.
             _ => {}
         }
@@ -205,6 +223,16 @@ pub enum ResourceError {
         /// The value given, quoted and cut as [`echo`] shows it.
         value: String,
     },
+    /// An amount above [`MAX_AMOUNT`].
+    #[error(
+        "{field}: {value:?} is more than any machine has (at most 2^53 bytes, units or millicores)"
+    )]
+    TooLarge {
+        /// The field holding the quantity.
+        field: String,
+        /// The value given.
+        value: String,
+    },
 }
 
 #[cfg(test)]
@@ -221,6 +249,31 @@ mod tests {
     fn parse(pairs: &[(&str, &str)]) -> Result<Resources, ResourceError> {
         let l = list(pairs);
         Resources::from_list(l.iter().map(|(a, b)| (a, b.as_str())), "requests")
+    }
+
+    #[test]
+    fn amounts_beyond_any_machine_are_errors() {
+        // Found by fuzz_sim_structured_clusters_fit: two containers of "9223372036854775807"
+        // memory overflowed the pod's sums.
+        assert_eq!(parse(&[("memory", "8Pi")]).unwrap().memory, MAX_AMOUNT);
+        assert_eq!(
+            parse(&[("cpu", "9e12")]).unwrap().milli_cpu,
+            9_000_000_000_000_000
+        );
+        for (name, value) in [
+            ("memory", "9223372036854775807"),
+            ("memory", "9Pi"),
+            ("cpu", "1e13"),
+            ("nvidia.com/gpu", "1Ei"),
+        ] {
+            assert_eq!(
+                parse(&[(name, value)]),
+                Err(ResourceError::TooLarge {
+                    field: format!("requests[{name}]"),
+                    value: value.to_string()
+                })
+            );
+        }
     }
 
     #[test]

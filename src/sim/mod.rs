@@ -181,6 +181,9 @@ fn run_queue(
                     if let Some(&i) = index.get(&pod.key()) {
                         report.pods[i].message = Some(format!("error: {status}"));
                     }
+                    // Nothing changes between tries in a simulation: the error would come back
+                    // after every backoff, for ever. The pod is not tried again.
+                    sched.remove_pod(&pod.namespace, &pod.name, now);
                 }
             }
         }
@@ -293,6 +296,8 @@ fn node_usage(sched: &Scheduler) -> Vec<NodeUsage> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::plugins;
@@ -372,6 +377,62 @@ profiles:
         assert!(
             table.contains("gantry.io/overcommit=cpu: 1100m committed"),
             "{table}"
+        );
+    }
+
+    /// A Filter plugin that fails with an error on every node.
+    struct Broken;
+
+    impl crate::framework::Plugin for Broken {
+        fn name(&self) -> &'static str {
+            "Broken"
+        }
+
+        fn as_filter(&self) -> Option<&dyn crate::framework::FilterPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::FilterPlugin for Broken {
+        fn filter(
+            &self,
+            _: &crate::framework::CycleState,
+            _: &PodInfo,
+            _: &crate::cache::NodeInfo,
+        ) -> crate::framework::Status {
+            crate::framework::Status::error("broken")
+        }
+    }
+
+    #[test]
+    fn a_pod_that_fails_with_an_error_is_not_tried_for_ever() {
+        // Found by fuzz_sim_structured_clusters_fit (through PodTopologySpread's Score): the
+        // virtual clock went from backoff to backoff without end.
+        let mut registry = crate::plugins::registry();
+        registry.register(crate::framework::PluginSpec {
+            name: "Broken",
+            factory: |_| Ok(std::sync::Arc::new(Broken)),
+            default: None,
+        });
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             profiles:\n- plugins:\n    filter:\n      enabled: [{name: Broken}]\n",
+            &registry,
+        )
+        .expect("a configuration with the broken plugin");
+        let mut input = ClusterInput::default();
+        input
+            .add_yaml(
+                "{apiVersion: v1, kind: Node, metadata: {name: n}, status: {allocatable: {cpu: '1', pods: '9'}}}\n---\n\
+                 {apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c, image: i}]}}\n",
+                "test",
+            )
+            .expect("the cluster");
+        let report = simulate(&input, config, None);
+        let message = report.pods[0].message.as_deref().unwrap_or_default();
+        assert!(
+            message.starts_with("error: ") && message.contains("broken"),
+            "{message}"
         );
     }
 }

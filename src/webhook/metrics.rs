@@ -3,6 +3,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Labels of routed pods: `scheduler` (`gantry` or `default`) and `source` (`pod`,
@@ -31,7 +32,15 @@ pub struct InvalidLabels {
     pub annotation: &'static str,
 }
 
-/// The counters.
+/// Label `reason` of connections the server closed on a client.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    /// `refused`, `evicted`, `handshake_timeout`, `handshake_failed`, `header_timeout`,
+    /// `bad_request` or `body_timeout`.
+    pub reason: &'static str,
+}
+
+/// The counters, and the number of open connections.
 pub struct Metrics {
     registry: Registry,
     /// Pods whose scheduler was decided by the split.
@@ -42,6 +51,10 @@ pub struct Metrics {
     pub invalid: Family<InvalidLabels, Counter>,
     /// AdmissionReview requests that could not be read (answered 400).
     pub malformed: Counter,
+    /// Connections the server closed on a client, by reason.
+    pub connections_closed: Family<ClosedLabels, Counter>,
+    /// Client connections open now.
+    pub open_connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -78,12 +91,26 @@ impl Metrics {
             "AdmissionReview requests that could not be read (answered 400)",
             malformed.clone(),
         );
+        let connections_closed = Family::<ClosedLabels, Counter>::default();
+        registry.register(
+            "gantry_webhook_connections_closed",
+            "Client connections closed by the server: over the limit, idle at the limit, or past a deadline or malformed, by reason",
+            connections_closed.clone(),
+        );
+        let open_connections = Gauge::default();
+        registry.register(
+            "gantry_webhook_open_connections",
+            "Client connections open now",
+            open_connections.clone(),
+        );
         Metrics {
             registry,
             routed,
             skipped,
             invalid,
             malformed,
+            connections_closed,
+            open_connections,
         }
     }
 
@@ -121,12 +148,18 @@ mod tests {
             })
             .inc();
         m.malformed.inc();
+        m.connections_closed
+            .get_or_create(&ClosedLabels { reason: "evicted" })
+            .inc();
+        m.open_connections.set(3);
         let text = m.render();
         for series in [
             "gantry_webhook_pods_routed_total{scheduler=\"gantry\",source=\"namespace\"} 1",
             "gantry_webhook_pods_skipped_total{reason=\"other_scheduler\"} 1",
             "gantry_webhook_invalid_annotations_total{level=\"pod\",annotation=\"gantry.io/rollout\"} 1",
             "gantry_webhook_malformed_requests_total 1",
+            "gantry_webhook_connections_closed_total{reason=\"evicted\"} 1",
+            "gantry_webhook_open_connections 3",
         ] {
             assert!(text.contains(series), "no {series} in\n{text}");
         }

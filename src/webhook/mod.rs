@@ -8,35 +8,35 @@
 //! - [`server`]: the AdmissionReview endpoint, health and metrics endpoints.
 //! - [`metrics`]: counters of routed, skipped pods and invalid annotations.
 //!
-//! Served over TLS (rustls through axum-server); the certificate and key files are re-read
-//! when they change, so a renewed certificate (cert-manager, a rotated Secret) is picked up
-//! without a restart.
+//! Served over TLS (rustls, HTTP/1.1) by [`server::serve`], with deadlines and a cap on
+//! connections against hostile clients; the certificate and key files are re-read when they
+//! change, so a renewed certificate (cert-manager, a rotated Secret) is picked up without a
+//! restart.
 
 pub mod config;
 pub mod decision;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod metrics;
 pub mod server;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
-use axum_server::Handle;
-use axum_server::tls_rustls::RustlsConfig;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use tokio::net::TcpListener;
 
 use crate::adapter::{self, AdapterError};
 use crate::config::{ClientConnection, DEFAULT_BURST, DEFAULT_QPS};
 use crate::signals::Signals;
 use config::RolloutConfig;
-use metrics::Metrics;
-use server::{Namespaces, Webhook};
+use server::{Limits, Namespaces, TlsConfig, Webhook};
 
 /// How often the certificate files are checked for a change, by default.
 pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -87,6 +87,8 @@ pub struct Options {
     pub tls_key: PathBuf,
     /// How often the two files are checked for a change.
     pub tls_reload_interval: Duration,
+    /// Deadlines and the connection cap of the HTTPS server.
+    pub limits: Limits,
 }
 
 /// Serves the webhook until SIGTERM or SIGINT, then finishes the requests in flight.
@@ -98,16 +100,13 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         tls_cert,
         tls_key,
         tls_reload_interval,
+        limits,
     } = options;
-    let tls_error = |source| WebhookError::Tls {
+    let tls = TlsConfig::load(&tls_cert, &tls_key).map_err(|source| WebhookError::Tls {
         cert: tls_cert.display().to_string(),
         key: tls_key.display().to_string(),
         source,
-    };
-    has_certificate(&tls_cert).map_err(tls_error)?;
-    let tls = RustlsConfig::from_pem_file(&tls_cert, &tls_key)
-        .await
-        .map_err(tls_error)?;
+    })?;
     let settings = ClientConnection {
         kubeconfig: None,
         qps: DEFAULT_QPS,
@@ -119,11 +118,17 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
 
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
     let (store, writer) = reflector::store();
-    let ready = Arc::new(AtomicBool::new(false));
+    let webhook = Webhook::new(
+        config,
+        Namespaces {
+            store: store.clone(),
+            api: Some(api.clone()),
+        },
+    );
     let namespaces_task = tokio::spawn(
         reflector(
             writer,
-            watcher(api.clone(), watcher::Config::default()).default_backoff(),
+            watcher(api, watcher::Config::default()).default_backoff(),
         )
         .for_each(|event| async move {
             if let Err(e) = event {
@@ -132,22 +137,13 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         }),
     );
     let ready_task = {
-        let (store, ready) = (store.clone(), ready.clone());
+        let ready = webhook.ready.clone();
         tokio::spawn(async move {
             if store.wait_until_ready().await.is_ok() {
                 ready.store(true, Ordering::Relaxed);
                 tracing::info!(namespaces = store.len(), "namespace cache synced");
             }
         })
-    };
-    let webhook = Webhook {
-        config: Arc::new(config),
-        namespaces: Namespaces {
-            store,
-            api: Some(api),
-        },
-        metrics: Arc::new(Metrics::new()),
-        ready,
     };
     let reload_task = tokio::spawn(reload_on_change(
         tls.clone(),
@@ -156,57 +152,37 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         tls_reload_interval,
     ));
 
-    let handle: Handle<SocketAddr> = Handle::new();
-    let server = axum_server::bind_rustls(address, tls)
-        .handle(handle.clone())
-        .serve(server::router(webhook.clone()).into_make_service());
-    let mut server_task = tokio::spawn(server);
-    let Some(served) = handle.listening().await else {
-        let source = match (&mut server_task).await {
-            Ok(Err(e)) => e,
-            _ => std::io::Error::other("the server stopped"),
-        };
-        return Err(WebhookError::Serve { address, source });
-    };
+    let serve_error = |source| WebhookError::Serve { address, source };
+    let listener = TcpListener::bind(address).await.map_err(serve_error)?;
+    let served = listener.local_addr().map_err(serve_error)?;
     tracing::info!(
         %served,
         scheduler = %webhook.config.scheduler_name,
         share = %webhook.config.share,
         excluded = ?webhook.config.excluded_namespaces,
+        max_connections = limits.max_connections,
+        handshake_timeout = ?limits.handshake_timeout,
+        header_read_timeout = ?limits.header_read_timeout,
+        body_read_timeout = ?limits.body_read_timeout,
         "gantry webhook serving /mutate"
     );
-
-    let result = tokio::select! {
-        () = signals.wait() => Ok(()),
-        r = &mut server_task => Err(match r {
-            Ok(Err(source)) => WebhookError::Serve { address, source },
-            _ => WebhookError::Serve { address, source: std::io::Error::other("the server stopped") },
-        }),
-    };
-    tracing::info!("shutting down");
-    handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
-    if result.is_ok() {
-        let _ = server_task.await;
-    }
+    server::serve(
+        listener,
+        tls,
+        webhook,
+        limits,
+        async {
+            signals.wait().await;
+            tracing::info!("shutting down");
+        },
+        SHUTDOWN_GRACE,
+    )
+    .await;
     for task in [namespaces_task, ready_task, reload_task] {
         task.abort();
     }
     tracing::info!("stopped");
-    result
-}
-
-/// Fails unless `path` holds a PEM certificate (rustls would say "peer sent no certificates").
-fn has_certificate(path: &Path) -> std::io::Result<()> {
-    let text = std::fs::read(path)?;
-    let marker = b"-----BEGIN CERTIFICATE-----";
-    if text.windows(marker.len()).any(|w| w == marker) {
-        Ok(())
-    } else {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "no PEM certificate in the certificate file",
-        ))
-    }
+    Ok(())
 }
 
 /// The modification times of the two files, if both can be read.
@@ -217,7 +193,7 @@ fn modified(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
 
 /// Reloads the certificate and key whenever either file changes; a pair that cannot be
 /// loaded (say, one file written and not yet the other) keeps the previous one in use.
-async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf, every: Duration) {
+async fn reload_on_change(tls: TlsConfig, cert: PathBuf, key: PathBuf, every: Duration) {
     let mut seen = modified(&cert, &key);
     loop {
         tokio::time::sleep(every).await;
@@ -225,7 +201,7 @@ async fn reload_on_change(tls: RustlsConfig, cert: PathBuf, key: PathBuf, every:
         if now.is_none() || now == seen {
             continue;
         }
-        match tls.reload_from_pem_file(&cert, &key).await {
+        match tls.reload(&cert, &key) {
             Ok(()) => {
                 tracing::info!(cert = %cert.display(), "TLS certificate reloaded");
                 seen = now;

@@ -293,4 +293,6 @@ impl Frames {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

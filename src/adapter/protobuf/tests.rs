@@ -7,7 +7,7 @@ use super::pod::{Container, Pod, PodSpec, ResourceRequirements};
 use super::*;
 
 /// A length-delimited field.
-fn field(number: u64, payload: &[u8]) -> Vec<u8> {
+pub(super) fn field(number: u64, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     prost::encoding::encode_varint((number << 3) | u64::from(LENGTH_DELIMITED), &mut out);
     prost::encoding::encode_varint(payload.len() as u64, &mut out);
@@ -16,7 +16,7 @@ fn field(number: u64, payload: &[u8]) -> Vec<u8> {
 }
 
 /// `k8s\0` and a `runtime.Unknown` around `raw`, as the API server sends an object.
-fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
+pub(super) fn envelope(kind: &str, raw: &[u8]) -> Vec<u8> {
     let mut type_meta = field(1, b"v1");
     type_meta.extend(field(2, kind.as_bytes()));
     let mut out = MAGIC.to_vec();

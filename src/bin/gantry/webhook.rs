@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use gantry::config::parse_go_duration;
 use gantry::webhook::config::RolloutConfig;
+use gantry::webhook::server::Limits;
 use gantry::webhook::{self, Options};
 
 /// Arguments of `gantry webhook`.
@@ -58,6 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tls_cert: args.tls_cert_file,
         tls_key: args.tls_private_key_file,
         tls_reload_interval: args.tls_reload_interval,
+        limits: Limits::for_this_process(),
     };
     runtime.block_on(webhook::run(options))?;
     Ok(())

@@ -165,13 +165,19 @@ impl ScorePlugin for PodTopologySpread {
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_PRE_SCORE_STATE))?;
         let labels = &node.node.labels;
+        // A node lacking a key while all are required is ignored: it scores 0 (and its other
+        // keys' values may have no count, PreScore having skipped it).
+        if s.require_all_topologies
+            && !has_all_keys(
+                &node.node,
+                s.constraints.iter().map(|c| c.topology_key.as_str()),
+            )
+        {
+            return Ok(0);
+        }
         let mut score = 0.0;
         for c in &s.constraints {
             let Some(value) = labels.get(&c.topology_key) else {
-                // A node lacking a key while all are required is ignored: it scores 0.
-                if s.require_all_topologies {
-                    return Ok(0);
-                }
                 continue;
             };
             let count = if c.per_node {

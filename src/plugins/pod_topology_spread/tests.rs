@@ -952,6 +952,29 @@ fn nodes_missing_a_key_score_zero() {
 }
 
 #[test]
+fn a_node_with_one_key_of_two_scores_zero() {
+    // Found by fuzz_sim_structured_clusters_fit: b has the first constraint's key, not the
+    // second's; PreScore ignored it, so its zone had no count and Score failed (and the pod
+    // was retried for ever).
+    let s = snapshot(
+        vec![
+            node("a").label(ZONE, "z1").label("rack", "r1").build(),
+            node("b").label(ZONE, "z2").build(),
+        ],
+        vec![],
+    );
+    assert_eq!(
+        run_score(
+            &system(),
+            &web(vec![soft(1, ZONE), soft(1, "rack")]),
+            &s,
+            &["a", "b"]
+        ),
+        Ok((vec![0, 0], vec![100, 0]))
+    );
+}
+
+#[test]
 fn two_constraints_add_up() {
     // Zone (app=web) and hostname (app=api) with different selectors.
     //          z1            z2
