@@ -5,8 +5,10 @@
 //! - [`config`]: the `RolloutConfiguration` file and the share type.
 //! - [`decision`]: precedence of the share (pod annotation, namespace annotation,
 //!   configuration), the workload of a pod and its bucket.
-//! - [`server`]: the AdmissionReview endpoint, health and metrics endpoints.
-//! - [`metrics`]: counters of routed, skipped pods and invalid annotations.
+//! - [`server`]: the AdmissionReview endpoint, health and metrics endpoints, and the HTTPS
+//!   server in front of them.
+//! - [`metrics`]: counters of routed, skipped pods and invalid annotations, and of the
+//!   connections open and closed on clients.
 //!
 //! Served over TLS (rustls, HTTP/1.1) by [`server::serve`], with deadlines and a cap on
 //! connections against hostile clients; the certificate and key files are re-read when they
