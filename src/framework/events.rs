@@ -145,6 +145,19 @@ pub const NODE_CHANGES_AND_POD_DELETES: [EventHint; 3] = [
     EventHint::any(ClusterEvent::PodDelete),
 ];
 
+/// Every change to placed pods, nodes, namespaces and workload selectors: what a plugin that
+/// counts placed pods by their labels over a topology declares (pods placed, changed or gone
+/// change the counts; nodes appearing or relabelled change the topology; namespaces and
+/// workload selectors change which pods its terms select).
+pub const POD_AND_NODE_CHANGES: [EventHint; 6] = [
+    EventHint::any(ClusterEvent::PodAdd),
+    EventHint::any(ClusterEvent::PodUpdate),
+    EventHint::any(ClusterEvent::PodDelete),
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::Other),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@ pub mod status;
 pub use cycle_state::CycleState;
 pub use events::{
     ClusterChange, ClusterEvent, EventHint, HintFn, NODE_CHANGES, NODE_CHANGES_AND_POD_DELETES,
-    QueueingHint, may_help,
+    POD_AND_NODE_CHANGES, QueueingHint, may_help,
 };
 pub use plugin::*;
 pub use profile::Profile;

@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 use crate::cache::Snapshot;
 use crate::framework::{
-    ArgsError, ClusterEvent, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginArgs, PluginSpec,
-    PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
+    ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
+    PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
 };
 use crate::model::pod::AffinityTerm;
 use crate::model::{Labels, PodInfo};
@@ -103,24 +103,13 @@ pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, Args
     Ok(Arc::new(InterPodAffinity::new(decode_args(args)?)))
 }
 
-/// Pods placed, changed or gone change the counts; nodes appearing or relabelled change the
-/// topology; namespaces and workload selectors change which pods the terms select.
-const EVENTS: [EventHint; 6] = [
-    EventHint::any(ClusterEvent::PodAdd),
-    EventHint::any(ClusterEvent::PodUpdate),
-    EventHint::any(ClusterEvent::PodDelete),
-    EventHint::any(ClusterEvent::NodeAdd),
-    EventHint::any(ClusterEvent::NodeUpdate),
-    EventHint::any(ClusterEvent::Other),
-];
-
 impl Plugin for InterPodAffinity {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn events(&self) -> &'static [EventHint] {
-        &EVENTS
+        &POD_AND_NODE_CHANGES
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -17,8 +17,8 @@ use serde::Deserialize;
 
 use crate::cache::{Snapshot, ZONE_LABEL};
 use crate::framework::{
-    ArgsError, ClusterEvent, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginArgs, PluginSpec,
-    PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
+    ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
+    PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
 };
 use crate::model::labels::validate_qualified_name;
 use crate::model::pod::{InclusionPolicy, TopologySpreadConstraint, WhenUnsatisfiable};
@@ -362,24 +362,13 @@ fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &s
         .count() as i64
 }
 
-/// Pods placed, changed or gone change the counts; nodes appearing or relabelled change the
-/// topology; namespaces and workload selectors change which pods the terms select.
-const EVENTS: [EventHint; 6] = [
-    EventHint::any(ClusterEvent::PodAdd),
-    EventHint::any(ClusterEvent::PodUpdate),
-    EventHint::any(ClusterEvent::PodDelete),
-    EventHint::any(ClusterEvent::NodeAdd),
-    EventHint::any(ClusterEvent::NodeUpdate),
-    EventHint::any(ClusterEvent::Other),
-];
-
 impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn events(&self) -> &'static [EventHint] {
-        &EVENTS
+        &POD_AND_NODE_CHANGES
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
