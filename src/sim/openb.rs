@@ -860,10 +860,13 @@ mod tests {
     use super::*;
     use crate::model::gpu::GpuRequest;
 
+    /// Writes `text` to a file of its own (tests run at once write the same names).
     fn write(name: &str, text: &str) -> std::path::PathBuf {
+        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("gantry-openb-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+        let path = dir.join(format!("{n}-{name}"));
         std::fs::write(&path, text).unwrap();
         path
     }

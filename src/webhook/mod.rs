@@ -45,33 +45,40 @@ pub const DEFAULT_TLS_RELOAD_INTERVAL: Duration = Duration::from_secs(10);
 /// How long in-flight admission requests may take to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Why `gantry webhook` stopped with an error.
+/// Why `gantry webhook` stopped with an error. Each message includes its cause, so none is
+/// returned as a `source` as well (the CLI would print it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     /// The API client cannot be built.
     #[error(transparent)]
     Client(#[from] AdapterError),
     /// The certificate or key cannot be loaded.
-    #[error("cannot load the TLS certificate {cert} and key {key}: {source}")]
+    #[error("cannot load the TLS certificate {cert} and key {key}: {error}")]
     Tls {
         /// The certificate file.
         cert: String,
         /// The key file.
         key: String,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The address cannot be served.
-    #[error("cannot serve HTTPS on {address}: {source}")]
+    #[error("cannot serve HTTPS on {address}: {error}")]
     Serve {
         /// The address.
         address: SocketAddr,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The signal handlers cannot be installed.
     #[error("cannot start: {0}")]
-    Start(#[from] std::io::Error),
+    Start(std::io::Error),
+}
+
+impl From<std::io::Error> for WebhookError {
+    fn from(e: std::io::Error) -> Self {
+        WebhookError::Start(e)
+    }
 }
 
 /// What `gantry webhook` needs.
@@ -104,10 +111,10 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         tls_reload_interval,
         limits,
     } = options;
-    let tls = TlsConfig::load(&tls_cert, &tls_key).map_err(|source| WebhookError::Tls {
+    let tls = TlsConfig::load(&tls_cert, &tls_key).map_err(|error| WebhookError::Tls {
         cert: tls_cert.display().to_string(),
         key: tls_key.display().to_string(),
-        source,
+        error,
     })?;
     let settings = ClientConnection {
         kubeconfig: None,
@@ -154,7 +161,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         tls_reload_interval,
     ));
 
-    let serve_error = |source| WebhookError::Serve { address, source };
+    let serve_error = |error| WebhookError::Serve { address, error };
     let listener = TcpListener::bind(address).await.map_err(serve_error)?;
     let served = listener.local_addr().map_err(serve_error)?;
     tracing::info!(

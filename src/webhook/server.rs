@@ -113,7 +113,7 @@ pub struct Webhook {
 pub enum ReviewError {
     /// The body is not an AdmissionReview.
     #[error("malformed AdmissionReview: {0}")]
-    Malformed(#[from] serde_json::Error),
+    Malformed(serde_json::Error),
     /// It is not an `admission.k8s.io/v1` `AdmissionReview` (the only version served).
     #[error(
         "malformed AdmissionReview: expected {ADMISSION_V1} {ADMISSION_REVIEW}, got {api_version:?} {kind:?}"
@@ -129,10 +129,22 @@ pub enum ReviewError {
     NoRequest,
     /// Its object is not a readable pod.
     #[error("malformed AdmissionReview: the object is not a pod: {0}")]
-    NotAPod(#[source] serde_json::Error),
+    NotAPod(serde_json::Error),
     /// The patch could not be written (cannot happen with a string value).
     #[error("cannot write the patch: {0}")]
-    Patch(#[from] kube::core::admission::SerializePatchError),
+    Patch(kube::core::admission::SerializePatchError),
+}
+
+impl From<serde_json::Error> for ReviewError {
+    fn from(e: serde_json::Error) -> Self {
+        ReviewError::Malformed(e)
+    }
+}
+
+impl From<kube::core::admission::SerializePatchError> for ReviewError {
+    fn from(e: kube::core::admission::SerializePatchError) -> Self {
+        ReviewError::Patch(e)
+    }
 }
 
 impl Webhook {
