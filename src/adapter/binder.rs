@@ -179,7 +179,7 @@ fn answer<T>(result: Result<T, kube::Error>) -> Answer {
         Err(kube::Error::Api(s)) => match s.code {
             404 => Answer::Gone(s.message.clone()),
             409 => Answer::Unknown(format!("conflict: {}", s.message)),
-            // Too many requests: refused before anything was done.
+            // Any other 4xx (429 too): refused before anything was written.
             400..=499 => Answer::Refused(s.message.clone()),
             _ => Answer::Unknown(format!("HTTP {}: {}", s.code, s.message)),
         },

@@ -610,7 +610,14 @@ impl Writer {
                 return;
             }
             let holding = busy && !self.state.pending.is_empty();
-            let retry_at = self.state.next_retry().map(tokio::time::Instant::from_std);
+            // A retry that comes due can only start in a free write slot: while every slot is
+            // taken, the end of a write wakes the loop instead (a due time in the past would
+            // wake it over and over).
+            let retry_at = self
+                .state
+                .next_retry()
+                .filter(|_| writes.len() < write_limit(busy))
+                .map(tokio::time::Instant::from_std);
             tokio::select! {
                 record = rx.recv(), if open => match record {
                     Some(r) => self.state.merge(r, Instant::now(), Timestamp::now()),
