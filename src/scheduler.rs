@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{Cache, CacheError, NodeInfo, Snapshot};
+use crate::cache::{Cache, CacheError, NodeInfo, Snapshot, TrackedSet};
 use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
@@ -108,11 +108,17 @@ impl Scheduler {
             config.pod_initial_backoff,
             config.pod_max_backoff,
         );
+        let tracked = config
+            .profiles
+            .iter()
+            .flat_map(|p| p.plugins())
+            .map(|p| TrackedSet::of(p.cache_state()))
+            .collect();
         let profiles = config.profiles.iter().cloned().map(Arc::new).collect();
         Scheduler {
             config,
             profiles,
-            cache: Cache::new(),
+            cache: Cache::tracking(tracked),
             queue,
             snapshot: Snapshot::default(),
             memory: CycleMemory::default(),

@@ -298,6 +298,9 @@ impl Plugin for Timed {
     fn events(&self) -> &'static [crate::framework::EventHint] {
         self.inner.events()
     }
+    fn cache_state(&self) -> &'static [crate::cache::Tracked] {
+        self.inner.cache_state()
+    }
     fn as_queue_sort(&self) -> Option<&dyn crate::framework::QueueSortPlugin> {
         self.inner.as_queue_sort()
     }

@@ -44,6 +44,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use crate::cache::Tracked;
 use crate::config::Config;
 use crate::decision::file::{DecisionLog, LogError, Rotation};
 use crate::decision::{DecisionRecorder, DecisionStore};
@@ -203,13 +204,20 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         },
         metrics.clone(),
     ));
-    let watchers = watch::spawn_all(
-        &client,
-        profiles,
-        config.client_connection.content_type,
-        &inputs,
-    );
+    let election = config.leader_election.clone();
+    let runner = pool.clone();
+    let content_type = config.client_connection.content_type;
+    let mut scheduler = Scheduler::new(config, pool);
+    scheduler.set_explain(true);
+    let tracked = scheduler.cache().tracked();
+    tracing::info!(?tracked, "cluster state kept beyond nodes and pods");
+    let (watchers, watched) = watch::spawn_all(&client, profiles, tracked, content_type, &inputs);
+    let reads_load = tracked.contains(Tracked::NodeLoad);
+    if !reads_load && !matches!(node_load.source, LoadSource::None) {
+        tracing::warn!("no enabled plugin reads node load: the load source is not used");
+    }
     let load_task = match &node_load.source {
+        _ if !reads_load => None,
         LoadSource::Prometheus(source) => {
             tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");
             let inputs = inputs.clone();
@@ -224,10 +232,6 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         }
         LoadSource::None => None,
     };
-    let election = config.leader_election.clone();
-    let runner = pool.clone();
-    let mut scheduler = Scheduler::new(config, pool);
-    scheduler.set_explain(true);
     let driver = Driver {
         scheduler,
         inputs: inputs_rx,
@@ -235,7 +239,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         recorder,
         metrics,
         instrumentation,
-        watchers: watch::WATCHERS.into_iter().collect(),
+        watchers: watched.into_iter().collect(),
         ready,
         node_load,
         decisions: DecisionRecorder::new(decision_store, decision_log, false),

@@ -25,6 +25,7 @@ use super::driver::Input;
 use super::events::PodRef;
 use super::protobuf::{self, ProtoError};
 use super::reflector::{self, Format};
+use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
 use crate::model::selector::LabelSelector;
 use crate::model::{Labels, NodeModel, PodInfo};
@@ -178,17 +179,6 @@ impl Resource for LeanPod {
 /// Pods that finished hold no resources: the pod watcher leaves them out.
 pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
 
-/// Names of the watchers, which must all finish their first list before scheduling starts.
-pub const WATCHERS: [&str; 7] = [
-    "nodes",
-    "pods",
-    "namespaces",
-    "services",
-    "replicasets",
-    "statefulsets",
-    "replicationcontrollers",
-];
-
 /// Turns one kind of object into inputs for the scheduling thread.
 trait Convert<K>: Send + 'static {
     /// The input for an added or changed object, if the scheduler cares.
@@ -213,16 +203,19 @@ fn split_key(key: &str) -> (String, String) {
     }
 }
 
-/// Starts every watcher; each sends its inputs (and [`Input::Synced`] after its first list)
-/// to `inputs`. `profiles` are the scheduler names served: other schedulers' pending pods
-/// are not reported. Pods and nodes travel as `content_type` says; the other kinds, few and
-/// rarely changing, as JSON.
+/// Starts the watchers: nodes and pods always, the other kinds only when the cache keeps
+/// what they feed (`tracked`). Each sends its inputs (and [`Input::Synced`] after its first
+/// list) to `inputs`; returned with their names, which must all finish their first list
+/// before scheduling starts. `profiles` are the scheduler names served: other schedulers'
+/// pending pods are not reported. Pods and nodes travel as `content_type` says; the other
+/// kinds, few and rarely changing, as JSON.
 pub fn spawn_all(
     client: &Client,
     profiles: BTreeSet<String>,
+    tracked: TrackedSet,
     content_type: ContentType,
     inputs: &Sender<Input>,
-) -> Vec<tokio::task::JoinHandle<()>> {
+) -> (Vec<tokio::task::JoinHandle<()>>, Vec<&'static str>) {
     let (node_format, pod_format) = match content_type {
         ContentType::Protobuf => (
             Format::Protobuf(decode_node as fn(&[u8]) -> _),
@@ -230,7 +223,7 @@ pub fn spawn_all(
         ),
         ContentType::Json => (Format::Json, Format::Json),
     };
-    vec![
+    let mut tasks = vec![
         spawn(client, None, node_format, "nodes", Nodes, inputs),
         spawn(
             client,
@@ -240,33 +233,55 @@ pub fn spawn_all(
             Pods { profiles },
             inputs,
         ),
-        spawn::<Namespace, _>(client, None, Format::Json, "namespaces", Namespaces, inputs),
-        spawn::<Service, _>(client, None, Format::Json, "services", Services, inputs),
-        spawn::<ReplicaSet, _>(
+    ];
+    let mut names = vec!["nodes", "pods"];
+    if tracked.contains(Tracked::NamespaceLabels) {
+        tasks.push(spawn::<Namespace, _>(
             client,
             None,
             Format::Json,
+            "namespaces",
+            Namespaces,
+            inputs,
+        ));
+        names.push("namespaces");
+    }
+    if tracked.contains(Tracked::Workloads) {
+        tasks.extend([
+            spawn::<Service, _>(client, None, Format::Json, "services", Services, inputs),
+            spawn::<ReplicaSet, _>(
+                client,
+                None,
+                Format::Json,
+                "replicasets",
+                Controllers("ReplicaSet"),
+                inputs,
+            ),
+            spawn::<StatefulSet, _>(
+                client,
+                None,
+                Format::Json,
+                "statefulsets",
+                Controllers("StatefulSet"),
+                inputs,
+            ),
+            spawn::<ReplicationController, _>(
+                client,
+                None,
+                Format::Json,
+                "replicationcontrollers",
+                Controllers("ReplicationController"),
+                inputs,
+            ),
+        ]);
+        names.extend([
+            "services",
             "replicasets",
-            Controllers("ReplicaSet"),
-            inputs,
-        ),
-        spawn::<StatefulSet, _>(
-            client,
-            None,
-            Format::Json,
             "statefulsets",
-            Controllers("StatefulSet"),
-            inputs,
-        ),
-        spawn::<ReplicationController, _>(
-            client,
-            None,
-            Format::Json,
             "replicationcontrollers",
-            Controllers("ReplicationController"),
-            inputs,
-        ),
-    ]
+        ]);
+    }
+    (tasks, names)
 }
 
 /// Reads a node from its protobuf encoding.

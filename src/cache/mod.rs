@@ -8,6 +8,7 @@
 mod node_info;
 mod pod_index;
 mod snapshot;
+mod tracked;
 mod workloads;
 
 use std::collections::{HashMap, HashSet};
@@ -21,6 +22,7 @@ use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 pub use node_info::NodeInfo;
 pub use pod_index::{IndexedPod, PodIndex};
 pub use snapshot::{Snapshot, TopologyDomains};
+pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;
 
 /// Label holding a node's zone.
@@ -56,8 +58,10 @@ struct PodEntry {
 }
 
 /// The scheduler's cluster state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Cache {
+    /// The parts kept beyond nodes and pods (see [`Tracked`]).
+    tracked: TrackedSet,
     nodes: HashMap<Arc<str>, NodeEntry>,
     /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order).
     order: Vec<Arc<str>>,
@@ -75,10 +79,41 @@ pub struct Cache {
     pod_changes: Vec<(Arc<PodInfo>, Arc<str>, bool)>,
 }
 
+impl Default for Cache {
+    fn default() -> Self {
+        Cache::tracking(TrackedSet::all())
+    }
+}
+
 impl Cache {
-    /// An empty cache.
+    /// An empty cache that keeps every [`Tracked`] part (for tools and tests: a scheduler
+    /// keeps only what its plugins read, [`Cache::tracking`]).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty cache that keeps, beyond nodes and the pods on them, only the `tracked`
+    /// parts; changes to other parts are ignored, and a snapshot's reader asking for one is
+    /// a plugin that did not declare it (a debug assertion says which).
+    pub fn tracking(tracked: TrackedSet) -> Self {
+        Cache {
+            tracked,
+            nodes: HashMap::new(),
+            order: Vec::new(),
+            pods: HashMap::new(),
+            namespaces: Arc::default(),
+            workloads: Arc::default(),
+            image_nodes: Arc::default(),
+            generation: 0,
+            dirty: HashSet::new(),
+            list_changed: false,
+            pod_changes: Vec::new(),
+        }
+    }
+
+    /// The parts this cache keeps beyond nodes and pods.
+    pub fn tracked(&self) -> TrackedSet {
+        self.tracked
     }
 
     fn touch(&mut self, name: &Arc<str>) -> &mut NodeInfo {
@@ -137,7 +172,7 @@ impl Cache {
     }
 
     fn count_images(&mut self, node: &NodeModel, delta: isize) {
-        if node.images.is_empty() {
+        if node.images.is_empty() || !self.tracked.contains(Tracked::ImageSpread) {
             return;
         }
         let counts = Arc::make_mut(&mut self.image_nodes);
@@ -238,7 +273,9 @@ impl Cache {
     }
 
     fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
-        self.pod_changes.push((pod.clone(), node.clone(), true));
+        if self.tracked.contains(Tracked::PodLabels) {
+            self.pod_changes.push((pod.clone(), node.clone(), true));
+        }
         self.touch(&node).add_pod(pod);
         self.pods.insert(key, PodEntry { node, assumed });
     }
@@ -247,7 +284,9 @@ impl Cache {
     fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
         self.pods.remove(key);
         let pod = self.touch(node).remove_pod(&key.0, &key.1);
-        if let Some(pod) = &pod {
+        if let Some(pod) = &pod
+            && self.tracked.contains(Tracked::PodLabels)
+        {
             self.pod_changes.push((pod.clone(), node.clone(), false));
         }
         let entry = &self.nodes[node];
@@ -260,6 +299,9 @@ impl Cache {
     /// Records a node's measured load (see [`crate::model::load`]); false when the node is
     /// unknown or the sample is older than the one held.
     pub fn set_node_load(&mut self, name: &str, sample: LoadSample) -> bool {
+        if !self.tracked.contains(Tracked::NodeLoad) {
+            return false;
+        }
         let Some(entry) = self.nodes.get(name).filter(|e| e.present) else {
             return false;
         };
@@ -309,36 +351,54 @@ impl Cache {
 
     /// Records a namespace's labels (for namespace selectors in affinity terms).
     pub fn set_namespace(&mut self, name: &str, labels: Labels) {
+        if !self.tracked.contains(Tracked::NamespaceLabels) {
+            return;
+        }
         Arc::make_mut(&mut self.namespaces).insert(name.to_string(), labels);
         self.generation += 1;
     }
 
     /// Forgets a namespace.
     pub fn remove_namespace(&mut self, name: &str) {
+        if !self.tracked.contains(Tracked::NamespaceLabels) {
+            return;
+        }
         Arc::make_mut(&mut self.namespaces).remove(name);
         self.generation += 1;
     }
 
     /// Records a Service's selector (for default topology spreading).
     pub fn set_service(&mut self, namespace: &str, name: &str, selector: Labels) {
+        if !self.tracked.contains(Tracked::Workloads) {
+            return;
+        }
         Arc::make_mut(&mut self.workloads).set_service(namespace, name, selector);
         self.generation += 1;
     }
 
     /// Forgets a Service (deleted).
     pub fn remove_service(&mut self, namespace: &str, name: &str) {
+        if !self.tracked.contains(Tracked::Workloads) {
+            return;
+        }
         Arc::make_mut(&mut self.workloads).remove_service(namespace, name);
         self.generation += 1;
     }
 
     /// Forgets a controller (deleted).
     pub fn remove_controller(&mut self, kind: &str, namespace: &str, name: &str) {
+        if !self.tracked.contains(Tracked::Workloads) {
+            return;
+        }
         Arc::make_mut(&mut self.workloads).remove_controller(kind, namespace, name);
         self.generation += 1;
     }
 
     /// Records a controller's selector (for default topology spreading).
     pub fn set_controller(&mut self, kind: &str, namespace: &str, name: &str, sel: LabelSelector) {
+        if !self.tracked.contains(Tracked::Workloads) {
+            return;
+        }
         Arc::make_mut(&mut self.workloads).set_controller(kind, namespace, name, sel);
         self.generation += 1;
     }
@@ -350,6 +410,7 @@ impl Cache {
         snapshot.workloads = self.workloads.clone();
         snapshot.image_nodes = self.image_nodes.clone();
         snapshot.generation = self.generation;
+        snapshot.untracked = self.tracked.complement();
         if self.list_changed || snapshot.nodes.len() != self.order.len() {
             self.rebuild(snapshot);
         } else {
@@ -370,7 +431,7 @@ impl Cache {
                         != (entry.info.pods_with_required_anti_affinity > 0);
                 snapshot.nodes[i] = entry.info.clone();
             }
-            if affinity_changed {
+            if affinity_changed && self.tracked.contains(Tracked::PodLabels) {
                 rebuild_affinity_lists(snapshot);
             }
             if nodes_changed {
@@ -399,10 +460,13 @@ impl Cache {
             .enumerate()
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
-        rebuild_affinity_lists(snapshot);
         snapshot.domains = Default::default();
         self.pod_changes.clear();
         snapshot.pods.clear();
+        if !self.tracked.contains(Tracked::PodLabels) {
+            return;
+        }
+        rebuild_affinity_lists(snapshot);
         for (i, n) in snapshot.nodes.iter().enumerate() {
             for pod in &n.pods {
                 snapshot.pods.insert(pod, i);

@@ -12,6 +12,7 @@ use crate::model::{Labels, PodInfo};
 
 use super::node_info::NodeInfo;
 use super::pod_index::PodIndex;
+use super::tracked::{Tracked, TrackedSet};
 use super::workloads::Workloads;
 
 /// The cluster as one cycle sees it: nodes (with their pods) in a fixed order that interleaves
@@ -32,9 +33,20 @@ pub struct Snapshot {
     pub(super) domains: Arc<Mutex<DomainCache>>,
     pub(super) generation: u64,
     pub(super) now: Duration,
+    /// The parts the cache does not keep (empty in a snapshot not filled by a cache).
+    pub(super) untracked: TrackedSet,
 }
 
 impl Snapshot {
+    /// Notes a read of `part`: reading a part the cache does not keep is a plugin that did
+    /// not declare it in `Plugin::cache_state`, and sees it empty.
+    fn reads(&self, part: Tracked) {
+        debug_assert!(
+            !self.untracked.contains(part),
+            "a plugin reads {part}, which no plugin of the profiles declared (Plugin::cache_state)"
+        );
+    }
+
     /// Nodes in scheduling order.
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.nodes
@@ -62,11 +74,13 @@ impl Snapshot {
 
     /// Nodes running at least one pod with pod affinity or anti-affinity terms.
     pub fn nodes_with_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.reads(Tracked::PodLabels);
         self.with_affinity.iter().map(|&i| &self.nodes[i])
     }
 
     /// Nodes running at least one pod with required anti-affinity terms.
     pub fn nodes_with_required_anti_affinity_pods(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.reads(Tracked::PodLabels);
         self.with_required_anti_affinity
             .iter()
             .map(|&i| &self.nodes[i])
@@ -74,6 +88,7 @@ impl Snapshot {
 
     /// The placed pods by label (see [`PodIndex`]), positions as in [`Snapshot::nodes`].
     pub fn pod_index(&self) -> &PodIndex {
+        self.reads(Tracked::PodLabels);
         &self.pods
     }
 
@@ -85,6 +100,7 @@ impl Snapshot {
         selector: &LabelSelector,
         mut f: impl FnMut(&PodInfo, &NodeInfo),
     ) {
+        self.reads(Tracked::PodLabels);
         match self.pods.candidates(selector) {
             Some(candidates) => {
                 for p in candidates {
@@ -146,6 +162,7 @@ impl Snapshot {
 
     /// Labels of a namespace (empty when the namespace is unknown).
     pub fn namespace_labels(&self, namespace: &str) -> &Labels {
+        self.reads(Tracked::NamespaceLabels);
         static EMPTY: std::sync::OnceLock<Labels> = std::sync::OnceLock::new();
         self.namespaces
             .get(namespace)
@@ -154,16 +171,19 @@ impl Snapshot {
 
     /// All known namespaces with their labels.
     pub fn namespaces(&self) -> &HashMap<String, Labels> {
+        self.reads(Tracked::NamespaceLabels);
         &self.namespaces
     }
 
     /// Services' and controllers' selectors.
     pub fn workloads(&self) -> &Workloads {
+        self.reads(Tracked::Workloads);
         &self.workloads
     }
 
     /// On how many nodes the image (normalized name) is present.
     pub fn nodes_with_image(&self, image: &str) -> usize {
+        self.reads(Tracked::ImageSpread);
         self.image_nodes.get(image).copied().unwrap_or(0)
     }
 

@@ -179,3 +179,50 @@ fn recent_placements_follow_the_pods_life() {
     cache.set_node_load("n1", sample(0.3, 12));
     assert!(recent(&cache, "n1").is_empty());
 }
+
+#[test]
+fn a_cache_keeps_only_the_parts_it_tracks() {
+    let mut all = Cache::new();
+    let mut bare = Cache::tracking(TrackedSet::NONE);
+    for cache in [&mut all, &mut bare] {
+        cache.upsert_node(node("n1").capacity("4", "8Gi").image("web:1", 1).build());
+        cache
+            .assume_pod(
+                pod("p")
+                    .label("app", "web")
+                    .req("cpu", "1")
+                    .on("n1")
+                    .build(),
+            )
+            .unwrap();
+        cache.set_namespace("shop", Labels::default());
+        cache.set_service("default", "web", [("app", "web")].into_iter().collect());
+    }
+    let p = pod("q").label("app", "web").build();
+    let (mut full, mut lean) = (Snapshot::default(), Snapshot::default());
+    all.update_snapshot(&mut full);
+    bare.update_snapshot(&mut lean);
+    // Nodes and pods are kept either way.
+    assert_eq!(lean.get("n1").unwrap().requested.milli_cpu, 1000);
+    assert_eq!(lean.get("n1").unwrap().pods.len(), 1);
+    let mut web = LabelSelector::everything();
+    web.require_equal("app", "web");
+    assert_eq!(full.pods.candidates(&web).unwrap().count(), 1);
+    assert_eq!(lean.pods.candidates(&web).unwrap().count(), 0);
+    assert_eq!(full.image_nodes.len(), 1);
+    assert!(lean.image_nodes.is_empty());
+    assert_eq!(full.namespaces.len(), 1);
+    assert!(lean.namespaces.is_empty());
+    assert!(full.workloads.default_selector(&p).is_some());
+    assert!(lean.workloads.default_selector(&p).is_none());
+    let sample = crate::model::load::LoadSample {
+        cpu: 0.5,
+        memory: 0.5,
+        taken_at: Duration::ZERO,
+        reflects_placements_before: Duration::ZERO,
+        max_age: None,
+    };
+    assert!(all.set_node_load("n1", sample));
+    assert!(!bare.set_node_load("n1", sample));
+    assert!(lean.untracked == TrackedSet::all() && full.untracked == TrackedSet::NONE);
+}

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, Tracked};
 use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
@@ -71,6 +71,12 @@ pub trait Plugin: Send + Sync + 'static {
     /// can reject a pod (in PreFilter, Filter, Reserve or Permit) declares at least one; a pod
     /// it rejected is retried on nothing else (and after five minutes parked).
     fn events(&self) -> &'static [EventHint] {
+        &[]
+    }
+    /// The parts of the cluster state this plugin reads beyond nodes and the pods on them:
+    /// the cache keeps (and the adapter watches) a part only when some plugin of a profile
+    /// declares it.
+    fn cache_state(&self) -> &'static [Tracked] {
         &[]
     }
 }

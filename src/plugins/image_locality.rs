@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, Tracked};
 use crate::framework::{
     ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, Plugin, PluginSpec, PreScorePlugin,
     ScorePlugin, Status,
@@ -50,6 +50,10 @@ pub struct ImageLocality;
 impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::ImageSpread]
     }
 
     fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {

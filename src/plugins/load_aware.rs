@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, Tracked};
 use crate::framework::{
     ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, Plugin,
     PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin, Status,
@@ -286,6 +286,9 @@ impl Plugin for LoadAware {
 
     fn events(&self) -> &'static [EventHint] {
         &EVENTS
+    }
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::NodeLoad]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -34,7 +34,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::Deserialize;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, Tracked};
 use crate::framework::{
     ArgsError, ClusterEvent, Code, CycleState, EventHint, FilterPlugin, Plugin, PluginArgs,
     PluginSpec, PreFilterPlugin, PreFilterResult, ReservePlugin, ReservedAnnotations, Status,
@@ -325,6 +325,9 @@ impl Plugin for Overcommit {
 
     fn events(&self) -> &'static [EventHint] {
         &EVENTS
+    }
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::NodeLoad]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

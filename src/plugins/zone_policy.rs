@@ -20,7 +20,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::Deserialize;
 
-use crate::cache::{NodeInfo, REGION_LABEL, Snapshot, ZONE_LABEL};
+use crate::cache::{NodeInfo, REGION_LABEL, Snapshot, Tracked, ZONE_LABEL};
 use crate::framework::{
     ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, MAX_NODE_SCORE, NodeScore,
     Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin, ScorePlugin,
@@ -275,6 +275,9 @@ impl Plugin for ZonePolicy {
 
     fn events(&self) -> &'static [EventHint] {
         &EVENTS
+    }
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::NamespaceLabels]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

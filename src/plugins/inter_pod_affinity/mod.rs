@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::cache::Snapshot;
+use crate::cache::{Snapshot, Tracked};
 use crate::framework::{
     ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
     PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
@@ -110,6 +110,9 @@ impl Plugin for InterPodAffinity {
 
     fn events(&self) -> &'static [EventHint] {
         &POD_AND_NODE_CHANGES
+    }
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::PodLabels, Tracked::NamespaceLabels]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

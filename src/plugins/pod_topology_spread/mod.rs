@@ -15,7 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::Deserialize;
 
-use crate::cache::{Snapshot, ZONE_LABEL};
+use crate::cache::{Snapshot, Tracked, ZONE_LABEL};
 use crate::framework::{
     ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
     PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
@@ -369,6 +369,9 @@ impl Plugin for PodTopologySpread {
 
     fn events(&self) -> &'static [EventHint] {
         &POD_AND_NODE_CHANGES
+    }
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::PodLabels, Tracked::Workloads]
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
