@@ -4,7 +4,7 @@
 #
 #   scripts/bench-cluster.sh [--nodes 5000[,N...]] [--pods 10000]
 #       [--workload plain,constrained] [--schedulers null,gantry,kube-scheduler]
-#       [--null-in-flight 256] [--gantry-config FILE] [--rounds 1] [--out DIR] [--perf]
+#       [--null-in-flight N] [--gantry-config FILE] [--rounds 1] [--out DIR] [--perf]
 #       [--perf-apiserver] [--no-build]
 #
 # For every cluster size, one control plane, where `cluster-bench populate` creates the nodes
@@ -23,7 +23,8 @@
 # prints the table, gantry's ratios in every round and issue 4's targets.
 # The schedulers:
 #  null            `cluster-bench null-binder`: binds round-robin, no decision, --null-in-flight
-#                  bindings in flight (what the API server can bind: the ceiling);
+#                  bindings in flight (default: null-binder's --in-flight; what the API
+#                  server can bind: the ceiling);
 #  gantry          `gantry run`, default profile, leader election off, clientConnection
 #                  qps/burst 5000;
 #  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
@@ -37,10 +38,11 @@
 # Results (one JSON per run, logs, report.md) go to DIR, default
 # target/bench-cluster/<date>. --gantry-config runs gantry with another configuration (to
 # compare settings; its profile must serve default-scheduler). --perf records gantry with
-# `perf record -e cpu-clock -g` (DIR/<run>/perf.data; $PERF_OPTIONS replaces those
-# options). --perf-apiserver records kube-apiserver the same way, for every scheduler
-# (DIR/<run>/perf-apiserver.data). Every run keeps the API server's metrics after the last
-# binding (DIR/<run>/apiserver-metrics.txt: requests by verb and resource, watch events).
+# `perf record`, with the default options of `cluster-bench run --perf-options`
+# (DIR/<run>/perf.data; $PERF_OPTIONS replaces those options). --perf-apiserver records
+# kube-apiserver the same way, for every scheduler (DIR/<run>/perf-apiserver.data). Every run
+# keeps the API server's metrics after the last binding (DIR/<run>/apiserver-metrics.txt:
+# requests by verb and resource, watch events).
 # --no-build uses the release binaries as they are.
 # On a shared machine, set BENCH_HOLD_FILE to a path: while that file exists, every run waits
 # (others can hold the benchmark off while they measure something else).
@@ -55,14 +57,15 @@ PODS=10000
 WORKLOADS=plain,constrained
 SCHEDULERS=null,gantry,kube-scheduler
 ROUNDS=1
-NULL_IN_FLIGHT=256
+NULL_IN_FLIGHT=
 GANTRY_CONFIG=
 OUT=
 PERF=
 PERF_APISERVER=
-# `perf record` options for --perf; e.g. PERF_OPTIONS="-e cpu-clock -F 500 --call-graph dwarf"
-# gives call chains through code built without frame pointers.
-PERF_OPTIONS=${PERF_OPTIONS:-"-e cpu-clock -g"}
+# `perf record` options for --perf instead of cluster-bench run's; e.g.
+# PERF_OPTIONS="-e cpu-clock -F 500 --call-graph dwarf" gives call chains through code built
+# without frame pointers.
+PERF_OPTIONS=${PERF_OPTIONS:-}
 BUILD=1
 QUIET_FILE=${BENCH_HOLD_FILE:-}
 
@@ -127,7 +130,7 @@ mkdir -p "${OUT}"
 OUT=$(cd "${OUT}" && pwd -P)
 {
   echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --null-in-flight ${NULL_IN_FLIGHT} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
+  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS}${NULL_IN_FLIGHT:+ --null-in-flight ${NULL_IN_FLIGHT}} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
@@ -174,16 +177,17 @@ for nodes in "${NODE_LIST[@]}"; do
         namespace="${workload}-${scheduler}${suffix}"
         mkdir -p "${RUN}"
         "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
-          --workload "${workload}" --namespace "${namespace}" --scheduler-name default-scheduler
+          --workload "${workload}" --namespace "${namespace}"
         port=$("${BENCH}" free-port)
         metrics=(--metrics "http://127.0.0.1:${port}/metrics")
-        extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt" --perf-options "${PERF_OPTIONS}")
+        extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
+        [[ -z "${PERF_OPTIONS}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")
         [[ -z "${PERF_APISERVER}" ]] || extra+=(--perf-apiserver "${RUN}/perf-apiserver.data")
         case "${scheduler}" in
           null)
             metrics=()
-            command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}"
-              --scheduler-name default-scheduler --in-flight "${NULL_IN_FLIGHT}")
+            command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}")
+            [[ -z "${NULL_IN_FLIGHT}" ]] || command+=(--in-flight "${NULL_IN_FLIGHT}")
             ;;
           gantry)
             if [[ -n "${GANTRY_CONFIG}" ]]; then

@@ -32,7 +32,7 @@ pub struct Args {
     #[arg(long)]
     namespace: String,
     /// Deletes in flight at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = crate::DEFAULT_CONCURRENCY)]
     concurrency: usize,
     /// etcd's client URL (plain HTTP, as the scripts' control plane serves it): compact its
     /// history to the current revision and defragment it once the pods are gone.

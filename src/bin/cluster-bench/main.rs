@@ -19,6 +19,13 @@ use clap::{Parser, Subcommand};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+/// The namespace of the pods `populate` creates and `run` measures, unless `--namespace`
+/// says otherwise.
+const DEFAULT_NAMESPACE: &str = "default";
+/// Requests in flight at once, unless `--concurrency` says otherwise: `populate`'s creates and
+/// `clear`'s deletes.
+const DEFAULT_CONCURRENCY: usize = 64;
+
 /// Tools of the end-to-end benchmark against a real API server.
 #[derive(Debug, Parser)]
 #[command(name = "cluster-bench", about)]

@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long)]
     kubeconfig: PathBuf,
     /// The namespace of the pods.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = crate::DEFAULT_NAMESPACE)]
     namespace: String,
     /// The scheduler's name in the result (null, gantry, kube-scheduler).
     #[arg(long)]

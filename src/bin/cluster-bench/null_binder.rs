@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{StreamExt, stream};
+use gantry::config::DEFAULT_SCHEDULER_NAME;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
@@ -25,7 +26,7 @@ pub struct Args {
     #[arg(long)]
     kubeconfig: PathBuf,
     /// Bind the pending pods with this `spec.schedulerName`.
-    #[arg(long, default_value = "default-scheduler")]
+    #[arg(long, default_value = DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
     /// Bindings in flight at once.
     #[arg(long, default_value_t = 256)]

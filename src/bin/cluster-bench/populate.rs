@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
+use gantry::config::DEFAULT_SCHEDULER_NAME;
 use gantry::synthetic::{self, Workload};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -32,20 +33,20 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     pods: usize,
     /// The pods' namespace (created if missing).
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = crate::DEFAULT_NAMESPACE)]
     namespace: String,
     /// Which pods: plain (requests only) or constrained (100 deployments with preferred pod
     /// anti-affinity and a zone topology spread constraint).
     #[arg(long, value_enum, default_value = "plain")]
     workload: WorkloadArg,
     /// The pods' `spec.schedulerName`.
-    #[arg(long, default_value = "default-scheduler")]
+    #[arg(long, default_value = DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
     /// Seed of the pods' requests.
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Creates in flight at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = crate::DEFAULT_CONCURRENCY)]
     concurrency: usize,
 }
 

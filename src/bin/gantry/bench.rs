@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use gantry::config::Config;
+use gantry::config::{Config, DEFAULT_SCHEDULER_NAME};
 use gantry::decision::{DecisionRecorder, DecisionStore};
 use gantry::model::{NodeModel, PodInfo};
 use gantry::plugins;
@@ -100,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 WorkloadArg::Constrained => (Workload::Constrained, "constrained"),
             };
             let pods: Vec<Arc<PodInfo>> =
-                synthetic::pods(args.pods, workload, "default-scheduler", 42)
+                synthetic::pods(args.pods, workload, DEFAULT_SCHEDULER_NAME, 42)
                     .iter()
                     .map(|p| PodInfo::from_api(p).map(Arc::new))
                     .collect::<Result<_, _>>()?;

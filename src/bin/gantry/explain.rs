@@ -56,8 +56,8 @@ pub struct DecisionLogArgs {
     #[arg(long)]
     pub decision_log: Option<PathBuf>,
     /// Size at which the decision log is rotated (a quantity: 64Mi, 1Gi, 500000).
-    #[arg(long, default_value = "64Mi", value_parser = parse_size)]
-    pub decision_log_max_size: u64,
+    #[arg(long, default_value_t = Size(file::DEFAULT_MAX_SIZE))]
+    pub decision_log_max_size: Size,
     /// Rotated decision log files kept (<file>.1 is the newest), besides the current one.
     #[arg(long, default_value_t = file::DEFAULT_MAX_FILES)]
     pub decision_log_max_files: usize,
@@ -68,7 +68,7 @@ impl DecisionLogArgs {
     pub fn rotation(&self) -> Option<Rotation> {
         self.decision_log.as_ref().map(|path| Rotation {
             path: path.clone(),
-            max_size: self.decision_log_max_size,
+            max_size: self.decision_log_max_size.0,
             max_files: self.decision_log_max_files,
         })
     }
@@ -76,6 +76,35 @@ impl DecisionLogArgs {
 
 /// The in-memory record count of `gantry run`.
 pub const DEFAULT_RECORDS: usize = store::DEFAULT_CAPACITY;
+
+/// A positive size in bytes, read as a quantity (`64Mi`, `1Gi`, `500000`) and written in the
+/// largest binary unit that holds it whole: for `--decision-log-max-size`, so that `--help`
+/// shows the default from the constant that defines it, in the form a user would write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut n = self.0;
+        let mut unit = "";
+        for next in ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"] {
+            if n == 0 || !n.is_multiple_of(1024) {
+                break;
+            }
+            n /= 1024;
+            unit = next;
+        }
+        write!(f, "{n}{unit}")
+    }
+}
+
+impl std::str::FromStr for Size {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        parse_size(s).map(Size)
+    }
+}
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let q = Quantity::parse(s).map_err(|e| e.to_string())?;
@@ -183,6 +212,7 @@ fn from_server(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::{assert_shown_defaults, parse};
 
     #[test]
     fn pods_are_namespace_slash_name() {
@@ -199,6 +229,35 @@ mod tests {
         assert_eq!(parse_size("1000").unwrap(), 1000);
         assert!(parse_size("0").is_err());
         assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn a_size_reads_back_what_it_writes() {
+        for (n, text) in [
+            (file::DEFAULT_MAX_SIZE, "64Mi"),
+            (1536, "1536"),
+            (3 << 30, "3Gi"),
+            (500_000, "500000"),
+            (7 << 60, "7Ei"),
+        ] {
+            assert_eq!(Size(n).to_string(), text);
+            assert_eq!(text.parse::<Size>(), Ok(Size(n)));
+        }
+    }
+
+    #[test]
+    fn help_shows_each_default_from_its_definition() {
+        let size = Size(file::DEFAULT_MAX_SIZE);
+        assert_shown_defaults::<DecisionLogArgs>(&[
+            ("decision_log_max_size", size.to_string()),
+            (
+                "decision_log_max_files",
+                file::DEFAULT_MAX_FILES.to_string(),
+            ),
+        ]);
+        let args: DecisionLogArgs = parse(&[]);
+        assert_eq!(args.decision_log_max_size, size);
+        assert_eq!(args.decision_log_max_files, file::DEFAULT_MAX_FILES);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `gantry run`: schedule pods of a real cluster.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,6 +9,10 @@ use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusS
 use gantry::adapter::{self, DecisionSettings, Options};
 use gantry::config::{Config, GoDuration};
 use gantry::plugins;
+
+/// Where the HTTP endpoints are served when `--address` is not given: port 10251 (the one
+/// kube-scheduler served plain HTTP on) of every IPv4 interface.
+const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 10251);
 
 /// Arguments of `gantry run`.
 #[derive(Debug, clap::Args)]
@@ -22,11 +26,11 @@ pub struct Args {
     kubeconfig: Option<PathBuf>,
     /// Where to serve /metrics, /healthz, /readyz, /livez and
     /// /debug/decisions/<namespace>/<pod> (plain HTTP).
-    #[arg(long, default_value = "0.0.0.0:10251")]
+    #[arg(long, default_value_t = DEFAULT_ADDRESS)]
     address: SocketAddr,
-    /// Log filter (tracing-subscriber's `EnvFilter` syntax, e.g. `info` or `gantry=debug`).
-    #[arg(long, env = "GANTRY_LOG", default_value = "info")]
-    log: String,
+    /// The log filter.
+    #[command(flatten)]
+    log: crate::LogArgs,
     /// Where node load comes from.
     #[command(flatten)]
     load: LoadArgs,
@@ -57,7 +61,7 @@ enum Source {
 #[command(next_help_heading = "Node load (for the LoadAware and Overcommit plugins)")]
 struct LoadArgs {
     /// Where node load comes from.
-    #[arg(long, value_enum, default_value = "none")]
+    #[arg(long, value_enum, default_value_t = Source::None)]
     load_source: Source,
     /// Base URL of the Prometheus server (plain HTTP), e.g. http://prometheus:9090.
     #[arg(long, required_if_eq("load_source", "prometheus"))]
@@ -141,7 +145,7 @@ pub(crate) fn exit_on_panic() {
 pub fn run(args: Args) -> anyhow::Result<()> {
     exit_on_panic();
     limit_malloc_arenas();
-    crate::init_logging(&args.log)?;
+    args.log.init()?;
     let node_load = args.load.settings()?;
     let registry = plugins::registry();
     let config = match &args.config {
@@ -231,6 +235,65 @@ fn limit_malloc_arenas() {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::{assert_shown_defaults, parse};
+    use clap::ValueEnum;
+    use gantry::decision::file;
+
+    #[test]
+    fn help_shows_each_default_from_its_definition() {
+        let none = Source::None.to_possible_value().expect("a visible value");
+        let load = [
+            GoDuration(node_load::DEFAULT_INTERVAL),
+            GoDuration(node_load::DEFAULT_MAX_AGE),
+            GoDuration(node_load::DEFAULT_LAG),
+        ];
+        assert_shown_defaults::<Args>(&[
+            ("address", DEFAULT_ADDRESS.to_string()),
+            ("log", crate::DEFAULT_LOG.to_string()),
+            (
+                "decision_records",
+                crate::explain::DEFAULT_RECORDS.to_string(),
+            ),
+            ("load_source", none.get_name().to_string()),
+            (
+                "prometheus_node_label",
+                node_load::DEFAULT_NODE_LABEL.to_string(),
+            ),
+            ("load_interval", load[0].to_string()),
+            ("load_max_age", load[1].to_string()),
+            ("load_lag", load[2].to_string()),
+            (
+                "decision_log_max_size",
+                crate::explain::Size(file::DEFAULT_MAX_SIZE).to_string(),
+            ),
+            (
+                "decision_log_max_files",
+                file::DEFAULT_MAX_FILES.to_string(),
+            ),
+        ]);
+        let args: Args = parse(&[]);
+        // What --help shows reads back as the definition itself.
+        assert_eq!(args.address, DEFAULT_ADDRESS);
+        assert_eq!(args.load.load_source, Source::None);
+        assert_eq!(
+            [
+                args.load.load_interval,
+                args.load.load_max_age,
+                args.load.load_lag
+            ],
+            load
+        );
+    }
+
+    #[test]
+    fn help_states_the_rate_window_of_the_default_cpu_query() {
+        let query = node_load::default_cpu_query(node_load::DEFAULT_NODE_LABEL);
+        assert!(query.contains("[1m]"), "{query}");
+        let help = crate::tests::command::<Args>()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("node_cpu_seconds_total over 1m"), "{help}");
+    }
 
     /// Set in the child process the test below starts.
     const CHILD: &str = "GANTRY_TEST_PANIC_CHILD";
