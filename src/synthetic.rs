@@ -44,6 +44,10 @@ pub fn nodes(count: usize) -> Vec<core::Node> {
         .collect()
 }
 
+/// The seed both benchmarks draw their pods with, so that `gantry bench` and a cluster
+/// populated by `cluster-bench populate` hold the same pods.
+pub const DEFAULT_SEED: u64 = 42;
+
 /// `count` pending pods for `scheduler_name`, requesting 100m..2 cpu and 128Mi..2Gi memory.
 pub fn pods(count: usize, workload: Workload, scheduler_name: &str, seed: u64) -> Vec<core::Pod> {
     let mut rng = StdRng::seed_from_u64(seed);

@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
     /// Seed of the pods' requests.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, default_value_t = gantry::synthetic::DEFAULT_SEED)]
     seed: u64,
     /// Creates in flight at once.
     #[arg(long, default_value_t = crate::DEFAULT_CONCURRENCY)]

@@ -99,11 +99,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 WorkloadArg::Plain => (Workload::Plain, "plain"),
                 WorkloadArg::Constrained => (Workload::Constrained, "constrained"),
             };
-            let pods: Vec<Arc<PodInfo>> =
-                synthetic::pods(args.pods, workload, DEFAULT_SCHEDULER_NAME, 42)
-                    .iter()
-                    .map(|p| PodInfo::from_api(p).map(Arc::new))
-                    .collect::<Result<_, _>>()?;
+            let pods: Vec<Arc<PodInfo>> = synthetic::pods(
+                args.pods,
+                workload,
+                DEFAULT_SCHEDULER_NAME,
+                synthetic::DEFAULT_SEED,
+            )
+            .iter()
+            .map(|p| PodInfo::from_api(p).map(Arc::new))
+            .collect::<Result<_, _>>()?;
             for _ in 0..args.rounds {
                 for &pct in &args.percentage {
                     for &threads in &args.threads {
