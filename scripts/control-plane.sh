@@ -14,17 +14,13 @@
 #         *.log               etcd.log, kube-apiserver.log
 #       Every start begins with an empty etcd. If <state-dir> already runs
 #       a control plane, says so and does nothing.
-#   control-plane.sh kube-scheduler <state-dir> [config-file]
-#       Starts the upstream kube-scheduler against that apiserver (for
-#       comparisons). Without config-file, writes and uses
-#       <state-dir>/kube-scheduler.yaml: profile "default-scheduler",
-#       leader election off, admin kubeconfig. Serves /healthz and /metrics
-#       on free loopback ports: KUBE_SCHEDULER_PORT (https, admin token for
-#       /metrics) and KUBE_SCHEDULER_INSECURE_PORT (http), added to env.
 #   control-plane.sh status <state-dir>    exit 0 if running, 3 if not
 #   control-plane.sh stop <state-dir>
-#       Stops kube-scheduler, kube-apiserver and etcd (by recorded pid) and
-#       waits for them to exit. Safe to run twice.
+#       Stops kube-apiserver and etcd (by recorded pid) and waits for them
+#       to exit. Safe to run twice.
+#
+# The tests start what else runs against it (kube-scheduler for the parity
+# check) themselves, through tests/support/component.rs.
 #
 # Binaries: from $KUBEBUILDER_ASSETS when it has them, else from
 # <repo>/.cache/kube/bin (scripts/install-kube.sh fills it).
@@ -50,7 +46,6 @@ usage() {
 usage: control-plane.sh start <state-dir>
        control-plane.sh stop <state-dir>
        control-plane.sh status <state-dir>
-       control-plane.sh kube-scheduler <state-dir> [config-file]
 EOF
   exit 2
 }
@@ -176,10 +171,6 @@ default_namespace_exists() {
     "https://127.0.0.1:${APISERVER_PORT}/api/v1/namespaces/default" 2>/dev/null)" == 200 ]]
 }
 
-scheduler_healthy() {
-  [[ "$(curl -sk --max-time 2 "https://127.0.0.1:${KUBE_SCHEDULER_PORT}/healthz" 2>/dev/null)" == ok ]]
-}
-
 # write_kubeconfig FILE USER TOKEN
 write_kubeconfig() {
   cat >"$1" <<EOF
@@ -231,15 +222,11 @@ running() {
 
 cmd_stop() {
   local quiet=${1:-}
-  if [[ ! -e "${STATE}/env" && ! -e "${STATE}/kube-scheduler.pid" ]]; then
+  if [[ ! -e "${STATE}/env" ]]; then
     [[ -n "${quiet}" ]] || log "not running in ${STATE}"
     return 0
   fi
   load_env || true
-  if [[ -r "${STATE}/kube-scheduler.pid" ]]; then
-    stop_pid kube-scheduler "$(<"${STATE}/kube-scheduler.pid")"
-    rm -f "${STATE}/kube-scheduler.pid"
-  fi
   # apiserver before etcd: it would otherwise log errors about etcd going away.
   stop_pid kube-apiserver "${APISERVER_PID:-}"
   stop_pid etcd "${ETCD_PID:-}"
@@ -352,83 +339,6 @@ cmd_start() {
   log "running: ${APISERVER_URL}, etcd ${ETCD_URL}; KUBECONFIG=${KUBECONFIG}; vars in ${STATE}/env"
 }
 
-cmd_kube_scheduler() {
-  local config=${1:-} scheduler
-  running || die "no control plane running in ${STATE}; run: $0 start ${STATE}"
-  if [[ -r "${STATE}/kube-scheduler.pid" ]] && pid_matches "$(<"${STATE}/kube-scheduler.pid")"; then
-    log "kube-scheduler already running in ${STATE} (pid $(<"${STATE}/kube-scheduler.pid"))"
-    return 0
-  fi
-  scheduler=$(need_bin kube-scheduler)
-  if [[ -z "${config}" ]]; then
-    config="${STATE}/kube-scheduler.yaml"
-    # v1beta1 is the newest config version kube-scheduler 1.20 accepts.
-    cat >"${config}" <<EOF
-apiVersion: kubescheduler.config.k8s.io/v1beta1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: ${KUBECONFIG}
-profiles:
-- schedulerName: default-scheduler
-EOF
-  fi
-  [[ -r "${config}" ]] || die "cannot read ${config}"
-
-  # kube-scheduler 1.20 always serves healthz+metrics over plain HTTP,
-  # without authn/authz, besides its secure port. With --config it ignores
-  # --port/--address (--port=0 would turn it off without --config) and
-  # listens where the file's healthzBindAddress/metricsBindAddress say:
-  # default (also for "") 0.0.0.0:10251, a fixed port on all interfaces
-  # that a second scheduler would clash on; port 0 fails validation. So run
-  # a copy of the config that puts both on one free loopback port, unless
-  # the file sets them itself (it must then be YAML, not JSON).
-  local effective="${STATE}/kube-scheduler.effective.yaml" key
-  load_used_ports
-  free_port KUBE_SCHEDULER_PORT
-  free_port KUBE_SCHEDULER_INSECURE_PORT
-  cp "${config}" "${effective}"
-  [[ -z "$(tail -c 1 "${effective}")" ]] || echo >>"${effective}"
-  for key in healthzBindAddress metricsBindAddress; do
-    if grep -Eq "^${key}:" "${config}"; then
-      KUBE_SCHEDULER_INSECURE_PORT=""   # the file's choice; not ours to report
-    else
-      printf '%s: 127.0.0.1:%s\n' "${key}" "${KUBE_SCHEDULER_INSECURE_PORT}" >>"${effective}"
-    fi
-  done
-
-  # --secure-port: a free loopback port instead of the fixed 10259; its
-  #   /healthz and /metrics serve checks, comparisons and benchmarks.
-  # --authentication/authorization-kubeconfig: delegated authn/authz on
-  #   that port (so /metrics takes the admin token; /healthz is open);
-  #   without them 1.20 looks for in-cluster config and warns. They also
-  #   put the state dir in the command line, which stop checks.
-  # --authentication-skip-lookup: bearer tokens are checked by TokenReview
-  #   against the apiserver; otherwise the scheduler also looks for client
-  #   CA settings in the configmap kube-system/extension-apiserver-
-  #   authentication, which this apiserver (no --client-ca-file) never
-  #   writes, and logs an error per retry.
-  # ("Authentication/Authorization is disabled" in its log is about the
-  # insecure port and expected.)
-  spawn "${STATE}/kube-scheduler.log" "${scheduler}" \
-    --config="${effective}" \
-    --bind-address=127.0.0.1 \
-    --secure-port="${KUBE_SCHEDULER_PORT}" \
-    --authentication-kubeconfig="${KUBECONFIG}" \
-    --authentication-skip-lookup \
-    --authorization-kubeconfig="${KUBECONFIG}"
-  KUBE_SCHEDULER_PID=${SPAWNED_PID}
-  printf '%s\n' "${KUBE_SCHEDULER_PID}" >"${STATE}/kube-scheduler.pid"
-  trap 'stop_pid kube-scheduler "${KUBE_SCHEDULER_PID}"; rm -f "${STATE}/kube-scheduler.pid"' EXIT
-  wait_until kube-scheduler "${KUBE_SCHEDULER_PID}" "${STATE}/kube-scheduler.log" 60 scheduler_healthy
-  trap - EXIT
-  # Appended: sourcing env gives the scheduler's values after the rest.
-  printf 'KUBE_SCHEDULER_PID=%s\nKUBE_SCHEDULER_PORT=%s\nKUBE_SCHEDULER_INSECURE_PORT=%s\n' \
-    "${KUBE_SCHEDULER_PID}" "${KUBE_SCHEDULER_PORT}" "${KUBE_SCHEDULER_INSECURE_PORT}" >>"${STATE}/env"
-  log "kube-scheduler running (pid ${KUBE_SCHEDULER_PID}, https://127.0.0.1:${KUBE_SCHEDULER_PORT}, config ${effective})"
-}
-
 # ------------------------------------------------------------------ main
 
 (($# >= 2)) || usage
@@ -455,6 +365,5 @@ case "${command}" in
       exit 3
     fi
     ;;
-  kube-scheduler) (($# <= 3)) || usage; cmd_kube_scheduler "${3:-}" ;;
   *) usage ;;
 esac

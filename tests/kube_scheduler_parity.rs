@@ -38,16 +38,16 @@
 //! scenarios whose file name contains `text`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 mod scenario_schema;
+mod support;
 use scenario_schema::{Detailed, Expect};
+use support::{ControlPlane, KubeScheduler, kube_bins, metric};
 
 /// How long one pending pod may take to be bound or rejected.
 const POD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -57,10 +57,6 @@ const SETTLE_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 
 // ------------------------------------------------------------------ scenarios
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The scenario files, or those whose name contains `GANTRY_PARITY_FILTER`.
 fn scenario_files() -> Vec<PathBuf> {
@@ -77,271 +73,59 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-// ------------------------------------------------------------------ binaries and control plane
+// ------------------------------------------------------------------ kube-scheduler and kubectl
 
-/// The Kubernetes binaries, found as `scripts/lib.sh` finds them.
-struct KubeBins {
-    kubectl: PathBuf,
+/// Checks that the Kubernetes binaries are there, and that kube-scheduler is 1.20, for which
+/// this test translates the configurations.
+fn check_binaries() {
+    let [_, _, scheduler, _] = kube_bins(["etcd", "kube-apiserver", "kube-scheduler", "kubectl"]);
+    let version = Command::new(&scheduler)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", scheduler.display()));
+    assert!(
+        version.starts_with("Kubernetes v1.20."),
+        "{} is {version:?}; this test translates configurations for kube-scheduler 1.20 \
+         (run scripts/install-kube.sh)",
+        scheduler.display()
+    );
 }
 
-impl KubeBins {
-    fn find() -> KubeBins {
-        let assets = std::env::var_os("KUBEBUILDER_ASSETS").map(PathBuf::from);
-        let cache = repo_root().join(".cache/kube/bin");
-        let find = |name: &str| {
-            assets
-                .iter()
-                .chain(std::iter::once(&cache))
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        };
-        let missing: Vec<&str> = ["etcd", "kube-apiserver", "kube-scheduler", "kubectl"]
-            .into_iter()
-            .filter(|b| find(b).is_none())
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "kube-scheduler parity needs {} in $KUBEBUILDER_ASSETS ({}) or {}: run scripts/install-kube.sh \
-             (export KUBEBUILDER_ASSETS=\"$(scripts/install-kube.sh)\")",
-            missing.join(", "),
-            assets
-                .as_ref()
-                .map_or("unset".to_string(), |a| a.display().to_string()),
-            cache.display()
-        );
-        let scheduler = find("kube-scheduler").expect("checked above");
-        let version = Command::new(&scheduler)
-            .arg("--version")
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", scheduler.display()));
-        assert!(
-            version.starts_with("Kubernetes v1.20."),
-            "{} is {version:?}; this test translates configurations for kube-scheduler 1.20 \
-             (run scripts/install-kube.sh)",
-            scheduler.display()
-        );
-        KubeBins {
-            kubectl: find("kubectl").expect("checked above"),
-        }
-    }
+/// Starts kube-scheduler 1.20 with `config` (a v1beta1 configuration), leader election off.
+fn start_scheduler(plane: &ControlPlane, config: &Value) -> Result<KubeScheduler, String> {
+    let mut config = config.clone();
+    config["leaderElection"] = json!({"leaderElect": false});
+    KubeScheduler::start(plane, &config)
 }
 
-/// etcd + kube-apiserver (+ kube-scheduler) started by `scripts/control-plane.sh` in a
-/// temporary directory; stopped on drop, also when the test panics.
-struct ControlPlane {
-    dir: PathBuf,
-    script: PathBuf,
-    kube: Kube,
-    scheduler_running: bool,
+/// Gauges from kube-scheduler's metrics, e.g. `scheduler_pending_pods{queue="active"}`, read
+/// from one scrape; `None` for one not (yet) set.
+fn gauges(scheduler: &KubeScheduler, names: &[&str]) -> Result<Vec<Option<u64>>, String> {
+    let text = scheduler.metrics()?;
+    Ok(names
+        .iter()
+        .map(|name| metric(&text, name).map(|v| v as u64))
+        .collect())
 }
 
-impl ControlPlane {
-    fn start(bins: &KubeBins) -> ControlPlane {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir =
-            std::env::temp_dir().join(format!("gantry-parity-{}-{nanos}", std::process::id()));
-        let script = repo_root().join("scripts/control-plane.sh");
-        let cp = ControlPlane {
-            kube: Kube {
-                kubectl: bins.kubectl.clone(),
-                kubeconfig: dir.join("kubeconfig"),
-            },
-            dir,
-            script,
-            scheduler_running: false,
-        };
-        cp.script(&["start"]).unwrap_or_else(|e| panic!("{e}"));
-        cp
-    }
-
-    /// Runs `control-plane.sh <command> <dir> [args]`.
-    fn script(&self, args: &[&str]) -> Result<(), String> {
-        let dir = self.dir.display().to_string();
-        let mut all = vec![args[0], dir.as_str()];
-        all.extend_from_slice(&args[1..]);
-        let out = Command::new(&self.script)
-            .args(&all)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", self.script.display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "control-plane.sh {} failed: {}",
-                all.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    }
-
-    /// A value from the state dir's env file (the last one: later lines override).
-    fn env(&self, key: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.dir.join("env")).ok()?;
-        text.lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::to_string)
-    }
-
-    /// Starts kube-scheduler 1.20 with `config` (a v1beta1 configuration).
-    fn start_scheduler(&mut self, config: &Value) -> Result<(), String> {
-        let mut config = config.clone();
-        config["clientConnection"] = json!({"kubeconfig": self.kube.kubeconfig});
-        config["leaderElection"] = json!({"leaderElect": false});
-        // YAML, not JSON: the script appends its bind addresses as YAML lines.
-        let text = serde_yaml::to_string(&config).map_err(|e| e.to_string())?;
-        let path = self.dir.join("parity-scheduler.yaml");
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        self.scheduler_running = true;
-        self.script(&["kube-scheduler", &path.display().to_string()])
-    }
-
-    /// Stops kube-scheduler by the pid the script recorded, and waits until it is gone.
-    fn stop_scheduler(&mut self) -> Result<(), String> {
-        if !self.scheduler_running {
-            return Ok(());
-        }
-        self.scheduler_running = false;
-        let pid_file = self.dir.join("kube-scheduler.pid");
-        let Ok(pid) = std::fs::read_to_string(&pid_file) else {
-            return Ok(());
-        };
-        let pid = pid.trim().to_string();
-        // Ours: its command line names the state dir (so a recycled pid is never signalled).
-        let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*self.dir.to_string_lossy()));
-        if !ours {
-            let _ = std::fs::remove_file(&pid_file);
-            return Ok(());
-        }
-        let alive = || {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                // "pid (comm) S ...": zombies (nothing may reap them here) count as gone.
-                let state = s.rsplit(") ").next().and_then(|r| r.chars().next());
-                !matches!(state, Some('Z' | 'X'))
-            })
-        };
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while alive() {
-            if Instant::now() > deadline {
-                let _ = Command::new("kill").args(["-KILL", &pid]).status();
-                std::thread::sleep(Duration::from_millis(500));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = std::fs::remove_file(&pid_file);
-        if alive() {
-            return Err(format!("kube-scheduler (pid {pid}) does not exit"));
-        }
-        Ok(())
-    }
-
-    /// Gauges from kube-scheduler's metrics, e.g. `scheduler_pending_pods{queue="active"}`;
-    /// `None` for one not (yet) set.
-    fn scheduler_gauges(&self, names: &[&str]) -> Result<Vec<Option<u64>>, String> {
-        let port = self
-            .env("KUBE_SCHEDULER_INSECURE_PORT")
-            .ok_or("no KUBE_SCHEDULER_INSECURE_PORT in env")?;
-        let mut stream = TcpStream::connect(format!("127.0.0.1:{port}"))
-            .map_err(|e| format!("kube-scheduler metrics: {e}"))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .map_err(|e| format!("kube-scheduler metrics: {e}"))?;
-        let mut body = String::new();
-        stream
-            .read_to_string(&mut body)
-            .map_err(|e| format!("kube-scheduler metrics: {e}"))?;
-        Ok(names
-            .iter()
-            .map(|name| {
-                body.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .map(|v| v as u64)
-            })
-            .collect())
-    }
+/// `kubectl <args> -o json`, parsed.
+fn kubectl_json(plane: &ControlPlane, args: &[&str]) -> Result<Value, String> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let text = plane.try_kubectl(&all, None)?;
+    serde_json::from_str(&text).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
 }
 
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = self.stop_scheduler();
-        if let Err(e) = self.script(&["stop"]) {
-            eprintln!("{e}");
-        }
-        if std::thread::panicking() {
-            eprintln!("kept {} (logs) for inspection", self.dir.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+/// Creates the objects (in order).
+fn create(plane: &ControlPlane, objects: &[Value]) -> Result<(), String> {
+    if objects.is_empty() {
+        return Ok(());
     }
-}
-
-/// kubectl with the admin kubeconfig.
-struct Kube {
-    kubectl: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl Kube {
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-        let mut child = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run kubectl: {e}"))?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(input.as_bytes())
-                .map_err(|e| format!("kubectl stdin: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("kubectl: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).to_string())
-        } else {
-            Err(format!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    }
-
-    fn json(&self, args: &[&str]) -> Result<Value, String> {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        let text = self.run(&all, None)?;
-        serde_json::from_str(&text).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
-    }
-
-    /// Creates the objects (in order).
-    fn create(&self, objects: &[Value]) -> Result<(), String> {
-        if objects.is_empty() {
-            return Ok(());
-        }
-        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
-        self.run(&["create", "-f", "-"], Some(&list.to_string()))
-            .map(|_| ())
-    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+    plane
+        .try_kubectl(&["create", "-f", "-"], Some(&list.to_string()))
+        .map(|_| ())
 }
 
 // ------------------------------------------------------------------ configuration
@@ -1023,7 +807,7 @@ fn features_1_20_lacks(cluster: &[Value]) -> Vec<&'static str> {
 }
 
 /// Checks one scenario; leaves the cluster empty again.
-fn check(cp: &mut ControlPlane, path: &Path) -> Outcome {
+fn check(plane: &ControlPlane, path: &Path) -> Outcome {
     let mut scenario = match scenario_schema::read(path) {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(vec![e]),
@@ -1062,8 +846,8 @@ fn check(cp: &mut ControlPlane, path: &Path) -> Outcome {
             )]);
         }
     };
-    let result = run(cp, &objects, &config, &scenario.expect, parity.messages);
-    let cleaned = cleanup(cp, &objects);
+    let result = run(plane, &objects, &config, &scenario.expect, parity.messages);
+    let cleaned = cleanup(plane, &objects);
     let mut problems = match result {
         Ok(p) => p,
         Err(e) => vec![e],
@@ -1078,15 +862,15 @@ fn check(cp: &mut ControlPlane, path: &Path) -> Outcome {
     }
 }
 
-/// Loads the cluster, schedules the pending pods with kube-scheduler 1.20 and compares.
+/// Loads the cluster, schedules the pending pods with kube-scheduler 1.20 and compares;
+/// kube-scheduler is stopped again when it returns.
 fn run(
-    cp: &mut ControlPlane,
+    plane: &ControlPlane,
     objects: &Objects,
     config: &Value,
     expect: &BTreeMap<String, Expect>,
     compare_messages: bool,
 ) -> Result<Vec<String>, String> {
-    let kube = &cp.kube;
     // Setup, all before the scheduler starts: it then lists everything before scheduling.
     let mut namespaces = Vec::new();
     for (name, ns) in &objects.namespaces {
@@ -1107,24 +891,24 @@ fn run(
                         .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))),
                 );
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                kube.run(&args, None)?;
+                plane.try_kubectl(&args, None)?;
             }
         } else {
             namespaces.push(ns.clone());
         }
     }
-    kube.create(&namespaces)?;
-    kube.create(&objects.classes)?;
-    kube.create(&objects.others)?;
-    kube.create(&objects.nodes)?;
-    kube.create(&objects.running)?;
+    create(plane, &namespaces)?;
+    create(plane, &objects.classes)?;
+    create(plane, &objects.others)?;
+    create(plane, &objects.nodes)?;
+    create(plane, &objects.running)?;
     for (ns, name) in &objects.terminating {
-        kube.run(&["delete", "pod", "-n", ns, name, "--wait=false"], None)?;
+        plane.try_kubectl(&["delete", "pod", "-n", ns, name, "--wait=false"], None)?;
     }
     // kube-scheduler's informers start from the apiserver's watch cache, which may lag
     // behind what was just written (or deleted by the previous scenario): wait until it
     // holds exactly this cluster.
-    wait_for_watch_cache(kube, &watched(objects, true))?;
+    wait_for_watch_cache(plane, &watched(objects, true))?;
 
     let profiles: BTreeSet<String> = config["profiles"]
         .as_array()
@@ -1132,14 +916,13 @@ fn run(
         .flatten()
         .filter_map(|p| p["schedulerName"].as_str().map(str::to_string))
         .collect();
-    cp.start_scheduler(config)?;
-    refresh_image_nodes(cp, objects)?;
-    let kube = &cp.kube;
+    let scheduler = start_scheduler(plane, config)?;
+    refresh_image_nodes(plane, &scheduler, objects)?;
 
     // Pending pods one at a time, each waited for, so the order is the simulator's.
     for pod in &objects.pending {
         let (ns, name) = ns_name(pod);
-        kube.create(std::slice::from_ref(pod))?;
+        create(plane, std::slice::from_ref(pod))?;
         let scheduler = pod["spec"]["schedulerName"]
             .as_str()
             .unwrap_or("default-scheduler");
@@ -1148,7 +931,7 @@ fn run(
         }
         let deadline = Instant::now() + POD_TIMEOUT;
         loop {
-            let state = pod_state(&kube.json(&["get", "pod", "-n", &ns, &name])?);
+            let state = pod_state(&kubectl_json(plane, &["get", "pod", "-n", &ns, &name])?);
             if state != PodState::Waiting {
                 break;
             }
@@ -1166,14 +949,17 @@ fn run(
     let deadline = Instant::now() + SETTLE_TIMEOUT;
     let mut previous: Option<BTreeMap<String, PodState>> = None;
     let states = loop {
-        let queued = cp.scheduler_gauges(&[
-            "scheduler_pending_pods{queue=\"active\"}",
-            "scheduler_pending_pods{queue=\"backoff\"}",
-        ])?;
+        let queued = gauges(
+            &scheduler,
+            &[
+                "scheduler_pending_pods{queue=\"active\"}",
+                "scheduler_pending_pods{queue=\"backoff\"}",
+            ],
+        )?;
         let (Some(active), Some(backoff)) = (queued[0], queued[1]) else {
             return Err("no scheduler_pending_pods in kube-scheduler's metrics".to_string());
         };
-        let pods = cp.kube.json(&["get", "pods", "--all-namespaces"])?;
+        let pods = kubectl_json(plane, &["get", "pods", "--all-namespaces"])?;
         let states: BTreeMap<String, PodState> = pods["items"]
             .as_array()
             .into_iter()
@@ -1270,12 +1056,10 @@ fn run(
     Ok(problems)
 }
 
-/// Stops kube-scheduler and deletes everything the scenario created.
-fn cleanup(cp: &mut ControlPlane, objects: &Objects) -> Result<(), String> {
-    cp.stop_scheduler()?;
-    let kube = &cp.kube;
+/// Deletes everything the scenario created (once kube-scheduler is stopped).
+fn cleanup(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
     // No kubelet: a bound pod would wait forever for graceful termination.
-    kube.run(
+    plane.try_kubectl(
         &[
             "delete",
             "pods",
@@ -1291,12 +1075,12 @@ fn cleanup(cp: &mut ControlPlane, objects: &Objects) -> Result<(), String> {
     rest.extend(objects.classes.iter().cloned());
     if !rest.is_empty() {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": rest});
-        kube.run(
+        plane.try_kubectl(
             &["delete", "--ignore-not-found", "--wait=false", "-f", "-"],
             Some(&list.to_string()),
         )?;
     }
-    kube.run(&["delete", "nodes", "--all", "--wait=false"], None)?;
+    plane.try_kubectl(&["delete", "nodes", "--all", "--wait=false"], None)?;
     for (name, ns) in &objects.namespaces {
         if BUILTIN_NAMESPACES.contains(&name.as_str()) {
             let labels = ns["metadata"]["labels"]
@@ -1307,16 +1091,16 @@ fn cleanup(cp: &mut ControlPlane, objects: &Objects) -> Result<(), String> {
                 let mut args = vec!["label".to_string(), format!("namespace/{name}")];
                 args.extend(labels.keys().map(|k| format!("{k}-")));
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                kube.run(&args, None)?;
+                plane.try_kubectl(&args, None)?;
             }
             continue;
         }
         // No namespace controller runs: mark it terminating, empty its finalizers (its
         // contents are gone already) and delete it for good.
-        kube.run(&["delete", "namespace", name, "--wait=false"], None)?;
-        let mut current = kube.json(&["get", "namespace", name])?;
+        plane.try_kubectl(&["delete", "namespace", name, "--wait=false"], None)?;
+        let mut current = kubectl_json(plane, &["get", "namespace", name])?;
         current["spec"]["finalizers"] = json!([]);
-        kube.run(
+        plane.try_kubectl(
             &[
                 "replace",
                 "--raw",
@@ -1326,7 +1110,7 @@ fn cleanup(cp: &mut ControlPlane, objects: &Objects) -> Result<(), String> {
             ],
             Some(&current.to_string()),
         )?;
-        kube.run(
+        plane.try_kubectl(
             &[
                 "delete",
                 "namespace",
@@ -1338,7 +1122,7 @@ fn cleanup(cp: &mut ControlPlane, objects: &Objects) -> Result<(), String> {
         )?;
     }
     // Everything gone, also from where the next kube-scheduler will start.
-    wait_for_watch_cache(kube, &watched(objects, false))
+    wait_for_watch_cache(plane, &watched(objects, false))
 }
 
 /// A node created and deleted again by [`refresh_image_nodes`].
@@ -1350,7 +1134,11 @@ const BARRIER_NODE: &str = "parity-barrier";
 /// updates refresh it within minutes. Does what they would: updates the nodes holding images
 /// once kube-scheduler runs, then waits until it has seen a barrier node created behind the
 /// updates (same watch, so in order) and its removal, before any pod is scheduled.
-fn refresh_image_nodes(cp: &ControlPlane, objects: &Objects) -> Result<(), String> {
+fn refresh_image_nodes(
+    plane: &ControlPlane,
+    scheduler: &KubeScheduler,
+    objects: &Objects,
+) -> Result<(), String> {
     let with_images: Vec<&str> = objects
         .nodes
         .iter()
@@ -1364,18 +1152,21 @@ fn refresh_image_nodes(cp: &ControlPlane, objects: &Objects) -> Result<(), Strin
     if with_images.is_empty() {
         return Ok(());
     }
-    let kube = &cp.kube;
     let mut args = vec!["annotate", "--overwrite", "nodes"];
     args.extend(&with_images);
     args.push("parity.gantry.dev/status-refreshed=true");
-    kube.run(&args, None)?;
-    kube.create(&[
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": BARRIER_NODE}}),
-    ])?;
+    plane.try_kubectl(&args, None)?;
+    create(
+        plane,
+        &[json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": BARRIER_NODE}})],
+    )?;
     let cached_nodes = |want: usize| -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(30);
         // The gauge is set once a second, the first time a second after the start.
-        while cp.scheduler_gauges(&["scheduler_scheduler_cache_size{type=\"nodes\"}"])?[0]
+        while gauges(
+            scheduler,
+            &["scheduler_scheduler_cache_size{type=\"nodes\"}"],
+        )?[0]
             != Some(want as u64)
         {
             if Instant::now() > deadline {
@@ -1386,7 +1177,7 @@ fn refresh_image_nodes(cp: &ControlPlane, objects: &Objects) -> Result<(), Strin
         Ok(())
     };
     cached_nodes(objects.nodes.len() + 1)?;
-    kube.run(&["delete", "node", BARRIER_NODE, "--wait=false"], None)?;
+    plane.try_kubectl(&["delete", "node", BARRIER_NODE, "--wait=false"], None)?;
     cached_nodes(objects.nodes.len())
 }
 
@@ -1451,13 +1242,13 @@ fn watched(objects: &Objects, loaded: bool) -> BTreeMap<&'static str, BTreeSet<S
 /// Waits until the apiserver's watch cache (`resourceVersion=0` lists, where informers start)
 /// holds exactly `want`.
 fn wait_for_watch_cache(
-    kube: &Kube,
+    plane: &ControlPlane,
     want: &BTreeMap<&'static str, BTreeSet<String>>,
 ) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     for (path, keys) in want {
         loop {
-            let text = kube.run(
+            let text = plane.try_kubectl(
                 &["get", "--raw", &format!("{path}?resourceVersion=0")],
                 None,
             )?;
@@ -1499,9 +1290,9 @@ fn wait_for_watch_cache(
 #[test]
 fn scenarios_match_kube_scheduler_1_20() {
     let started = Instant::now();
-    let bins = KubeBins::find();
+    check_binaries();
     let files = scenario_files();
-    let mut cp = ControlPlane::start(&bins);
+    let plane = ControlPlane::start();
     eprintln!(
         "kube-scheduler parity: control plane up in {:.1}s; {} scenarios",
         started.elapsed().as_secs_f64(),
@@ -1513,7 +1304,7 @@ fn scenarios_match_kube_scheduler_1_20() {
     for f in &files {
         let name = file_name(f);
         let t = Instant::now();
-        match check(&mut cp, f) {
+        match check(&plane, f) {
             Outcome::Passed => {
                 eprintln!("  ok          {name} ({:.1}s)", t.elapsed().as_secs_f64());
                 passed.push(name);

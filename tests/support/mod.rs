@@ -1,22 +1,31 @@
-//! Shared support for the integration tests of `gantry run`, against a real kube-apiserver
-//! and etcd (no mocks): a control plane started by `scripts/control-plane.sh` in a temporary
-//! directory and stopped by a drop guard (also when a test panics, and by a watchdog process
-//! if the test process is killed), gantry processes, a pausable TCP proxy to hold gantry's
-//! requests in flight, object builders and polling helpers.
+//! Shared support for the tests against a real kube-apiserver and etcd (no mocks): the
+//! integration tests of `gantry run` and the kube-scheduler parity check. A control plane
+//! started by `scripts/control-plane.sh` in a temporary directory and stopped by a drop guard
+//! (also when a test panics, and by a watchdog process if the test process is killed), the
+//! Kubernetes components run against it (kube-scheduler), gantry processes, a pausable TCP
+//! proxy to hold gantry's requests in flight, object builders and polling helpers.
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+mod component;
+mod control_plane;
 pub mod prometheus;
 
-use std::collections::{BTreeMap, HashMap};
+// Like the items below, not every test binary uses all of these.
+#[allow(unused_imports)]
+pub use component::{Component, KubeScheduler};
+#[allow(unused_imports)]
+pub use control_plane::{ControlPlane, kube_bins, repo};
+
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Binding, Namespace, Node, ObjectReference, Pod};
@@ -26,226 +35,21 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-/// The repository root.
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn script() -> PathBuf {
-    repo().join("scripts/control-plane.sh")
-}
-
-/// etcd + kube-apiserver on free loopback ports, with an empty etcd.
-pub struct ControlPlane {
-    dir: tempfile::TempDir,
-    env: Mutex<HashMap<String, String>>,
-}
-
-static SHARED: Mutex<Weak<ControlPlane>> = Mutex::new(Weak::new());
-
-impl ControlPlane {
-    /// Starts a control plane; panics (failing the test) if it cannot, e.g. when the
-    /// binaries are missing (`scripts/install-kube.sh` provides them).
-    pub fn start() -> ControlPlane {
-        let dir = tempfile::Builder::new()
-            .prefix("gantry-it-")
-            .tempdir()
-            .expect("temp dir");
-        let out = Command::new(script())
-            .arg("start")
-            .arg(dir.path())
-            .output()
-            .expect("run scripts/control-plane.sh");
-        assert!(
-            out.status.success(),
-            "control-plane.sh start failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let plane = ControlPlane {
-            env: Mutex::new(read_env(&dir.path().join("env"))),
-            dir,
-        };
-        plane.spawn_watchdog();
-        plane
-    }
-
-    /// A control plane shared by the tests of one binary that run at the same time; it
-    /// stops when the last of them drops it.
-    pub fn shared() -> Arc<ControlPlane> {
-        let mut slot = SHARED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(plane) = slot.upgrade() {
-            return plane;
-        }
-        let plane = Arc::new(ControlPlane::start());
-        *slot = Arc::downgrade(&plane);
-        plane
-    }
-
-    /// Stops the control plane when this test process dies, however it dies.
-    fn spawn_watchdog(&self) {
-        let watch = format!(
-            "while kill -0 {} 2>/dev/null; do sleep 1; done; exec '{}' stop '{}'",
-            std::process::id(),
-            script().display(),
-            self.dir.path().display()
-        );
-        let _ = Command::new("setsid")
-            .args(["sh", "-c", &watch])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-    }
-
-    /// The state directory (logs, kubeconfigs).
-    pub fn dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// A variable of the control plane's env file.
-    pub fn var(&self, key: &str) -> String {
-        self.env
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(key)
-            .cloned()
-            .unwrap_or_else(|| panic!("{key} not in the control plane's env"))
-    }
-
-    /// The admin kubeconfig (system:masters).
-    pub fn kubeconfig(&self) -> PathBuf {
-        PathBuf::from(self.var("KUBECONFIG"))
-    }
-
-    /// The kubeconfig of the user `gantry`, who has no rights until bound to a role.
-    pub fn gantry_kubeconfig(&self) -> PathBuf {
-        PathBuf::from(self.var("GANTRY_KUBECONFIG"))
-    }
-
-    /// The API server's address.
-    pub fn api_addr(&self) -> SocketAddr {
-        format!("127.0.0.1:{}", self.var("APISERVER_PORT"))
-            .parse()
-            .expect("address")
-    }
-
-    /// An admin client.
-    pub async fn client(&self) -> Client {
-        client_for(&self.kubeconfig()).await
-    }
-
-    /// Runs kubectl as admin; panics with its output if it fails.
-    pub fn kubectl(&self, args: &[&str]) -> String {
-        let out = Command::new(self.var("KUBECTL"))
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig())
-            .output()
-            .expect("run kubectl");
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Kills kube-apiserver (SIGKILL) and starts it again with the same flags (same port,
-    /// certificates and etcd). Returns once it is ready.
-    pub fn restart_apiserver(&self, down_for: Duration) {
-        let pid = self.var("APISERVER_PID");
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("apiserver cmdline");
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let status = Command::new("kill")
-            .args(["-KILL", &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -KILL {pid}");
-        while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(&pid) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        std::thread::sleep(down_for);
-        // Started from a shell that exits at once, so that the server is nobody's child here,
-        // just like the first one; stop finds it by the pid written to the env file.
-        let log = self.dir().join("kube-apiserver.log");
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("log=$1; shift; setsid \"$@\" >>\"$log\" 2>&1 </dev/null & echo $!")
-            .arg("sh")
-            .arg(&log)
-            .args(&args)
-            .output()
-            .expect("restart kube-apiserver");
-        let new_pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(
-            !new_pid.is_empty(),
-            "no pid for the restarted kube-apiserver"
-        );
-        let env_file = self.dir().join("env");
-        let text = std::fs::read_to_string(&env_file).expect("env");
-        let text: String = text
-            .lines()
-            .map(|l| {
-                if l.starts_with("APISERVER_PID=") {
-                    format!("APISERVER_PID={new_pid}\n")
-                } else {
-                    format!("{l}\n")
-                }
-            })
-            .collect();
-        std::fs::write(&env_file, text).expect("write env");
-        self.env
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert("APISERVER_PID".to_string(), new_pid);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while Instant::now() < deadline {
-            let out = Command::new("curl")
-                .args(["-sk", "--max-time", "2", "-H"])
-                .arg(format!("Authorization: Bearer {}", self.var("ADMIN_TOKEN")))
-                .arg(format!("{}/readyz", self.var("APISERVER_URL")))
-                .output()
-                .expect("curl");
-            if out.stdout == b"ok" {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        panic!("kube-apiserver not ready 90 s after restart");
-    }
-}
-
-fn is_zombie(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-impl Drop for ControlPlane {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("stop")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn read_env(path: &Path) -> HashMap<String, String> {
-    let text = std::fs::read_to_string(path).expect("control plane env file");
-    text.lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-        .collect()
+/// Runs the shell command `command` once this test process has died, however it died: from a
+/// watchdog process of its own session, so that signals to the test's process group (Ctrl-C)
+/// spare it. None if it cannot be started.
+fn on_test_exit(command: &str) -> Option<Child> {
+    let watch = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 1; done; {command}",
+        std::process::id()
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &watch])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 /// A client from a kubeconfig file.
@@ -446,12 +250,17 @@ fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((status, body.to_string()))
 }
 
-/// The value of `series` in a Prometheus text exposition, 0 if absent.
-pub fn metric_value(text: &str, series: &str) -> f64 {
+/// The value of `series` (name with labels, exactly as served) in a Prometheus text
+/// exposition, if it is there.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
+}
+
+/// The value of `series` in a Prometheus text exposition, 0 if absent.
+pub fn metric_value(text: &str, series: &str) -> f64 {
+    metric(text, series).unwrap_or(0.0)
 }
 
 /// A TCP proxy in front of the API server that can hold what the client sends (while the

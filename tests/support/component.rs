@@ -1,0 +1,201 @@
+//! Kubernetes components that a test runs against its control plane: kube-scheduler now, and
+//! any other (kube-controller-manager, say) the same way, through [`Component`]. Each one is a
+//! child process of the test with its output in a log file in the control plane's directory,
+//! stopped when dropped, and killed by a watchdog if the test process dies first.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{ControlPlane, free_port, http_get, kube_bins, on_test_exit};
+
+/// How long a component may take to exit after SIGTERM before it gets SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Kubernetes binary running as a child of the test.
+pub struct Component {
+    /// The binary's name, for messages.
+    name: String,
+    child: Child,
+    /// Kills the component if the test process dies before dropping it.
+    watchdog: Option<Child>,
+    /// Its stdout and stderr.
+    log: PathBuf,
+}
+
+impl Component {
+    /// Starts the Kubernetes binary `binary` (found by [`kube_bins`]) with `args`; its output
+    /// goes to `<files>.log`, `files` being the run's path from [`ControlPlane::run_files`].
+    pub fn start(binary: &str, args: &[String], files: &Path) -> Result<Component, String> {
+        let [path] = kube_bins([binary]);
+        let log = with_suffix(files, ".log");
+        let out = File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let child = Command::new(&path)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+        let watchdog = on_test_exit(&format!("kill -KILL {}", child.id()));
+        Ok(Component {
+            name: binary.to_string(),
+            child,
+            watchdog,
+            log,
+        })
+    }
+
+    /// The last `lines` lines of its log.
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Polls `ready` every 100 ms until it holds; fails with the end of the log if the
+    /// process exits first or `timeout` passes.
+    pub fn wait_until(
+        &mut self,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while !ready() {
+            let problem = if let Ok(Some(status)) = self.child.try_wait() {
+                format!("exited during startup ({status})")
+            } else if Instant::now() > deadline {
+                format!("not ready after {timeout:?}")
+            } else {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            return Err(format!(
+                "{} {problem}; the end of {}:\n{}",
+                self.name,
+                self.log.display(),
+                self.log_tail(30)
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Component {
+    /// Stops it (SIGTERM, then SIGKILL if it is still running [`STOP_TIMEOUT`] later), then
+    /// its watchdog.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while matches!(self.child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                eprintln!(
+                    "{} still running {STOP_TIMEOUT:?} after SIGTERM; sending SIGKILL",
+                    self.name
+                );
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+/// `path` with `suffix` appended to its file name (`kube-scheduler-0` to
+/// `kube-scheduler-0.log`).
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = OsString::from(path);
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// kube-scheduler (1.20, the version `scripts/install-kube.sh` builds) running against a
+/// control plane as its admin.
+pub struct KubeScheduler {
+    component: Component,
+    /// Where it serves /healthz and /metrics over plain HTTP.
+    insecure: SocketAddr,
+}
+
+impl KubeScheduler {
+    /// Starts kube-scheduler with `config` (a `KubeSchedulerConfiguration` as JSON, `v1beta1`
+    /// for 1.20), which gets the admin kubeconfig as its client connection's and a free
+    /// loopback port for /healthz and /metrics; its files are `kube-scheduler-<n>.yaml` and
+    /// `.log` in the control plane's directory. Returns once /healthz answers ok; fails with
+    /// the end of its log if it exits first (a configuration it refuses, say) or is not
+    /// healthy within 60 s.
+    pub fn start(plane: &ControlPlane, config: &Value) -> Result<KubeScheduler, String> {
+        let files = plane.run_files("kube-scheduler");
+        let kubeconfig = plane.kubeconfig().display().to_string();
+        let insecure: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("address");
+        let mut config = config.clone();
+        config["clientConnection"]["kubeconfig"] = json!(kubeconfig);
+        // 1.20 always serves healthz and metrics over plain HTTP, without authn/authz, beside
+        // its secure port. With --config it ignores --port/--address and listens where these
+        // say: by default (also for "") 0.0.0.0:10251, a fixed port on all interfaces that a
+        // second scheduler would clash on; port 0 fails validation.
+        config["healthzBindAddress"] = json!(insecure.to_string());
+        config["metricsBindAddress"] = json!(insecure.to_string());
+        let config_file = with_suffix(&files, ".yaml");
+        let text = serde_yaml::to_string(&config).map_err(|e| e.to_string())?;
+        std::fs::write(&config_file, text)
+            .map_err(|e| format!("{}: {e}", config_file.display()))?;
+        let args = [
+            format!("--config={}", config_file.display()),
+            // Its HTTPS port on loopback, on a free port instead of the fixed 10259.
+            "--bind-address=127.0.0.1".to_string(),
+            format!("--secure-port={}", free_port()),
+            // Delegated authn/authz on that port (/metrics there takes the admin token);
+            // without them 1.20 looks for an in-cluster config and warns.
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            // Bearer tokens are checked by TokenReview against the apiserver; otherwise the
+            // scheduler also looks for client CA settings in the configmap
+            // kube-system/extension-apiserver-authentication, which this apiserver (no
+            // --client-ca-file) never writes, and logs an error per retry.
+            "--authentication-skip-lookup".to_string(),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+        ];
+        let mut component = Component::start("kube-scheduler", &args, &files)?;
+        component.wait_until(
+            Duration::from_secs(60),
+            || matches!(http_get(insecure, "/healthz"), Some((200, body)) if body == "ok"),
+        )?;
+        Ok(KubeScheduler {
+            component,
+            insecure,
+        })
+    }
+
+    /// Its metrics (Prometheus text exposition).
+    pub fn metrics(&self) -> Result<String, String> {
+        let problem = match http_get(self.insecure, "/metrics") {
+            Some((200, body)) => return Ok(body),
+            Some((status, _)) => format!("status {status}"),
+            None => "no answer".to_string(),
+        };
+        Err(format!(
+            "kube-scheduler's /metrics at {}: {problem} (log: {})",
+            self.insecure,
+            self.component.log.display()
+        ))
+    }
+}
