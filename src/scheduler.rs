@@ -15,6 +15,7 @@ use crate::framework::{
     BindPlan, ClusterChange, Code, CycleState, Profile, ReservedAnnotations, Status,
 };
 use crate::model::load::LoadSample;
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{self, QueueName, QueuedPod, SchedulingQueue};
 use crate::suggest::{self, Suggestion};
@@ -240,6 +241,82 @@ impl Scheduler {
         if changed {
             self.queue.on_event(&ClusterChange::NodeLoadChanged, now);
         }
+    }
+
+    /// A PersistentVolumeClaim appeared or changed.
+    pub fn upsert_claim(&mut self, claim: ClaimModel, now: Duration) {
+        let key = (claim.namespace.clone(), claim.name.clone());
+        let old = self.cache.storage().api_claim(&key.0, &key.1).cloned();
+        self.cache.upsert_claim(claim);
+        if let Some(new) = self.cache.storage().api_claim(&key.0, &key.1).cloned() {
+            let change = ClusterChange::Claim {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A PersistentVolumeClaim was deleted.
+    pub fn remove_claim(&mut self, namespace: &str, name: &str) {
+        self.cache.remove_claim(namespace, name);
+    }
+
+    /// A PersistentVolume appeared or changed.
+    pub fn upsert_volume(&mut self, volume: VolumeModel, now: Duration) {
+        let name = volume.name.clone();
+        let old = self.cache.storage().api_volume(&name).cloned();
+        self.cache.upsert_volume(volume);
+        if let Some(new) = self.cache.storage().api_volume(&name).cloned() {
+            let change = ClusterChange::Volume {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A PersistentVolume was deleted.
+    pub fn remove_volume(&mut self, name: &str) {
+        self.cache.remove_volume(name);
+    }
+
+    /// A StorageClass appeared or changed.
+    pub fn upsert_storage_class(&mut self, class: StorageClassModel, now: Duration) {
+        let name = class.name.clone();
+        let old = self.cache.storage().class(&name).cloned();
+        self.cache.upsert_storage_class(class);
+        if let Some(new) = self.cache.storage().class(&name).cloned() {
+            let change = ClusterChange::StorageClass {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A StorageClass was deleted.
+    pub fn remove_storage_class(&mut self, name: &str) {
+        self.cache.remove_storage_class(name);
+    }
+
+    /// A CSINode appeared or changed.
+    pub fn upsert_csi_node(&mut self, node: CsiNodeModel, now: Duration) {
+        let name = node.name.clone();
+        let old = self.cache.storage().csi_node(&name).cloned();
+        self.cache.upsert_csi_node(node);
+        if let Some(new) = self.cache.storage().csi_node(&name).cloned() {
+            let change = ClusterChange::CsiNode {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A CSINode was deleted.
+    pub fn remove_csi_node(&mut self, name: &str) {
+        self.cache.remove_csi_node(name);
     }
 
     /// Something else changed that may help parked pods (namespaces, workload selectors).

@@ -21,6 +21,7 @@ use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
 use crate::decision::DecisionRecorder;
 use crate::model::selector::LabelSelector;
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
@@ -45,6 +46,32 @@ const INPUT_COALESCE: Duration = Duration::from_millis(10);
 pub const MAX_OUTSTANDING: usize = 4 * MAX_IN_FLIGHT;
 /// Where a paused scheduling resumes: a batch of decisions per wake-up, not one per binding.
 const RESUME_OUTSTANDING: usize = MAX_OUTSTANDING - MAX_IN_FLIGHT;
+
+/// A storage object the watchers read, converted.
+#[derive(Debug)]
+pub enum StorageInput {
+    /// A PersistentVolumeClaim was added or changed.
+    Claim(ClaimModel),
+    /// A PersistentVolumeClaim was deleted.
+    ClaimDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A PersistentVolume was added or changed.
+    Volume(VolumeModel),
+    /// A PersistentVolume was deleted.
+    VolumeDeleted(String),
+    /// A StorageClass was added or changed.
+    Class(StorageClassModel),
+    /// A StorageClass was deleted.
+    ClassDeleted(String),
+    /// A CSINode was added or changed.
+    CsiNode(CsiNodeModel),
+    /// A CSINode was deleted.
+    CsiNodeDeleted(String),
+}
 
 /// Everything the scheduling thread hears about.
 #[derive(Debug)]
@@ -111,6 +138,8 @@ pub enum Input {
         /// Name.
         name: String,
     },
+    /// A storage object appeared, changed or was deleted.
+    Storage(StorageInput),
     /// Node load a metrics source read (see [`super::node_load`]).
     NodeLoads(Vec<NodeReading>),
     /// A watcher finished a list (its first, or a relist): it has caught up with the API
@@ -384,6 +413,16 @@ impl Driver {
                 s.cache_mut().remove_controller(kind, &namespace, &name);
                 s.notify(now);
             }
+            Input::Storage(change) => match change {
+                StorageInput::Claim(c) => s.upsert_claim(c, now),
+                StorageInput::ClaimDeleted { namespace, name } => s.remove_claim(&namespace, &name),
+                StorageInput::Volume(v) => s.upsert_volume(v, now),
+                StorageInput::VolumeDeleted(name) => s.remove_volume(&name),
+                StorageInput::Class(c) => s.upsert_storage_class(c, now),
+                StorageInput::ClassDeleted(name) => s.remove_storage_class(&name),
+                StorageInput::CsiNode(n) => s.upsert_csi_node(n, now),
+                StorageInput::CsiNodeDeleted(name) => s.remove_csi_node(&name),
+            },
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
                     return;

@@ -11,8 +11,11 @@ use std::sync::Arc;
 use std::sync::mpsc::Sender;
 
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ReplicationController, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::Api;
 use kube::runtime::watcher::Event;
@@ -21,13 +24,14 @@ use prost::Message;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 
-use super::driver::Input;
+use super::driver::{Input, StorageInput};
 use super::events::PodRef;
 use super::protobuf::{self, ProtoError};
 use super::reflector::{self, Format};
 use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
 use crate::model::selector::LabelSelector;
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{Labels, NodeModel, PodInfo};
 
 /// A pod as the pod watcher decodes it: read into the model at once (or the reason it cannot
@@ -281,6 +285,41 @@ pub fn spawn_all(
             "replicationcontrollers",
         ]);
     }
+    if tracked.contains(Tracked::Volumes) {
+        tasks.extend([
+            spawn::<PersistentVolumeClaim, _>(
+                client,
+                None,
+                Format::Json,
+                "persistentvolumeclaims",
+                Claims,
+                inputs,
+            ),
+            spawn::<PersistentVolume, _>(
+                client,
+                None,
+                Format::Json,
+                "persistentvolumes",
+                Volumes,
+                inputs,
+            ),
+            spawn::<StorageClass, _>(
+                client,
+                None,
+                Format::Json,
+                "storageclasses",
+                StorageClasses,
+                inputs,
+            ),
+            spawn::<CSINode, _>(client, None, Format::Json, "csinodes", CsiNodes, inputs),
+        ]);
+        names.extend([
+            "persistentvolumeclaims",
+            "persistentvolumes",
+            "storageclasses",
+            "csinodes",
+        ]);
+    }
     (tasks, names)
 }
 
@@ -448,6 +487,93 @@ impl Convert<Namespace> for Namespaces {
 
     fn deleted(&self, key: &str) -> Option<Input> {
         Some(Input::NamespaceDeleted(key.to_string()))
+    }
+}
+
+/// A storage object that cannot be read (the API server validates these, so only a field
+/// gantry reads more strictly than Kubernetes): logged, and treated as absent, so that a pod
+/// using it gets the message for a missing object rather than a wrong placement.
+fn unreadable(kind: &str, key: &str, error: &str, absent: StorageInput) -> Option<Input> {
+    tracing::warn!(kind, object = %key, %error, "cannot read; treated as absent");
+    Some(Input::Storage(absent))
+}
+
+struct Claims;
+
+impl Convert<PersistentVolumeClaim> for Claims {
+    fn applied(&self, c: &PersistentVolumeClaim) -> Option<Input> {
+        match ClaimModel::from_api(c) {
+            Ok(c) => Some(Input::Storage(StorageInput::Claim(c))),
+            Err(e) => {
+                let (namespace, name) = split_key(&key_of(c));
+                let absent = StorageInput::ClaimDeleted { namespace, name };
+                unreadable("persistentvolumeclaim", &key_of(c), &e, absent)
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::Storage(StorageInput::ClaimDeleted {
+            namespace,
+            name,
+        }))
+    }
+}
+
+struct Volumes;
+
+impl Convert<PersistentVolume> for Volumes {
+    fn applied(&self, v: &PersistentVolume) -> Option<Input> {
+        match VolumeModel::from_api(v) {
+            Ok(v) => Some(Input::Storage(StorageInput::Volume(v))),
+            Err(e) => unreadable(
+                "persistentvolume",
+                &key_of(v),
+                &e,
+                StorageInput::VolumeDeleted(key_of(v)),
+            ),
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::Storage(StorageInput::VolumeDeleted(key.to_string())))
+    }
+}
+
+struct StorageClasses;
+
+impl Convert<StorageClass> for StorageClasses {
+    fn applied(&self, c: &StorageClass) -> Option<Input> {
+        match StorageClassModel::from_api(c) {
+            Ok(c) => Some(Input::Storage(StorageInput::Class(c))),
+            Err(e) => unreadable(
+                "storageclass",
+                &key_of(c),
+                &e,
+                StorageInput::ClassDeleted(key_of(c)),
+            ),
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::Storage(StorageInput::ClassDeleted(key.to_string())))
+    }
+}
+
+struct CsiNodes;
+
+impl Convert<CSINode> for CsiNodes {
+    fn applied(&self, n: &CSINode) -> Option<Input> {
+        Some(Input::Storage(StorageInput::CsiNode(
+            CsiNodeModel::from_api(n),
+        )))
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::Storage(StorageInput::CsiNodeDeleted(
+            key.to_string(),
+        )))
     }
 }
 

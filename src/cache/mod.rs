@@ -8,6 +8,7 @@
 mod node_info;
 mod pod_index;
 mod snapshot;
+mod storage;
 mod tracked;
 mod workloads;
 
@@ -17,11 +18,13 @@ use std::time::Duration;
 
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::selector::LabelSelector;
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 
 pub use node_info::NodeInfo;
 pub use pod_index::{IndexedPod, PodIndex};
 pub use snapshot::{Snapshot, TopologyDomains};
+pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;
 
@@ -69,6 +72,7 @@ pub struct Cache {
     namespaces: Arc<HashMap<String, Labels>>,
     workloads: Arc<Workloads>,
     image_nodes: Arc<HashMap<String, usize>>,
+    storage: Storage,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -104,6 +108,7 @@ impl Cache {
             namespaces: Arc::default(),
             workloads: Arc::default(),
             image_nodes: Arc::default(),
+            storage: Storage::default(),
             generation: 0,
             dirty: HashSet::new(),
             list_changed: false,
@@ -276,6 +281,10 @@ impl Cache {
         if self.tracked.contains(Tracked::PodLabels) {
             self.pod_changes.push((pod.clone(), node.clone(), true));
         }
+        if self.tracked.contains(Tracked::Volumes) {
+            let claims = pod.volumes.claims.iter().map(|c| c.name.as_str());
+            self.storage.count_claims(&pod.namespace, claims, true);
+        }
         self.touch(&node).add_pod(pod);
         self.pods.insert(key, PodEntry { node, assumed });
     }
@@ -288,6 +297,12 @@ impl Cache {
             && self.tracked.contains(Tracked::PodLabels)
         {
             self.pod_changes.push((pod.clone(), node.clone(), false));
+        }
+        if let Some(pod) = &pod
+            && self.tracked.contains(Tracked::Volumes)
+        {
+            let claims = pod.volumes.claims.iter().map(|c| c.name.as_str());
+            self.storage.count_claims(&pod.namespace, claims, false);
         }
         let entry = &self.nodes[node];
         if !entry.present && entry.info.pods.is_empty() {
@@ -403,12 +418,102 @@ impl Cache {
         self.generation += 1;
     }
 
+    /// The storage objects held (empty unless [`Tracked::Volumes`] is tracked).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    fn storage_mut(&mut self) -> Option<&mut Storage> {
+        if !self.tracked.contains(Tracked::Volumes) {
+            return None;
+        }
+        self.generation += 1;
+        Some(&mut self.storage)
+    }
+
+    /// Records a PersistentVolumeClaim (added or changed).
+    pub fn upsert_claim(&mut self, claim: ClaimModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_claim(claim);
+        }
+    }
+
+    /// Forgets a PersistentVolumeClaim.
+    pub fn remove_claim(&mut self, namespace: &str, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_claim(namespace, name);
+        }
+    }
+
+    /// Records a PersistentVolume (added or changed).
+    pub fn upsert_volume(&mut self, volume: VolumeModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_volume(volume);
+        }
+    }
+
+    /// Forgets a PersistentVolume.
+    pub fn remove_volume(&mut self, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_volume(name);
+        }
+    }
+
+    /// Records a StorageClass (added or changed).
+    pub fn upsert_storage_class(&mut self, class: StorageClassModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_class(class);
+        }
+    }
+
+    /// Forgets a StorageClass.
+    pub fn remove_storage_class(&mut self, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_class(name);
+        }
+    }
+
+    /// Records a CSINode (added or changed).
+    pub fn upsert_csi_node(&mut self, node: CsiNodeModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_csi_node(node);
+        }
+    }
+
+    /// Forgets a CSINode.
+    pub fn remove_csi_node(&mut self, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_csi_node(name);
+        }
+    }
+
+    /// Assumes the volume decisions of a pod just placed (see [`Storage`]); on an error
+    /// nothing stays assumed.
+    pub fn assume_volumes(&mut self, decisions: &[VolumeDecision]) -> Result<(), String> {
+        let Some(s) = self.storage_mut() else {
+            return Ok(());
+        };
+        let result = s.assume(decisions);
+        if result.is_err() {
+            s.revert(decisions);
+        }
+        result
+    }
+
+    /// Drops the volume decisions of a pod whose binding failed or that went away.
+    pub fn forget_volumes(&mut self, decisions: &[VolumeDecision]) {
+        if let Some(s) = self.storage_mut() {
+            s.revert(decisions);
+        }
+    }
+
     /// Brings `snapshot` up to date, replacing only the nodes that changed since the last call.
     /// The cache tracks changes for one snapshot: keep one per scheduler.
     pub fn update_snapshot(&mut self, snapshot: &mut Snapshot) {
         snapshot.namespaces = self.namespaces.clone();
         snapshot.workloads = self.workloads.clone();
         snapshot.image_nodes = self.image_nodes.clone();
+        snapshot.storage = self.storage.clone();
         snapshot.generation = self.generation;
         snapshot.untracked = self.tracked.complement();
         if self.list_changed || snapshot.nodes.len() != self.order.len() {

@@ -12,6 +12,7 @@ use crate::model::{Labels, PodInfo};
 
 use super::node_info::NodeInfo;
 use super::pod_index::PodIndex;
+use super::storage::Storage;
 use super::tracked::{Tracked, TrackedSet};
 use super::workloads::Workloads;
 
@@ -28,6 +29,7 @@ pub struct Snapshot {
     pub(super) workloads: Arc<Workloads>,
     pub(super) image_nodes: Arc<HashMap<String, usize>>,
     pub(super) pods: PodIndex,
+    pub(super) storage: Storage,
     /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
     /// may share it) whenever a node is added, removed or changed.
     pub(super) domains: Arc<Mutex<DomainCache>>,
@@ -179,6 +181,12 @@ impl Snapshot {
     pub fn workloads(&self) -> &Workloads {
         self.reads(Tracked::Workloads);
         &self.workloads
+    }
+
+    /// Claims, volumes, storage classes and CSI nodes.
+    pub fn storage(&self) -> &Storage {
+        self.reads(Tracked::Volumes);
+        &self.storage
     }
 
     /// On how many nodes the image (normalized name) is present.

@@ -226,3 +226,55 @@ fn a_cache_keeps_only_the_parts_it_tracks() {
     assert!(!bare.set_node_load("n1", sample));
     assert!(lean.untracked == TrackedSet::all() && full.untracked == TrackedSet::NONE);
 }
+
+#[test]
+fn volume_assumptions_hold_until_the_api_reports_a_newer_version() {
+    use crate::model::volume::{ClaimModel, VolumeModel};
+    let claim: ClaimModel = ClaimModel::from_api(
+        &serde_yaml::from_str("{metadata: {name: c, namespace: d, uid: u, resourceVersion: '1'}}")
+            .unwrap(),
+    )
+    .unwrap();
+    let pv = |rv: &str| {
+        VolumeModel::from_api(
+            &serde_yaml::from_str(&format!(
+                "{{metadata: {{name: pv, resourceVersion: '{rv}'}}, spec: {{storageClassName: local}}}}"
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+    };
+    let mut cache = Cache::new();
+    cache.upsert_claim(claim);
+    cache.upsert_volume(pv("1"));
+    let bind = [VolumeDecision::Bind {
+        claim: ("d".into(), "c".into()),
+        volume: "pv".into(),
+    }];
+    cache.assume_volumes(&bind).unwrap();
+    let reserved = |c: &Cache| c.storage().volume("pv").unwrap().claim_ref.is_some();
+    assert!(reserved(&cache));
+    assert_eq!(cache.storage().volumes_of_class("local").count(), 1);
+    // The same version again (a relist) keeps the assumption; a newer one replaces it.
+    cache.upsert_volume(pv("1"));
+    assert!(reserved(&cache));
+    cache.upsert_volume(pv("2"));
+    assert!(!reserved(&cache));
+    cache.assume_volumes(&bind).unwrap();
+    cache.forget_volumes(&bind);
+    assert!(!reserved(&cache));
+    // A pod's claims count as in use while it is placed.
+    cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+    let mut p = pod("p").on("n1").build();
+    Arc::make_mut(&mut p)
+        .volumes
+        .claims
+        .push(crate::model::volume::ClaimUse {
+            name: "c".into(),
+            ephemeral: false,
+        });
+    cache.assume_pod(p).unwrap();
+    assert!(cache.storage().claim_in_use("default", "c"));
+    cache.forget_pod("default", "p").unwrap();
+    assert!(!cache.storage().claim_in_use("default", "c"));
+}

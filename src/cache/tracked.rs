@@ -22,16 +22,20 @@ pub enum Tracked {
     Workloads,
     /// Nodes' measured load ([`crate::cache::NodeInfo::load`]).
     NodeLoad,
+    /// Claims, volumes, storage classes and CSI nodes, and the claims placed pods use
+    /// ([`crate::cache::Snapshot::storage`]).
+    Volumes,
 }
 
 impl Tracked {
     /// Every part, in declaration order.
-    pub const ALL: [Tracked; 5] = [
+    pub const ALL: [Tracked; 6] = [
         Tracked::PodLabels,
         Tracked::ImageSpread,
         Tracked::NamespaceLabels,
         Tracked::Workloads,
         Tracked::NodeLoad,
+        Tracked::Volumes,
     ];
 
     fn bit(self) -> u8 {
@@ -47,6 +51,7 @@ impl fmt::Display for Tracked {
             Tracked::NamespaceLabels => "namespace labels",
             Tracked::Workloads => "workload selectors",
             Tracked::NodeLoad => "node load",
+            Tracked::Volumes => "storage",
         })
     }
 }

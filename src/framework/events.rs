@@ -2,6 +2,7 @@
 //! pod it rejected schedulable (kube-scheduler's `EnqueueExtensions`), so that the queue moves
 //! a parked pod back only when one of the plugins that rejected it says the change may help.
 
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{NodeModel, PodInfo};
 
 /// The kind of a cluster change, as plugins declare it and metrics label it.
@@ -20,6 +21,22 @@ pub enum ClusterEvent {
     PodUpdate,
     /// Nodes' measured load changed (a metrics source reported).
     NodeLoadChange,
+    /// A PersistentVolumeClaim appeared.
+    ClaimAdd,
+    /// A PersistentVolumeClaim changed.
+    ClaimUpdate,
+    /// A PersistentVolume appeared.
+    VolumeAdd,
+    /// A PersistentVolume changed.
+    VolumeUpdate,
+    /// A StorageClass appeared.
+    StorageClassAdd,
+    /// A StorageClass changed.
+    StorageClassUpdate,
+    /// A CSINode appeared.
+    CsiNodeAdd,
+    /// A CSINode changed.
+    CsiNodeUpdate,
     /// Something else that selectors read: a namespace's labels, a workload's selector.
     Other,
 }
@@ -35,6 +52,14 @@ impl ClusterEvent {
             ClusterEvent::PodUpdate => "AssignedPodUpdate",
             ClusterEvent::Other => "WildCardEvent",
             ClusterEvent::NodeLoadChange => "NodeLoadChange",
+            ClusterEvent::ClaimAdd => "PvcAdd",
+            ClusterEvent::ClaimUpdate => "PvcUpdate",
+            ClusterEvent::VolumeAdd => "PvAdd",
+            ClusterEvent::VolumeUpdate => "PvUpdate",
+            ClusterEvent::StorageClassAdd => "StorageClassAdd",
+            ClusterEvent::StorageClassUpdate => "StorageClassUpdate",
+            ClusterEvent::CsiNodeAdd => "CSINodeAdd",
+            ClusterEvent::CsiNodeUpdate => "CSINodeUpdate",
         }
     }
 }
@@ -59,6 +84,34 @@ pub enum ClusterChange<'a> {
     PodRemoved(&'a PodInfo),
     /// Nodes' measured load changed.
     NodeLoadChanged,
+    /// A PersistentVolumeClaim appeared (`old` none) or changed.
+    Claim {
+        /// As it was.
+        old: Option<&'a ClaimModel>,
+        /// As it is.
+        new: &'a ClaimModel,
+    },
+    /// A PersistentVolume appeared (`old` none) or changed.
+    Volume {
+        /// As it was.
+        old: Option<&'a VolumeModel>,
+        /// As it is.
+        new: &'a VolumeModel,
+    },
+    /// A StorageClass appeared (`old` none) or changed.
+    StorageClass {
+        /// As it was.
+        old: Option<&'a StorageClassModel>,
+        /// As it is.
+        new: &'a StorageClassModel,
+    },
+    /// A CSINode appeared (`old` none) or changed.
+    CsiNode {
+        /// As it was.
+        old: Option<&'a CsiNodeModel>,
+        /// As it is.
+        new: &'a CsiNodeModel,
+    },
     /// A namespace's labels or a workload's selector changed.
     Other,
 }
@@ -73,6 +126,14 @@ impl ClusterChange<'_> {
             ClusterChange::PodUpdated(_) => ClusterEvent::PodUpdate,
             ClusterChange::PodRemoved(_) => ClusterEvent::PodDelete,
             ClusterChange::NodeLoadChanged => ClusterEvent::NodeLoadChange,
+            ClusterChange::Claim { old: None, .. } => ClusterEvent::ClaimAdd,
+            ClusterChange::Claim { .. } => ClusterEvent::ClaimUpdate,
+            ClusterChange::Volume { old: None, .. } => ClusterEvent::VolumeAdd,
+            ClusterChange::Volume { .. } => ClusterEvent::VolumeUpdate,
+            ClusterChange::StorageClass { old: None, .. } => ClusterEvent::StorageClassAdd,
+            ClusterChange::StorageClass { .. } => ClusterEvent::StorageClassUpdate,
+            ClusterChange::CsiNode { old: None, .. } => ClusterEvent::CsiNodeAdd,
+            ClusterChange::CsiNode { .. } => ClusterEvent::CsiNodeUpdate,
             ClusterChange::Other => ClusterEvent::Other,
         }
     }

@@ -12,6 +12,7 @@ pub mod quantity;
 pub mod resources;
 pub mod selector;
 pub mod taint;
+pub mod volume;
 
 #[cfg(test)]
 mod pod_tests;

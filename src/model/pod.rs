@@ -15,6 +15,7 @@ use super::resources::{
 };
 use super::selector::{LabelSelector, NodeSelector, NodeSelectorTerm, SelectorError};
 use super::taint::Toleration;
+use super::volume::PodVolumes;
 
 /// Annotation prefixes the scheduler keeps; every other annotation is dropped at the edge.
 pub const KEPT_ANNOTATION_PREFIXES: &[&str] = &["gantry.io/", "scheduler.alpha.kubernetes.io/"];
@@ -223,6 +224,8 @@ pub struct PodInfo {
     pub terminating: bool,
     /// The pod's GPU request and, once placed, the devices it holds.
     pub gpu: PodGpu,
+    /// The pod's volumes, as the volume plugins read them.
+    pub volumes: PodVolumes,
 }
 
 /// A pod's `namespace/name`: how the queue keys pods and how logs, events and the decision
@@ -352,6 +355,7 @@ impl PodInfo {
             .filter(|(k, _)| KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
             .collect();
         let gpu = PodGpu::from_pod(&requests, &annotations);
+        let volumes = PodVolumes::from_api(&name, spec.volumes.as_ref()).map_err(fail)?;
         Ok(PodInfo {
             uid: meta.uid.clone().unwrap_or_default(),
             labels,
@@ -394,6 +398,7 @@ impl PodInfo {
             owner,
             terminating: meta.deletion_timestamp.is_some(),
             gpu,
+            volumes,
             namespace,
             name,
         })

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::storage::v1 as storage;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -71,6 +72,14 @@ pub struct ClusterInput {
     pub stateful_sets: Vec<apps::StatefulSet>,
     /// ReplicationControllers (for default topology spreading).
     pub replication_controllers: Vec<core::ReplicationController>,
+    /// PersistentVolumeClaims.
+    pub claims: Vec<core::PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<core::PersistentVolume>,
+    /// StorageClasses.
+    pub storage_classes: Vec<storage::StorageClass>,
+    /// CSINodes.
+    pub csi_nodes: Vec<storage::CSINode>,
     /// Objects of other kinds, counted by kind; the scheduler does not read them.
     pub ignored: BTreeMap<String, usize>,
     /// Where each pod (namespace, name) was read, to refuse a second one.
@@ -158,6 +167,12 @@ impl ClusterInput {
             "StatefulSet" => self
                 .stateful_sets
                 .push(decode(value, &what).map_err(invalid)?),
+            "PersistentVolumeClaim" => self.claims.push(decode(value, &what).map_err(invalid)?),
+            "PersistentVolume" => self.volumes.push(decode(value, &what).map_err(invalid)?),
+            "StorageClass" => self
+                .storage_classes
+                .push(decode(value, &what).map_err(invalid)?),
+            "CSINode" => self.csi_nodes.push(decode(value, &what).map_err(invalid)?),
             "ReplicationController" => self
                 .replication_controllers
                 .push(decode(value, &what).map_err(invalid)?),

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::decision::DecisionRecorder;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
+use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
@@ -49,6 +50,7 @@ pub fn simulate_recorded(
     let now = Duration::ZERO;
 
     load_workloads(sched.cache_mut(), input);
+    load_storage(&mut sched, input, &mut report, now);
     let mut loads = Vec::new();
     for node in &input.nodes {
         match NodeModel::from_api(node) {
@@ -205,6 +207,37 @@ fn simulated_sample(load: AnnotatedLoad, now: Duration) -> LoadSample {
         taken_at: now,
         reflects_placements_before: now,
         max_age: None,
+    }
+}
+
+/// Claims, volumes, storage classes and CSI nodes; unreadable ones are reported as invalid
+/// and left out.
+fn load_storage(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report, now: Duration) {
+    for c in &input.storage_classes {
+        match StorageClassModel::from_api(c) {
+            Ok(c) => sched.upsert_storage_class(c, now),
+            Err(e) => report.invalid.push(e),
+        }
+    }
+    for v in &input.volumes {
+        match VolumeModel::from_api(v) {
+            Ok(v) => sched.upsert_volume(v, now),
+            Err(e) => report.invalid.push(e),
+        }
+    }
+    for c in &input.claims {
+        let mut c = c.clone();
+        // Hand-written input may leave the namespace out, as kubectl would fill it in.
+        c.metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        match ClaimModel::from_api(&c) {
+            Ok(c) => sched.upsert_claim(c, now),
+            Err(e) => report.invalid.push(e),
+        }
+    }
+    for n in &input.csi_nodes {
+        sched.upsert_csi_node(CsiNodeModel::from_api(n), now);
     }
 }
 
