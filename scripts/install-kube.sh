@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Provide the Kubernetes binaries gantry's integration tests, demo and
-# benchmarks run against: etcd, kube-apiserver, kube-scheduler, kubectl.
+# benchmarks run against: etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager, kubectl.
 #
 # The machines only reach Debian's package archive (and crates.io), so no
 # upstream release tarball can be downloaded. Instead:
 #   * etcd comes from Debian (etcd-server, 3.4),
-#   * kube-apiserver, kube-scheduler and kubectl are built from Debian's
-#     source package "kubernetes" (upstream 1.20.2 with all Go code vendored)
-#     with Debian's Go (1.19).
+#   * kube-apiserver, kube-scheduler, kube-controller-manager and kubectl
+#     are built from Debian's source package "kubernetes" (upstream 1.20.2
+#     with all Go code vendored) with Debian's Go (1.19).
 # Results go to <repo>/.cache/kube/bin, which is printed on stdout (the only
 # output when everything is already there), so this works:
 #     export KUBEBUILDER_ASSETS=$(scripts/install-kube.sh)
@@ -27,7 +28,7 @@ LOG_DIR="${GANTRY_KUBE_CACHE}/logs"
 DEBIAN_SOURCES=/etc/apt/sources.list.d/debian.sources
 SRC_SOURCES=/etc/apt/sources.list.d/gantry-src.sources
 SRC_LIST=/etc/apt/sources.list.d/gantry-src.list
-KUBE_TARGETS=(kube-apiserver kube-scheduler kubectl)
+KUBE_TARGETS=(kube-apiserver kube-scheduler kube-controller-manager kubectl)
 
 mkdir -p "${LOG_DIR}"
 did=()   # what this run did, for the closing summary on stderr

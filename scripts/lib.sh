@@ -34,10 +34,10 @@ run_logged() {
 }
 
 # kube_bin NAME: path of the binary NAME (etcd, kube-apiserver,
-# kube-scheduler, kubectl). KUBEBUILDER_ASSETS (the envtest convention: a
-# folder holding etcd and kube-apiserver, often kubectl too) wins when it
-# has the binary; otherwise the folder install-kube.sh fills. Prints
-# nothing and returns 1 when neither has it.
+# kube-scheduler, kube-controller-manager, kubectl). KUBEBUILDER_ASSETS
+# (the envtest convention: a folder holding etcd and kube-apiserver, often
+# kubectl too) wins when it has the binary; otherwise the folder
+# install-kube.sh fills. Prints nothing and returns 1 when neither has it.
 kube_bin() {
   local name=$1
   if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "${KUBEBUILDER_ASSETS}/${name}" ]]; then
