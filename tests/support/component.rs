@@ -1,7 +1,8 @@
-//! Kubernetes components that a test runs against its control plane: kube-scheduler now, and
-//! any other (kube-controller-manager, say) the same way, through [`Component`]. Each one is a
-//! child process of the test with its output in a log file in the control plane's directory,
-//! stopped when dropped, and killed by a watchdog if the test process dies first.
+//! Kubernetes components that a test runs against its control plane: kube-scheduler and
+//! kube-controller-manager (its PersistentVolume controller), and any other the same way,
+//! through [`Component`]. Each one is a child process of the test with its output in a log
+//! file in the control plane's directory, stopped when dropped, and killed by a watchdog if the
+//! test process dies first.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -198,4 +199,76 @@ impl KubeScheduler {
             self.component.log.display()
         ))
     }
+}
+
+/// kube-controller-manager (1.20, the version `scripts/install-kube.sh` builds) running
+/// against a control plane as its admin, with only the PersistentVolume controller: it binds
+/// claims to volumes, completes the bindings a scheduler starts, and provisions volumes, in
+/// directories of the test machine, for StorageClasses of `kubernetes.io/host-path`.
+pub struct KubeControllerManager {
+    /// The process; stopped when this is dropped.
+    component: Component,
+}
+
+impl KubeControllerManager {
+    /// Starts kube-controller-manager with the flags below and then `extra_args` (a
+    /// single-value flag given again there wins); its log is `kube-controller-manager-<n>.log`
+    /// in the control plane's directory. Returns once /healthz answers ok; fails with the end
+    /// of its log if it exits first or is not healthy within 60 s.
+    pub fn start(
+        plane: &ControlPlane,
+        extra_args: &[&str],
+    ) -> Result<KubeControllerManager, String> {
+        let files = plane.run_files("kube-controller-manager");
+        let kubeconfig = plane.kubeconfig().display().to_string();
+        let secure: SocketAddr = format!("127.0.0.1:{}", free_port())
+            .parse()
+            .expect("address");
+        let mut args = vec![
+            format!("--kubeconfig={kubeconfig}"),
+            // The PersistentVolume controller alone (not even the pv- and pvc-protection
+            // controllers: a claim or volume deleted keeps its protection finalizer).
+            "--controllers=persistentvolume-binder".to_string(),
+            // Its in-tree provisioner for kubernetes.io/host-path, meant for testing only: a
+            // volume is a new directory /tmp/hostpath_pv/<uuid> of this machine (the path is
+            // fixed in 1.20), removed when the volume is reclaimed with policy Delete.
+            "--enable-hostpath-provisioner".to_string(),
+            // One instance, active at once: no lease to wait for.
+            "--leader-elect=false".to_string(),
+            // Every claim and volume is synced again each second (15 s by default), so that
+            // what waits for a resync in the controller takes a second in a test.
+            "--pvclaimbinder-sync-period=1s".to_string(),
+            // Its HTTPS port (/healthz) on loopback, on a free port instead of the fixed 10257,
+            // with a self-signed certificate made in memory.
+            "--bind-address=127.0.0.1".to_string(),
+            format!("--secure-port={}", secure.port()),
+            // 1.20 still serves plain HTTP by default, on 0.0.0.0:10252, a fixed port that a
+            // second controller manager would clash on; 0 turns it off.
+            "--port=0".to_string(),
+            // Delegated authn/authz on the secure port (where /healthz is always allowed), as
+            // for kube-scheduler: without them 1.20 warns that it can check neither tokens nor
+            // client certificates; without the skip it looks for client CA settings in the
+            // configmap kube-system/extension-apiserver-authentication, which this apiserver
+            // (no --client-ca-file) never writes, and logs an error per retry.
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            "--authentication-skip-lookup".to_string(),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            // The controller's decisions (binding, provisioning) in the log.
+            "--v=2".to_string(),
+        ];
+        args.extend(extra_args.iter().map(|a| a.to_string()));
+        let mut component = Component::start("kube-controller-manager", &args, &files)?;
+        component.wait_until(Duration::from_secs(60), || https_ok(secure, "/healthz"))?;
+        Ok(KubeControllerManager { component })
+    }
+}
+
+/// True when `GET https://<addr><path>` answers `ok`, the certificate unchecked (a component's
+/// own self-signed one), through curl as the control plane's readiness is checked.
+fn https_ok(addr: SocketAddr, path: &str) -> bool {
+    Command::new("curl")
+        .args(["-sk", "--max-time", "2"])
+        .arg(format!("https://{addr}{path}"))
+        .output()
+        .is_ok_and(|out| out.stdout == b"ok")
 }

@@ -1,9 +1,11 @@
 //! Shared support for the tests against a real kube-apiserver and etcd (no mocks): the
-//! integration tests of `gantry run` and the kube-scheduler parity check. A control plane
+//! integration tests of `gantry run`, the kube-scheduler parity check and the check of the
+//! PersistentVolume controller the volume tests run with. A control plane
 //! started by `scripts/control-plane.sh` in a temporary directory and stopped by a drop guard
 //! (also when a test panics, and by a watchdog process if the test process is killed), the
-//! Kubernetes components run against it (kube-scheduler), gantry processes, a pausable TCP
-//! proxy to hold gantry's requests in flight, object builders and polling helpers.
+//! Kubernetes components run against it (kube-scheduler, kube-controller-manager), gantry
+//! processes, a pausable TCP proxy to hold gantry's requests in flight, object builders
+//! (storage ones in `storage`) and polling helpers.
 //!
 //! Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -11,12 +13,15 @@
 mod component;
 mod control_plane;
 pub mod prometheus;
+mod storage;
 
 // Like the items below, not every test binary uses all of these.
 #[allow(unused_imports)]
-pub use component::{Component, KubeScheduler};
+pub use component::{Component, KubeControllerManager, KubeScheduler};
 #[allow(unused_imports)]
 pub use control_plane::{ControlPlane, kube_bins, repo};
+#[allow(unused_imports)]
+pub use storage::{host_path_volume, storage_class, volume_claim};
 
 use std::collections::BTreeMap;
 use std::future::Future;
