@@ -90,6 +90,10 @@ fn rich_pod(namespace: &str, name: &str) -> Pod {
             "topologySpreadConstraints": [
                 {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
                  "labelSelector": {"matchLabels": {"app": "web"}}}
+            ],
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "proto-data"}},
+                {"name": "settings", "configMap": {"name": "proto-settings"}}
             ]
         }
     }))
@@ -317,6 +321,7 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         "topology_key: \"zone\"",
         "metadata.name",
         "kubernetes.io/hostname",
+        "ClaimUse { name: \"proto-data\"",
     ] {
         assert!(rich.contains(read), "{read} missing from {rich}");
     }

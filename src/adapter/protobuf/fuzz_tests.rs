@@ -15,6 +15,12 @@ use super::pod::{
     Container, ContainerPort, Pod, PodSpec, ResourceRequirements, TopologySpreadConstraint,
 };
 use super::tests::{envelope, field};
+use super::volume::{
+    AwsElasticBlockStoreVolumeSource, AzureDiskVolumeSource, CinderVolumeSource,
+    EphemeralVolumeSource, GcePersistentDiskVolumeSource, IscsiVolumeSource,
+    PersistentVolumeClaimVolumeSource, PortworxVolumeSource, RbdVolumeSource, Volume, VolumeSource,
+    VsphereVirtualDiskVolumeSource,
+};
 use super::*;
 use crate::adapter::watch::LeanPod;
 use crate::fuzz;
@@ -121,6 +127,58 @@ fn container() -> impl Strategy<Value = Container> {
         )
 }
 
+/// A volume with any of the sources the model reads, or none of them (as a volume of a
+/// source the decoder skips arrives).
+fn volume() -> impl Strategy<Value = Volume> {
+    let text = || prop::option::of(short());
+    let flag = || prop::option::of(any::<bool>());
+    (
+        text(),
+        prop::option::of(text()),
+        any::<bool>(),
+        prop::option::of((text(), flag())),
+        prop::option::of(text()),
+        prop::option::of((prop::collection::vec(short(), 0..3), text(), text(), flag())),
+        prop::option::of((text(), flag())),
+        (
+            prop::option::of(text()),
+            prop::option::of(text()),
+            prop::option::of(text()),
+            prop::option::of(text()),
+        ),
+    )
+        .prop_map(
+            |(name, claim, ephemeral, gce, ebs, rbd, iscsi, (azure, cinder, vsphere, portworx))| {
+                Volume {
+                    name,
+                    volume_source: Some(VolumeSource {
+                        persistent_volume_claim: claim
+                            .map(|claim_name| PersistentVolumeClaimVolumeSource { claim_name }),
+                        ephemeral: ephemeral.then_some(EphemeralVolumeSource {}),
+                        gce_persistent_disk: gce.map(|(pd_name, read_only)| {
+                            GcePersistentDiskVolumeSource { pd_name, read_only }
+                        }),
+                        aws_elastic_block_store: ebs
+                            .map(|volume_id| AwsElasticBlockStoreVolumeSource { volume_id }),
+                        rbd: rbd.map(|(monitors, image, pool, read_only)| RbdVolumeSource {
+                            monitors,
+                            image,
+                            pool,
+                            read_only,
+                        }),
+                        iscsi: iscsi.map(|(iqn, read_only)| IscsiVolumeSource { iqn, read_only }),
+                        azure_disk: azure.map(|disk_uri| AzureDiskVolumeSource { disk_uri }),
+                        cinder: cinder.map(|volume_id| CinderVolumeSource { volume_id }),
+                        vsphere_volume: vsphere
+                            .map(|volume_path| VsphereVirtualDiskVolumeSource { volume_path }),
+                        portworx_volume: portworx
+                            .map(|volume_id| PortworxVolumeSource { volume_id }),
+                    }),
+                }
+            },
+        )
+}
+
 fn pod() -> impl Strategy<Value = Pod> {
     (
         metadata(),
@@ -141,6 +199,7 @@ fn pod() -> impl Strategy<Value = Pod> {
             ),
             0..2,
         ),
+        prop::collection::vec(volume(), 0..3),
     )
         .prop_map(
             |(
@@ -151,9 +210,11 @@ fn pod() -> impl Strategy<Value = Pod> {
                 (node, scheduler, priority),
                 overhead,
                 spread,
+                volumes,
             )| Pod {
                 metadata: Some(metadata),
                 spec: Some(PodSpec {
+                    volumes,
                     containers,
                     init_containers,
                     node_selector,

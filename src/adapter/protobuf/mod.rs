@@ -5,10 +5,10 @@
 //! faster too. With thousands of pods bound per second, every bound pod comes back on the
 //! scheduler's watch, so this is work taken off the API server on the critical path.
 //!
-//! Only what scheduling reads is declared ([`pod`], [`node`], [`meta`]); the rest of each
-//! object is skipped by the decoder without being allocated. Decoded messages become the
-//! API's own types (only the fields read), so that one conversion into the model serves
-//! JSON and protobuf alike.
+//! Only what scheduling reads is declared ([`pod`], [`volume`], [`node`], [`meta`]); the
+//! rest of each object is skipped by the decoder without being allocated. Decoded messages
+//! become the API's own types (only the fields read), so that one conversion into the model
+//! serves JSON and protobuf alike.
 //!
 //! On the wire (`k8s.io/apimachinery/pkg/runtime/serializer/protobuf`):
 //! - an object or a list is the four bytes `k8s\0`, then a `runtime.Unknown` whose `raw`
@@ -19,6 +19,7 @@
 pub mod meta;
 pub mod node;
 pub mod pod;
+pub mod volume;
 
 use prost::Message;
 

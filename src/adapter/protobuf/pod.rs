@@ -1,6 +1,6 @@
-//! `core/v1` Pod, as far as scheduling reads it: metadata, and the spec's containers,
-//! overhead, placement rules and priority. The status is not read (the scheduler derives
-//! nothing from it). Tags are those of `k8s.io/api`'s `core/v1/generated.proto`.
+//! `core/v1` Pod, as far as scheduling reads it: metadata, and the spec's volumes,
+//! containers, overhead, placement rules and priority. The status is not read (the scheduler
+//! derives nothing from it). Tags are those of `k8s.io/api`'s `core/v1/generated.proto`.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1 as api;
 use super::meta::{
     LabelSelector, ObjectMeta, Quantity, Requirement, quantities, some_map, some_vec, text,
 };
+use super::volume::Volume;
 
 /// `Pod`.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -34,6 +35,9 @@ impl From<Pod> for api::Pod {
 /// `PodSpec`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PodSpec {
+    /// `volumes`.
+    #[prost(message, repeated, tag = "1")]
+    pub volumes: Vec<Volume>,
     /// `containers`.
     #[prost(message, repeated, tag = "2")]
     pub containers: Vec<Container>,
@@ -75,6 +79,7 @@ pub struct PodSpec {
 impl From<PodSpec> for api::PodSpec {
     fn from(s: PodSpec) -> Self {
         api::PodSpec {
+            volumes: some_vec(s.volumes),
             containers: s.containers.into_iter().map(Into::into).collect(),
             node_selector: some_map(s.node_selector),
             node_name: text(s.node_name),

@@ -310,3 +310,130 @@ fn go_zero_time_is_no_time() {
     };
     assert_eq!(zero.into_api(), None);
 }
+
+/// A varint field holding a boolean, as Go writes its plain `bool`s (false included).
+fn flag(number: u64, value: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    prost::encoding::encode_varint((number << 3) | u64::from(VARINT), &mut out);
+    out.push(u8::from(value));
+    out
+}
+
+#[test]
+fn volumes_read_as_protobuf_equal_what_json_gives() {
+    // Written by hand from core/v1's generated.proto, as Go writes them (empty strings and
+    // false flags included): PodSpec.volumes (1), each a Volume { name (1), volumeSource (2)
+    // }, with one VolumeSource field each, and fields the model does not read around those
+    // it reads.
+    let source = |tag: u64, fields: &[Vec<u8>]| field(tag, &fields.concat());
+    let sources = [
+        (
+            "data",
+            source(10, &[field(1, b"data-claim"), flag(2, false)]),
+        ),
+        (
+            "scratch",
+            // ephemeral (29) { volumeClaimTemplate (1) { spec (2) { accessModes (1) } } }
+            source(29, &[field(1, &field(2, &field(1, b"ReadWriteOnce")))]),
+        ),
+        (
+            "pd",
+            source(3, &[field(1, b"disk-1"), field(2, b"ext4"), flag(4, true)]),
+        ),
+        (
+            "ebs",
+            source(4, &[field(1, b"aws://us-east-1a/vol-1"), flag(4, false)]),
+        ),
+        (
+            "ceph",
+            source(
+                11,
+                &[
+                    field(1, b"m1:6789"),
+                    field(1, b"m2:6789"),
+                    field(2, b"img"),
+                    field(4, b""),
+                    field(5, b"admin"),
+                    flag(8, false),
+                ],
+            ),
+        ),
+        (
+            "target",
+            source(
+                8,
+                &[
+                    field(1, b"10.0.0.1:3260"),
+                    field(2, b"iqn.2001-04.com.example:storage"),
+                    flag(6, true),
+                ],
+            ),
+        ),
+        (
+            "azure",
+            source(
+                22,
+                &[field(1, b"d1"), field(2, b"/subscriptions/s/disks/d1")],
+            ),
+        ),
+        ("cinder", source(13, &[field(1, b"c-1"), flag(3, false)])),
+        ("vsphere", source(20, &[field(1, b"[ds] vols/v.vmdk")])),
+        ("px", source(24, &[field(1, b"px-1"), flag(3, false)])),
+        // configMap (19) { localObjectReference (1) { name (1) } }: not read, still a volume.
+        ("config", source(19, &[field(1, &field(1, b"settings"))])),
+    ];
+    let mut meta = field(1, b"web");
+    meta.extend(field(3, b"shop"));
+    let mut spec = Vec::new();
+    for (name, source) in &sources {
+        let mut volume = field(1, name.as_bytes());
+        volume.extend(field(2, source));
+        spec.extend(field(1, &volume));
+    }
+    spec.extend(field(2, &field(1, b"app")));
+    let mut raw = field(1, &meta);
+    raw.extend(field(2, &spec));
+    let proto = crate::model::PodInfo::from_api(&Pod::decode(raw.as_slice()).unwrap().into())
+        .unwrap()
+        .volumes;
+
+    let json: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-claim"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                    "spec": {"accessModes": ["ReadWriteOnce"]}}}},
+                {"name": "pd", "gcePersistentDisk": {"pdName": "disk-1", "fsType": "ext4",
+                    "readOnly": true}},
+                {"name": "ebs", "awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-1"}},
+                {"name": "ceph", "rbd": {"monitors": ["m1:6789", "m2:6789"], "image": "img",
+                    "user": "admin"}},
+                {"name": "target", "iscsi": {"targetPortal": "10.0.0.1:3260",
+                    "iqn": "iqn.2001-04.com.example:storage", "lun": 0, "readOnly": true}},
+                {"name": "azure", "azureDisk": {"diskName": "d1",
+                    "diskURI": "/subscriptions/s/disks/d1"}},
+                {"name": "cinder", "cinder": {"volumeID": "c-1"}},
+                {"name": "vsphere", "vsphereVolume": {"volumePath": "[ds] vols/v.vmdk"}},
+                {"name": "px", "portworxVolume": {"volumeID": "px-1"}},
+                {"name": "config", "configMap": {"name": "settings"}}
+            ],
+            "containers": [{"name": "app"}]
+        }
+    }))
+    .unwrap();
+    let from_json = crate::model::PodInfo::from_api(&json).unwrap().volumes;
+    assert_eq!(proto, from_json);
+    assert_eq!(
+        (
+            proto.count,
+            proto.claims.len(),
+            proto.disks.len(),
+            proto.inline.len()
+        ),
+        (11, 2, 4, 6),
+        "{proto:#?}"
+    );
+    assert_eq!(proto.claims[1].name, "web-scratch");
+}
