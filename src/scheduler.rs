@@ -12,7 +12,8 @@ use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
 };
 use crate::framework::{
-    BindPlan, ClusterChange, Code, CycleState, Profile, ReservedAnnotations, Status,
+    BindPlan, ClusterChange, Code, CycleState, PreBindAction, Profile, ReservedAnnotations,
+    ReservedVolumes, Status,
 };
 use crate::model::load::LoadSample;
 use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
@@ -456,9 +457,19 @@ impl Scheduler {
             unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
             return fail(self, queued, Status::error(e.to_string()));
         }
+        if let Some(ReservedVolumes(decisions)) = state.get::<ReservedVolumes>()
+            && let Err(e) = self.cache.assume_volumes(decisions)
+        {
+            self.forget(profile, &mut state, &assumed, &node);
+            return fail(self, queued, Status::error(e));
+        }
         self.cache.note_placement(&assumed, now);
         let planned = run_permit(profile, &mut state, &assumed, &node)
-            .and_then(|()| plan_binding(profile, &state, &assumed, &node));
+            .and_then(|()| plan_binding(profile, &state, &assumed, &node))
+            .and_then(|mut plan| {
+                plan.pre_bind = run_pre_bind(profile, &state, &assumed, &node)?;
+                Ok(plan)
+            });
         let mut plan = match planned {
             Ok(plan) => plan,
             Err(status) => {
@@ -495,6 +506,9 @@ impl Scheduler {
         pod: &Arc<PodInfo>,
         node: &str,
     ) {
+        if let Some(ReservedVolumes(decisions)) = state.get::<ReservedVolumes>() {
+            self.cache.forget_volumes(decisions);
+        }
         unreserve(profile, state, pod, node, profile.reserve.len());
         // The pod was assumed just before; forgetting it cannot fail.
         let _ = self.cache.forget_pod(&pod.namespace, &pod.name);
@@ -512,6 +526,13 @@ impl Scheduler {
         ) {
             self.cache.add_bound_pod(pod.clone())?;
             self.queue.on_event(&ClusterChange::PodAdded(pod), now);
+        }
+        if let Some(profile) = self.profile(&task.profile) {
+            for plugin in &profile.post_bind {
+                if let Some(p) = plugin.as_post_bind() {
+                    p.post_bind(pod, &task.plan.node);
+                }
+            }
         }
         Ok(())
     }
@@ -675,6 +696,28 @@ fn plan_binding(
         }
     }
     Err(Status::error("no bind plugin bound the pod"))
+}
+
+/// The work the PreBind plugins ask for before the binding, in order.
+fn run_pre_bind(
+    profile: &Profile,
+    state: &CycleState,
+    assumed: &PodInfo,
+    node: &str,
+) -> Result<Vec<PreBindAction>, Status> {
+    let mut actions = Vec::new();
+    for plugin in &profile.pre_bind {
+        let Some(p) = plugin.as_pre_bind() else {
+            continue;
+        };
+        if let Some(action) = p
+            .pre_bind(state, assumed, node)
+            .map_err(|s| s.with_plugin(plugin.name()))?
+        {
+            actions.push(action);
+        }
+    }
+    Ok(actions)
 }
 
 fn unreserve(profile: &Profile, state: &mut CycleState, pod: &PodInfo, node: &str, upto: usize) {

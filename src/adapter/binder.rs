@@ -12,9 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
 use kube::core::Request;
 use kube::{Api, Client};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::metrics::Metrics;
+use super::pre_bind;
 use crate::framework::Code;
 use crate::scheduler::BindTask;
 
@@ -54,6 +55,9 @@ pub enum BindOutcome {
     Gone(String),
     /// The binding did not take effect: forget the assumption and retry after backoff.
     Failed(String),
+    /// What had to be done before the binding (volumes to bind) failed or timed out; the
+    /// pod was not bound: forget the assumption and retry after backoff.
+    PreBindFailed(String),
 }
 
 /// What the API server answered to a binding.
@@ -84,40 +88,36 @@ pub async fn run(
     let limit = Arc::new(Semaphore::new(FIRST_IN_FLIGHT));
     let withheld = Arc::new(AtomicUsize::new(MAX_IN_FLIGHT - FIRST_IN_FLIGHT));
     while let Some(request) = requests.recv().await {
-        let Ok(permit) = limit.clone().acquire_owned().await else {
-            return;
-        };
         let (client, report, metrics) = (client.clone(), report.clone(), metrics.clone());
         let (limit, withheld) = (limit.clone(), withheld.clone());
+        if request.task.plan.pre_bind.is_empty() {
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                return;
+            };
+            tokio::spawn(bind_and_report(
+                client, request, permit, limit, withheld, report, metrics,
+            ));
+            continue;
+        }
+        // Work before the binding (volumes to bind) may wait minutes on other controllers:
+        // it holds no binding slot meanwhile.
         tokio::spawn(async move {
             let start = Instant::now();
-            let answer = bind(&client, &request.task).await;
-            let code = match answer {
-                Answer::Bound => Code::Success,
-                _ => Code::Error,
+            let done = pre_bind::carry_out(&client, &request.task.plan.pre_bind).await;
+            let code = if done.is_ok() {
+                Code::Success
+            } else {
+                Code::Error
             };
-            record_bind(&metrics, &request.task, code, start.elapsed());
-            if withheld
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1))
-                .is_ok()
-            {
-                limit.add_permits(1);
+            metrics.extension_point("PreBind", code, &request.task.profile, start.elapsed());
+            if let Err(error) = done {
+                report(Box::new(request), BindOutcome::PreBindFailed(error));
+                return;
             }
-            let outcome = match answer {
-                Answer::Bound => BindOutcome::Bound,
-                Answer::Gone(message) => BindOutcome::Gone(message),
-                Answer::Refused(message) => BindOutcome::Failed(message),
-                Answer::Unknown(reason) => {
-                    metrics.binding_unconfirmed();
-                    let pod = &request.task.assumed;
-                    tracing::warn!(pod = %pod.key(), node = %request.task.plan.node, %reason, "binding outcome unknown; the pod stays assumed until it is read back");
-                    read_back(&client, &request.task, &reason).await
-                }
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                return;
             };
-            // The permit is held while the binding is read back: when the API server is
-            // unreachable, no new binding is sent before the earlier ones are settled.
-            drop(permit);
-            report(Box::new(request), outcome);
+            bind_and_report(client, request, permit, limit, withheld, report, metrics).await;
         });
     }
     // Every permit back in the semaphore means no binding is in flight any more.
@@ -126,6 +126,46 @@ pub async fn run(
     if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
         tracing::warn!("stopping with bindings whose outcome is still unknown");
     }
+}
+
+/// Binds the pod (holding `permit`, one of the binding slots) and reports the outcome.
+async fn bind_and_report(
+    client: Client,
+    request: BindRequest,
+    permit: OwnedSemaphorePermit,
+    limit: Arc<Semaphore>,
+    withheld: Arc<AtomicUsize>,
+    report: impl Fn(Box<BindRequest>, BindOutcome),
+    metrics: Arc<Metrics>,
+) {
+    let start = Instant::now();
+    let answer = bind(&client, &request.task).await;
+    let code = match answer {
+        Answer::Bound => Code::Success,
+        _ => Code::Error,
+    };
+    record_bind(&metrics, &request.task, code, start.elapsed());
+    if withheld
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| w.checked_sub(1))
+        .is_ok()
+    {
+        limit.add_permits(1);
+    }
+    let outcome = match answer {
+        Answer::Bound => BindOutcome::Bound,
+        Answer::Gone(message) => BindOutcome::Gone(message),
+        Answer::Refused(message) => BindOutcome::Failed(message),
+        Answer::Unknown(reason) => {
+            metrics.binding_unconfirmed();
+            let pod = &request.task.assumed;
+            tracing::warn!(pod = %pod.key(), node = %request.task.plan.node, %reason, "binding outcome unknown; the pod stays assumed until it is read back");
+            read_back(&client, &request.task, &reason).await
+        }
+    };
+    // The permit is held while the binding is read back: when the API server is
+    // unreachable, no new binding is sent before the earlier ones are settled.
+    drop(permit);
+    report(Box::new(request), outcome);
 }
 
 fn record_bind(metrics: &Metrics, task: &BindTask, code: Code, elapsed: Duration) {
@@ -254,6 +294,7 @@ mod tests {
             plan: BindPlan {
                 node: Arc::from("n1"),
                 annotations: vec![("gantry.dev/gpu".to_string(), "0".to_string())],
+                pre_bind: Vec::new(),
             },
             profile: "gantry".to_string(),
             state: CycleState::new(),

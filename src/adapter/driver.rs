@@ -467,6 +467,13 @@ impl Driver {
         } = request;
         let pod = pod_ref(&task.assumed);
         let profile = task.profile.clone();
+        // The message of a failure: a PreBind error says which plugin failed; a refused
+        // binding is said to be one.
+        let failure = match &outcome {
+            BindOutcome::PreBindFailed(error) => Some(format!("error: {error}")),
+            BindOutcome::Failed(error) => Some(format!("error: binding rejected: {error}")),
+            _ => None,
+        };
         match outcome {
             BindOutcome::Bound => {
                 let node = &task.plan.node;
@@ -514,7 +521,7 @@ impl Driver {
                 tracing::info!(pod = %pod.display(), %reason, "binding refused: pod gone; dropped");
                 self.scheduler.binding_dropped(*task, now);
             }
-            BindOutcome::Failed(error) => {
+            BindOutcome::Failed(error) | BindOutcome::PreBindFailed(error) => {
                 self.metrics
                     .attempt(RESULT_ERROR, &profile, attempt_start.elapsed());
                 tracing::warn!(pod = %pod.display(), %error, "binding failed; retrying after backoff");
@@ -523,7 +530,7 @@ impl Driver {
                     pod,
                     profile,
                     condition_reason: CONDITION_SCHEDULER_ERROR,
-                    message: format!("error: binding rejected: {error}"),
+                    message: failure.unwrap_or_default(),
                 });
             }
         }

@@ -32,6 +32,7 @@ pub mod instrument;
 pub mod leader;
 pub mod metrics;
 pub mod node_load;
+pub mod pre_bind;
 pub mod protobuf;
 pub mod reflector;
 pub mod throttle;

@@ -15,20 +15,28 @@ use crate::model::volume::{ClaimModel, ClaimRef, CsiNodeModel, StorageClassModel
 pub type ClaimKey = (String, String);
 
 /// What the scheduler decided for one claim of a pod it placed, until the PV controller
-/// completes it.
+/// completes it. Each carries what the write needs: the uid it names and the version of the
+/// object it was decided on (the write's precondition, so a volume taken meanwhile by
+/// someone else is not taken over).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VolumeDecision {
     /// Bind the claim to this existing volume (its `claimRef` is set to the claim).
     Bind {
         /// The claim.
         claim: ClaimKey,
+        /// The claim's uid.
+        claim_uid: String,
         /// The volume.
         volume: String,
+        /// The volume's resourceVersion.
+        volume_version: String,
     },
     /// Provision a volume for the claim on this node (its `selected-node` annotation).
     Provision {
         /// The claim.
         claim: ClaimKey,
+        /// The claim's resourceVersion.
+        claim_version: String,
         /// The node.
         node: String,
     },
@@ -217,7 +225,7 @@ impl Storage {
     pub(super) fn assume(&mut self, decisions: &[VolumeDecision]) -> Result<(), String> {
         for d in decisions {
             match d {
-                VolumeDecision::Bind { claim, volume } => {
+                VolumeDecision::Bind { claim, volume, .. } => {
                     let Some(c) = self.claim(&claim.0, &claim.1).cloned() else {
                         return Err(format!("persistentvolumeclaim \"{}\" not found", claim.1));
                     };
@@ -242,7 +250,7 @@ impl Storage {
                     self.assumed_volumes
                         .insert(volume.clone(), Arc::new(assumed));
                 }
-                VolumeDecision::Provision { claim, node } => {
+                VolumeDecision::Provision { claim, node, .. } => {
                     let Some(c) = self.claim(&claim.0, &claim.1).cloned() else {
                         return Err(format!("persistentvolumeclaim \"{}\" not found", claim.1));
                     };

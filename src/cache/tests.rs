@@ -249,7 +249,9 @@ fn volume_assumptions_hold_until_the_api_reports_a_newer_version() {
     cache.upsert_volume(pv("1"));
     let bind = [VolumeDecision::Bind {
         claim: ("d".into(), "c".into()),
+        claim_uid: "u".into(),
         volume: "pv".into(),
+        volume_version: "1".into(),
     }];
     cache.assume_volumes(&bind).unwrap();
     let reserved = |c: &Cache| c.storage().volume("pv").unwrap().claim_ref.is_some();

@@ -23,7 +23,6 @@ pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
     "VolumeRestrictions",
     "NodeVolumeLimits",
-    "VolumeBinding",
     "VolumeZone",
     "DefaultPreemption",
     "DynamicResources",
@@ -111,9 +110,9 @@ impl Point {
             Point::Score => p.as_score().is_some(),
             Point::Reserve => p.as_reserve().is_some(),
             Point::Permit => p.as_permit().is_some(),
+            Point::PreBind => p.as_pre_bind().is_some(),
             Point::Bind => p.as_bind().is_some(),
-            // No gantry plugin implements these.
-            Point::PreBind | Point::PostBind => false,
+            Point::PostBind => p.as_post_bind().is_some(),
         }
     }
 }
@@ -382,7 +381,9 @@ pub(super) fn build_profile(
         score: resolved[6].clone(),
         reserve: take(7),
         permit: take(8),
+        pre_bind: take(9),
         bind,
+        post_bind: take(11),
     })
 }
 

@@ -41,6 +41,7 @@ fn defaults_match_kube_scheduler() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeBinding",
             "PodTopologySpread",
             "InterPodAffinity"
         ]
@@ -186,9 +187,9 @@ fn errors_name_the_field() {
     );
     assert_eq!(
         err(&format!(
-            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: VolumeBinding\n"
+            "{HEADER}profiles:\n- plugins:\n    postFilter:\n      enabled:\n      - name: DefaultPreemption\n"
         )),
-        "profiles[0].plugins.filter.enabled[0].name: plugin \"VolumeBinding\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+        "profiles[0].plugins.postFilter.enabled[0].name: plugin \"DefaultPreemption\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
     );
     assert_eq!(
         err(&format!(

@@ -96,7 +96,9 @@ fn profile(weight: i64) -> Profile {
         score: vec![(Arc::new(LabelScore), weight)],
         reserve: vec![],
         permit: vec![],
+        pre_bind: vec![],
         bind: vec![],
+        post_bind: vec![],
     }
 }
 

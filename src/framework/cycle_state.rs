@@ -35,6 +35,13 @@ impl CycleState {
             .and_then(|(_, b)| b.downcast_ref())
     }
 
+    /// Takes the stored value of type `T` out of the state.
+    pub fn remove<T: Any + Send + Sync>(&mut self) -> Option<T> {
+        let id = TypeId::of::<T>();
+        let i = self.values.iter().position(|(k, _)| *k == id)?;
+        self.values.swap_remove(i).1.downcast().ok().map(|b| *b)
+    }
+
     /// The stored value of type `T`, mutably.
     pub fn get_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
         let id = TypeId::of::<T>();

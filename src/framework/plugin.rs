@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{NodeInfo, Snapshot, Tracked};
+use crate::cache::{ClaimKey, NodeInfo, Snapshot, Tracked, VolumeDecision};
 use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
@@ -62,8 +62,16 @@ pub trait Plugin: Send + Sync + 'static {
     fn as_permit(&self) -> Option<&dyn PermitPlugin> {
         None
     }
+    /// The PreBind implementation, if any.
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
     /// The Bind implementation, if any.
     fn as_bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    /// The PostBind implementation, if any.
+    fn as_post_bind(&self) -> Option<&dyn PostBindPlugin> {
         None
     }
     /// The cluster changes that can make a pod this plugin rejected schedulable, each with
@@ -258,13 +266,64 @@ pub trait PermitPlugin: Send + Sync {
     fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
 }
 
-/// What binding a pod means: the node, and annotations to set on the pod as it is bound.
+/// The volume decisions a Reserve plugin took for the pod (VolumeBinding's choice of a
+/// volume, or of the node to provision on, for each claim not bound yet), kept in the cycle
+/// state. The scheduler assumes them in the cache with the pod, so that the next cycle does
+/// not give the same volume to another claim, and drops them if the pod is not bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReservedVolumes(pub Vec<VolumeDecision>);
+
+/// Volume bindings to write before the pod is bound, and the wait for the PV controller to
+/// complete them (VolumeBinding's PreBind).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeBinding {
+    /// What to write: a volume's `claimRef` for each chosen volume, a claim's selected-node
+    /// annotation for each claim to provision.
+    pub decisions: Vec<VolumeDecision>,
+    /// Every claim of the pod that must be bound before the pod is.
+    pub claims: Vec<ClaimKey>,
+    /// How long to wait for the PV controller (`bindTimeoutSeconds`).
+    pub timeout: Duration,
+}
+
+/// Work a PreBind plugin asks for before the pod is bound. The core stays free of I/O: the
+/// front end carries it out (the adapter writes to the API and waits, off the scheduling
+/// thread; the simulator completes it at once, as the PV controller would).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreBindAction {
+    /// Write volume bindings and wait until the pod's claims are bound.
+    BindVolumes(VolumeBinding),
+}
+
+/// Prepares the binding of a pod to its node, after Permit: says what must be done in the
+/// API first. A failure (or a failure of the work, when carried out) unreserves the pod and
+/// retries it after its backoff.
+pub trait PreBindPlugin: Send + Sync {
+    /// The work needed before `pod` is bound to `node`; `None` when there is none.
+    fn pre_bind(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &str,
+    ) -> Result<Option<PreBindAction>, Status>;
+}
+
+/// Hears that a pod was bound (informational: nothing can fail any more).
+pub trait PostBindPlugin: Send + Sync {
+    /// `pod` is bound to `node`.
+    fn post_bind(&self, pod: &PodInfo, node: &str);
+}
+
+/// What binding a pod means: the node, annotations to set on the pod as it is bound, and
+/// the work to do before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindPlan {
     /// The node to bind to.
     pub node: Arc<str>,
     /// Annotations to write on the pod with the binding (e.g. device assignments).
     pub annotations: Vec<(String, String)>,
+    /// What PreBind plugins asked to be done first, in order.
+    pub pre_bind: Vec<PreBindAction>,
 }
 
 /// Decides how the pod is bound. The core stays free of I/O: a bind plugin returns a plan

@@ -30,8 +30,12 @@ pub struct Profile {
     pub reserve: Vec<Arc<dyn Plugin>>,
     /// Permit plugins, in order.
     pub permit: Vec<Arc<dyn Plugin>>,
+    /// PreBind plugins, in order.
+    pub pre_bind: Vec<Arc<dyn Plugin>>,
     /// Bind plugins, in order: the first that does not skip binds.
     pub bind: Vec<Arc<dyn Plugin>>,
+    /// PostBind plugins, in order.
+    pub post_bind: Vec<Arc<dyn Plugin>>,
 }
 
 impl std::fmt::Debug for Profile {
@@ -55,7 +59,9 @@ impl std::fmt::Debug for Profile {
             )
             .field("reserve", &names(&self.reserve))
             .field("permit", &names(&self.permit))
+            .field("pre_bind", &names(&self.pre_bind))
             .field("bind", &names(&self.bind))
+            .field("post_bind", &names(&self.post_bind))
             .finish()
     }
 }
@@ -73,6 +79,8 @@ impl Profile {
             .chain(self.score.iter().map(|(p, _)| p))
             .chain(&self.reserve)
             .chain(&self.permit)
+            .chain(&self.pre_bind)
             .chain(&self.bind)
+            .chain(&self.post_bind)
     }
 }

@@ -30,6 +30,7 @@ impl BindPlugin for DefaultBinder {
         Ok(BindPlan {
             node: node.clone(),
             annotations: Vec::new(),
+            pre_bind: Vec::new(),
         })
     }
 }
@@ -66,6 +67,7 @@ mod tests {
             BindPlan {
                 node: Arc::from("node-1"),
                 annotations: vec![],
+                pre_bind: vec![],
             }
         );
     }

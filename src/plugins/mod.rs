@@ -20,6 +20,7 @@ pub mod priority_sort;
 pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
+pub mod volume_binding;
 pub mod zone_policy;
 
 /// Every plugin gantry knows, by the name configuration files use.
@@ -42,6 +43,7 @@ pub fn registry() -> Registry {
         priority_sort::SPEC,
         scheduling_gates::SPEC,
         taint_toleration::SPEC,
+        volume_binding::SPEC,
         zone_policy::SPEC,
     ] {
         r.register(spec);
@@ -225,6 +227,7 @@ profiles:
                 (node_affinity::NAME, Some(2)),
                 (node_ports::NAME, None),
                 (node_resources_fit::NAME, Some(1)),
+                (volume_binding::NAME, None),
                 (pod_topology_spread::NAME, Some(2)),
                 (inter_pod_affinity::NAME, Some(2)),
                 (balanced_allocation::NAME, Some(1)),

@@ -1185,7 +1185,9 @@ mod tests {
             score: vec![(fit, 1), (balanced, 1)],
             reserve: vec![],
             permit: vec![],
+            pre_bind: vec![],
             bind: vec![],
+            post_bind: vec![],
         };
         let options = CycleOptions {
             pool: None,

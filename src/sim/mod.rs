@@ -5,16 +5,18 @@ mod input;
 pub mod openb;
 mod report;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cache::Cache;
+use crate::cache::VolumeDecision;
 use crate::config::Config;
 use crate::decision::DecisionRecorder;
+use crate::framework::PreBindAction;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{ClaimModel, ClaimRef, CsiNodeModel, StorageClassModel, VolumeModel};
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
@@ -88,6 +90,7 @@ pub fn simulate_recorded(
                     message: Some(e.to_string()),
                     running: false,
                     annotations: Default::default(),
+                    volumes: Default::default(),
                 });
                 continue;
             }
@@ -104,6 +107,7 @@ pub fn simulate_recorded(
                 message: None,
                 running: true,
                 annotations: Default::default(),
+                volumes: Default::default(),
             });
         } else {
             pending.push(info);
@@ -125,6 +129,7 @@ pub fn simulate_recorded(
             message,
             running: false,
             annotations: Default::default(),
+            volumes: Default::default(),
         });
         // Pending pods carry no node, so the cache cannot refuse them.
         let _ = sched.upsert_pod(pod, now);
@@ -162,6 +167,7 @@ fn run_queue(
                 Attempt::Scheduled(task, _) => {
                     let key = task.assumed.key();
                     let node = task.plan.node.to_string();
+                    let volumes = complete_pre_bind(sched, &task.plan.pre_bind, now);
                     match sched.binding_succeeded(&task, now) {
                         Ok(()) => {
                             if let Some(&i) = index.get(&key) {
@@ -169,6 +175,7 @@ fn run_queue(
                                 report.pods[i].message = None;
                                 report.pods[i].annotations =
                                     task.plan.annotations.iter().cloned().collect();
+                                report.pods[i].volumes = volumes;
                             }
                         }
                         Err(e) => report.invalid.push(e.to_string()),
@@ -208,6 +215,82 @@ fn simulated_sample(load: AnnotatedLoad, now: Duration) -> LoadSample {
         reflects_placements_before: now,
         max_age: None,
     }
+}
+
+/// Carries out what PreBind asked for at once, as the PV controller would: each chosen
+/// volume is bound to its claim, and a claim to provision gets a volume of its size and
+/// class (named as Kubernetes names provisioned volumes, `pvc-<claim uid>`). Returns each
+/// claim with what it got.
+fn complete_pre_bind(
+    sched: &mut Scheduler,
+    actions: &[PreBindAction],
+    now: Duration,
+) -> BTreeMap<String, String> {
+    let mut outcome = BTreeMap::new();
+    for PreBindAction::BindVolumes(binding) in actions {
+        for decision in &binding.decisions {
+            let (claim_key, volume) = match decision {
+                VolumeDecision::Bind { claim, volume, .. } => (claim, volume.clone()),
+                VolumeDecision::Provision { claim, .. } => (claim, String::new()),
+            };
+            let Some(claim) = sched
+                .cache()
+                .storage()
+                .api_claim(&claim_key.0, &claim_key.1)
+            else {
+                continue;
+            };
+            let mut claim = (**claim).clone();
+            let reference = ClaimRef {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                uid: claim.uid.clone(),
+            };
+            let volume = match decision {
+                VolumeDecision::Bind { .. } => {
+                    let Some(v) = sched.cache().storage().api_volume(&volume) else {
+                        continue;
+                    };
+                    let mut v = (**v).clone();
+                    v.claim_ref = Some(reference);
+                    v.available = false;
+                    v.resource_version.push_str("+bound");
+                    outcome.insert(claim.name.clone(), v.name.clone());
+                    v
+                }
+                VolumeDecision::Provision { node, .. } => {
+                    let id = if claim.uid.is_empty() {
+                        format!("{}-{}", claim.namespace, claim.name)
+                    } else {
+                        claim.uid.clone()
+                    };
+                    outcome.insert(claim.name.clone(), format!("provisioned on {node}"));
+                    VolumeModel {
+                        name: format!("pvc-{id}"),
+                        resource_version: String::new(),
+                        labels: Labels::default(),
+                        class: claim.class.clone(),
+                        capacity: claim.request,
+                        access_modes: claim.access_modes,
+                        block: claim.block,
+                        claim_ref: Some(reference),
+                        available: false,
+                        node_affinity: None,
+                        topology: Vec::new(),
+                        attachable: None,
+                        in_tree_plugin: None,
+                        deleting: false,
+                    }
+                }
+            };
+            claim.volume_name = volume.name.clone();
+            claim.bind_completed = true;
+            claim.resource_version.push_str("+bound");
+            sched.upsert_volume(volume, now);
+            sched.upsert_claim(claim, now);
+        }
+    }
+    outcome
 }
 
 /// Claims, volumes, storage classes and CSI nodes; unreadable ones are reported as invalid

@@ -24,6 +24,10 @@ pub struct PodOutcome {
     /// beyond the node (an overcommit's margin, GPU devices).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// The volumes the scheduler bound for the pod's claims: claim name to volume name, or
+    /// to `provisioned on <node>` for a claim whose volume the class provisions.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub volumes: BTreeMap<String, String>,
 }
 
 /// How much of a node is requested.
@@ -137,6 +141,23 @@ impl Report {
         if !annotated.is_empty() {
             let _ = writeln!(out, "\nSet with the binding:");
             out.push_str(&table(&["NAMESPACE", "POD", "ANNOTATION"], &annotated));
+        }
+        let volumes: Vec<Vec<String>> = self
+            .scheduled()
+            .flat_map(|p| {
+                p.volumes.iter().map(|(claim, volume)| {
+                    vec![
+                        p.namespace.clone(),
+                        p.name.clone(),
+                        claim.clone(),
+                        volume.clone(),
+                    ]
+                })
+            })
+            .collect();
+        if !volumes.is_empty() {
+            let _ = writeln!(out, "\nVolumes bound with the pods:");
+            out.push_str(&table(&["NAMESPACE", "POD", "CLAIM", "VOLUME"], &volumes));
         }
         let measured = self.nodes.iter().any(|n| n.measured_cpu_percent.is_some());
         let nodes: Vec<Vec<String>> = self

@@ -705,7 +705,9 @@ fn diagnosis_message_through_the_cycle() {
         score: vec![(pl, 2)],
         reserve: vec![],
         permit: vec![],
+        pre_bind: vec![],
         bind: vec![],
+        post_bind: vec![],
     };
     let snap = snapshot(
         vec![n("n1", "a"), n("n2", "b"), n("n3", "b")],

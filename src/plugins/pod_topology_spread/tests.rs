@@ -797,7 +797,9 @@ fn cycle_places_and_reports_as_kube_does() {
         score: vec![(pl, 2)],
         reserve: vec![],
         permit: vec![],
+        pre_bind: vec![],
         bind: vec![],
+        post_bind: vec![],
     };
     let options = CycleOptions {
         pool: None,

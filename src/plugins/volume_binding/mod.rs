@@ -1,0 +1,329 @@
+//! VolumeBinding: a pod's PersistentVolumeClaims must exist and be usable on the node. Bound
+//! claims pin the pod to where their volumes can be reached; a claim of a
+//! `WaitForFirstConsumer` class is matched, on each node, to the smallest available volume
+//! that fits, or provisioned for the node where its class allows. Reserve keeps the choice
+//! (assumed in the cache, so the next pod cannot take the same volume), and PreBind asks the
+//! front end to write it and wait for the PV controller to complete the bindings.
+//!
+//! As today's kube-scheduler with its default feature gates: no Score (storage capacity
+//! scoring is an alpha feature there). gantry does not read CSIStorageCapacity objects, so a
+//! class whose CSI driver reports capacity is treated as having room, and in-tree volumes
+//! are not translated to their CSI driver's topology before their node affinity is checked.
+
+mod args;
+mod matching;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::cache::NodeInfo;
+use crate::cache::{Snapshot, Storage, Tracked};
+use crate::framework::{
+    ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
+    Plugin, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    QueueingHint, ReservePlugin, ReservedVolumes, Status, VolumeBinding as Binding, decode_args,
+};
+use crate::model::PodInfo;
+use crate::model::volume::BindingMode;
+
+pub use args::{DEFAULT_BIND_TIMEOUT_SECONDS, UtilizationShapePoint, VolumeBindingArgs};
+pub use matching::{
+    BoundClaim, DelayedClaim, ERR_BIND_CONFLICT, ERR_NODE_CONFLICT, ERR_PV_NOT_EXIST, NodeVolumes,
+    PodClaims, find_matching_volume,
+};
+
+/// The name used in configuration files.
+pub const NAME: &str = "VolumeBinding";
+
+/// A pod with a claim that is not bound and whose class binds at once: the PV controller
+/// must bind it first.
+pub const ERR_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+/// Error when Filter runs without this plugin's PreFilter state.
+pub const ERR_MISSING_STATE: &str = "reading \"PreFilterVolumeBinding\" from cycleState: not found";
+
+/// The pod's claims as PreFilter sorted them, for Filter and Reserve.
+#[derive(Debug, Clone)]
+struct VolumeBindingState {
+    claims: PodClaims,
+    /// Every claim of the pod, for PreBind to wait on.
+    keys: Vec<(String, String)>,
+}
+
+/// The VolumeBinding plugin.
+#[derive(Debug, Clone)]
+pub struct VolumeBinding {
+    timeout: Duration,
+}
+
+impl VolumeBinding {
+    /// The plugin with `args`.
+    pub fn new(args: &VolumeBindingArgs) -> Self {
+        VolumeBinding {
+            timeout: args.bind_timeout(),
+        }
+    }
+}
+
+fn is_pods_claim(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
+    match change {
+        ClusterChange::Claim { new, .. }
+            if new.namespace == pod.namespace
+                && pod.volumes.claims.iter().any(|c| c.name == new.name) =>
+        {
+            QueueingHint::Queue
+        }
+        _ => QueueingHint::Skip,
+    }
+}
+
+fn allowed_topologies_changed(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+    match change {
+        ClusterChange::StorageClass {
+            old: Some(old),
+            new,
+        } if old.allowed_topologies == new.allowed_topologies => QueueingHint::Skip,
+        _ => QueueingHint::Queue,
+    }
+}
+
+fn migrated_plugins_changed(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+    match change {
+        ClusterChange::CsiNode {
+            old: Some(old),
+            new,
+        } if old.migrated == new.migrated => QueueingHint::Skip,
+        _ => QueueingHint::Queue,
+    }
+}
+
+/// kube-scheduler's registrations for VolumeBinding.
+const EVENTS: [EventHint; 9] = [
+    EventHint::any(ClusterEvent::StorageClassAdd),
+    EventHint::when(ClusterEvent::StorageClassUpdate, allowed_topologies_changed),
+    EventHint::when(ClusterEvent::ClaimAdd, is_pods_claim),
+    EventHint::when(ClusterEvent::ClaimUpdate, is_pods_claim),
+    EventHint::any(ClusterEvent::VolumeAdd),
+    EventHint::any(ClusterEvent::VolumeUpdate),
+    EventHint::any(ClusterEvent::NodeAdd),
+    EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::when(ClusterEvent::CsiNodeUpdate, migrated_plugins_changed),
+];
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn events(&self) -> &'static [EventHint] {
+        &EVENTS
+    }
+
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::Volumes]
+    }
+
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+/// Sorts the pod's claims out, or says why the pod cannot be scheduled anywhere.
+fn sort_claims(pod: &PodInfo, storage: &Storage) -> Result<PodClaims, Status> {
+    let mut claims = PodClaims::default();
+    let mut unbound_immediate = false;
+    for used in &pod.volumes.claims {
+        let Some(claim) = storage.claim(&pod.namespace, &used.name) else {
+            return Err(Status::unresolvable(if used.ephemeral {
+                format!(
+                    "waiting for ephemeral volume controller to create the persistentvolumeclaim \"{}\"",
+                    used.name
+                )
+            } else {
+                format!("persistentvolumeclaim \"{}\" not found", used.name)
+            }));
+        };
+        if claim.lost {
+            return Err(Status::unresolvable(format!(
+                "persistentvolumeclaim \"{}\" bound to non-existent persistentvolume \"{}\"",
+                claim.name, claim.volume_name
+            )));
+        }
+        if claim.deleting {
+            return Err(Status::unresolvable(format!(
+                "persistentvolumeclaim \"{}\" is being deleted",
+                claim.name
+            )));
+        }
+        if used.ephemeral && claim.controller_uid.as_deref() != Some(pod.uid.as_str()) {
+            return Err(Status::unresolvable(format!(
+                "PVC {}/{} was not created for pod {}/{} (pod is not owner)",
+                claim.namespace, claim.name, pod.namespace, pod.name
+            )));
+        }
+        if claim.is_bound() {
+            claims.bound.push(BoundClaim {
+                volume: storage.volume(&claim.volume_name).cloned(),
+                claim: claim.clone(),
+            });
+            continue;
+        }
+        let class = (!claim.class.is_empty())
+            .then(|| storage.class(&claim.class))
+            .flatten();
+        match class {
+            Some(c) if c.binding_mode.is_none() => {
+                return Err(Status::error(format!(
+                    "VolumeBindingMode not set for StorageClass \"{}\"",
+                    c.name
+                )));
+            }
+            Some(c)
+                if c.binding_mode == Some(BindingMode::WaitForFirstConsumer)
+                    && claim.volume_name.is_empty() =>
+            {
+                claims.delayed.push(DelayedClaim {
+                    claim: claim.clone(),
+                    class: c.clone(),
+                    candidates: storage.volumes_of_class(&c.name).cloned().collect(),
+                });
+            }
+            _ => unbound_immediate = true,
+        }
+    }
+    if unbound_immediate {
+        return Err(Status::unresolvable(ERR_UNBOUND_IMMEDIATE));
+    }
+    claims.delayed.sort_by_key(|d| d.claim.request);
+    Ok(claims)
+}
+
+impl PreFilterPlugin for VolumeBinding {
+    /// Sorts the pod's claims out: a claim missing, lost, being deleted, or not bound while
+    /// its class binds at once, rejects the pod on every node; a pod without claims skips
+    /// the Filter.
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        if pod.volumes.claims.is_empty() {
+            return (PreFilterResult::default(), Status::skip());
+        }
+        match sort_claims(pod, snapshot.storage()) {
+            Ok(claims) => {
+                let keys = pod
+                    .volumes
+                    .claims
+                    .iter()
+                    .map(|c| (pod.namespace.clone(), c.name.clone()))
+                    .collect();
+                state.insert(VolumeBindingState { claims, keys });
+                (PreFilterResult::default(), Status::success())
+            }
+            Err(status) => (PreFilterResult::default(), status),
+        }
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.get::<VolumeBindingState>() else {
+            return Status::error(ERR_MISSING_STATE);
+        };
+        match s.claims.check(&node.node.name, &node.node.labels) {
+            NodeVolumes::Fits(_) => Status::success(),
+            NodeVolumes::Rejected(reasons) => Status::with_reasons(
+                crate::framework::Code::UnschedulableAndUnresolvable,
+                reasons.into_iter().map(Into::into).collect(),
+            ),
+        }
+    }
+}
+
+impl ReservePlugin for VolumeBinding {
+    /// Keeps the volumes chosen on `node` (and the claims to provision there) in the cycle
+    /// state; the scheduler assumes them in the cache with the pod.
+    fn reserve(&self, state: &mut CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.get::<VolumeBindingState>() else {
+            // No claims: PreFilter skipped the plugin.
+            return Status::success();
+        };
+        match s.claims.check(&node.node.name, &node.node.labels) {
+            NodeVolumes::Fits(decisions) => {
+                if !decisions.is_empty() {
+                    state.insert(ReservedVolumes(decisions));
+                }
+                Status::success()
+            }
+            NodeVolumes::Rejected(reasons) => Status::error(format!(
+                "volumes no longer fit node {}: {}",
+                node.node.name,
+                reasons.join(", ")
+            )),
+        }
+    }
+
+    fn unreserve(&self, state: &mut CycleState, _: &PodInfo, _: &str) {
+        state.remove::<ReservedVolumes>();
+    }
+}
+
+impl PreBindPlugin for VolumeBinding {
+    /// Asks for the chosen volumes and provisionings to be written, then for a wait until
+    /// every claim of the pod is bound; nothing when all were bound already.
+    fn pre_bind(
+        &self,
+        state: &CycleState,
+        _: &PodInfo,
+        _: &str,
+    ) -> Result<Option<PreBindAction>, Status> {
+        let Some(s) = state.get::<VolumeBindingState>() else {
+            return Ok(None);
+        };
+        let decisions = state
+            .get::<ReservedVolumes>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        if decisions.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(PreBindAction::BindVolumes(Binding {
+            decisions,
+            claims: s.keys.clone(),
+            timeout: self.timeout,
+        })))
+    }
+}
+
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
+pub const SPEC: PluginSpec = PluginSpec {
+    name: NAME,
+    factory,
+    default: Some(DefaultPlace {
+        order: 86,
+        weight: None,
+    }),
+};
+
+/// Builds the plugin from its arguments.
+pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
+    let args: VolumeBindingArgs = decode_args(args)?;
+    Ok(Arc::new(VolumeBinding::new(&args)))
+}
+
+#[cfg(test)]
+mod tests;
