@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# gantry's demo: a real (local) Kubernetes control plane, the simulator's example cluster
-# (23 nodes over three zones, running pods, and a pending workload with pods that cannot be
-# placed) created in it, and `gantry run` scheduling it. Prints where every pod went and why
+# gantry's demo: a real (local) Kubernetes control plane with the PersistentVolume
+# controller, the simulator's example cluster (23 nodes over three zones, running pods, and a
+# pending workload with pods that cannot be placed, a StatefulSet on local volumes among
+# them) created in it, and `gantry run` scheduling it. Prints where every pod went and why
 # the pending ones are pending, then stops everything.
 #
 #   scripts/demo.sh
@@ -23,10 +24,15 @@ GANTRY="${GANTRY_ROOT}/target/release/gantry"
 
 STATE=$(mktemp -d -t gantry-demo.XXXXXX)
 GANTRY_PID=
+KCM_PID=
 cleanup() {
   if [[ -n "${GANTRY_PID}" ]] && kill -0 "${GANTRY_PID}" 2>/dev/null; then
     kill -TERM "${GANTRY_PID}" 2>/dev/null || true
     wait "${GANTRY_PID}" 2>/dev/null || true
+  fi
+  if [[ -n "${KCM_PID}" ]] && kill -0 "${KCM_PID}" 2>/dev/null; then
+    kill -TERM "${KCM_PID}" 2>/dev/null || true
+    wait "${KCM_PID}" 2>/dev/null || true
   fi
   scripts/control-plane.sh stop "${STATE}" >/dev/null 2>&1 || true
   rm -rf "${STATE}"
@@ -61,6 +67,22 @@ if ! sed -E 's/^( +)priority: ([0-9]+)$/\1priorityClassName: demo-priority-\2/' 
   die "cannot create the example cluster"
 fi
 log "created $(k get nodes --no-headers | wc -l) nodes and $(k get pods -A --no-headers | wc -l) pods"
+
+# The PersistentVolume controller completes the volume bindings gantry makes for the
+# example's StatefulSet (kube-controller-manager with that controller only; no HTTP port).
+kcm=$(kube_bin kube-controller-manager) || die "kube-controller-manager missing: run scripts/install-kube.sh"
+log "starting the PersistentVolume controller (log: ${STATE}/kube-controller-manager.log)"
+"${kcm}" --kubeconfig "${KUBECONFIG}" --controllers=persistentvolume-binder \
+  --leader-elect=false --port=0 --secure-port=0 --pvclaimbinder-sync-period=1s \
+  2>"${STATE}/kube-controller-manager.log" &
+KCM_PID=$!
+# A new volume is Pending until the controller has looked at it; gantry binds Available ones.
+deadline=$((SECONDS + 30))
+until [[ -z "$(k get pv -o jsonpath='{range .items[?(@.status.phase!="Available")]}{.metadata.name}{"\n"}{end}')" ]]; do
+  kill -0 "${KCM_PID}" 2>/dev/null || { cat "${STATE}/kube-controller-manager.log" >&2; die "kube-controller-manager exited"; }
+  ((SECONDS < deadline)) || die "volumes not Available after 30 s; see ${STATE}/kube-controller-manager.log"
+  sleep 0.5
+done
 
 # Pods that already run (they have a node in the example) are not gantry's to place.
 RUNNING=$(k get pods -A -o jsonpath='{range .items[?(@.spec.nodeName)]}{.metadata.namespace}/{.metadata.name} {end}')

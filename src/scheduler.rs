@@ -746,6 +746,44 @@ mod tests {
         }
     }
 
+    /// Counts the pods it hears were bound.
+    #[derive(Default)]
+    struct CountBound(std::sync::Mutex<Vec<String>>);
+
+    impl crate::framework::Plugin for CountBound {
+        fn name(&self) -> &'static str {
+            "CountBound"
+        }
+        fn as_post_bind(&self) -> Option<&dyn crate::framework::PostBindPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::PostBindPlugin for CountBound {
+        fn post_bind(&self, pod: &PodInfo, node: &str) {
+            let mut seen = self.0.lock().unwrap();
+            seen.push(format!("{}@{node}", pod.name));
+        }
+    }
+
+    #[test]
+    fn post_bind_plugins_hear_of_bindings_that_succeeded_only() {
+        let mut config = Config::default_with(&plugins::registry()).expect("defaults");
+        let counter = Arc::new(CountBound::default());
+        config.profiles[0].post_bind.push(counter.clone());
+        let mut s = Scheduler::new(config, None);
+        s.upsert_node(node("n1").capacity("2", "2Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("a").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        s.upsert_pod(pod("b").req("cpu", "1").build(), Duration::ZERO)
+            .unwrap();
+        let a = schedule(&mut s, Duration::ZERO);
+        let b = schedule(&mut s, Duration::ZERO);
+        s.binding_failed(*b, Duration::ZERO);
+        s.binding_succeeded(&a, Duration::ZERO).unwrap();
+        assert_eq!(*counter.0.lock().unwrap(), ["a@n1"]);
+    }
+
     #[test]
     fn dropped_binding_frees_the_node_without_requeueing() {
         let mut s = scheduler();
