@@ -21,10 +21,7 @@ pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 /// kube-scheduler plugins gantry does not implement. Disabling them is accepted (a config
 /// written for kube-scheduler keeps working); enabling them is an error.
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
     "VolumeBinding",
-    "VolumeZone",
     "DefaultPreemption",
     "DynamicResources",
     "EBSLimits",

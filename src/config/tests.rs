@@ -41,6 +41,9 @@ fn defaults_match_kube_scheduler() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]
