@@ -19,6 +19,8 @@
 //!   RequestedToCapacityRatio) where today NodeResourcesFit has a scoring strategy.
 //! - NodePreferAvoidPods and SelectorSpread (gone today) are not enabled; neither is
 //!   DefaultPreemption, as gantry implements no preemption.
+//! - Today's NodeVolumeLimits also counts the in-tree volumes migrated to CSI, which 1.20
+//!   counted with EBSLimits, GCEPDLimits and AzureDiskLimits: 1.20 runs those with it.
 //! - Reasons 1.20 words differently are rewritten to today's wording before messages are
 //!   compared (see [`todays_wording`]).
 //! - 1.20 freezes, per node, how many nodes hold each image when the node enters its cache
@@ -31,7 +33,9 @@
 //!
 //! What the simulator reads from the scenario directly goes through the API server's rules:
 //! `spec.priority` becomes a PriorityClass, `spec.overhead` a RuntimeClass, and a pod shown
-//! terminating is created and then deleted (no kubelet ever finishes it).
+//! terminating is created and then deleted (no kubelet ever finishes it). No controller
+//! runs: claims and volumes are created as the scenario shows them (bound ones already
+//! bound), and their protection finalizers are taken off before they are deleted.
 //!
 //! The binaries come from `$KUBEBUILDER_ASSETS` or `.cache/kube/bin`; run
 //! `scripts/install-kube.sh` to provide them. `GANTRY_PARITY_FILTER=text` checks only the
@@ -167,10 +171,12 @@ const fn plugin(
     }
 }
 
-/// Today's default plugins (kube-scheduler 1.30+, `getDefaultPlugins`), in order. The
-/// volume plugins have no effect on pods without volumes (no scenario has any) and are not
-/// written out; SchedulingGates has no 1.20 counterpart (gated pods are not eligible);
-/// DefaultPreemption is left out because gantry implements no preemption.
+/// Today's default plugins (kube-scheduler 1.30+, `getDefaultPlugins`), in order.
+/// SchedulingGates has no 1.20 counterpart (gated pods are not eligible); DefaultPreemption
+/// is left out because gantry implements no preemption; VolumeBinding is not written out
+/// while gantry has none (the scenarios' claims are bound already, so 1.20's would pass
+/// them). VolumeRestrictions, NodeVolumeLimits and VolumeZone are Filter plugins only in
+/// 1.20, where NodeVolumeLimits brings the in-tree limit plugins along (see [`LIMITS_1_20`]).
 const TODAY_DEFAULTS: &[PluginPoints] = &[
     plugin("SchedulingGates", 0, false, false, false, false, false),
     plugin("PrioritySort", 0, false, false, false, false, false),
@@ -180,10 +186,10 @@ const TODAY_DEFAULTS: &[PluginPoints] = &[
     plugin("NodeAffinity", 2, true, true, false, false, true),
     plugin("NodePorts", 0, true, false, true, false, true),
     plugin("NodeResourcesFit", 1, true, true, true, false, true),
-    plugin("VolumeRestrictions", 0, true, false, false, false, false),
-    plugin("NodeVolumeLimits", 0, true, false, false, false, false),
+    plugin("VolumeRestrictions", 0, true, false, false, false, true),
+    plugin("NodeVolumeLimits", 0, true, false, false, false, true),
     plugin("VolumeBinding", 0, true, true, false, false, false),
-    plugin("VolumeZone", 0, true, false, false, false, false),
+    plugin("VolumeZone", 0, true, false, false, false, true),
     plugin("PodTopologySpread", 2, true, true, true, true, true),
     plugin("InterPodAffinity", 2, true, true, true, true, true),
     plugin("DefaultPreemption", 0, false, false, false, false, false),
@@ -198,6 +204,17 @@ const TODAY_DEFAULTS: &[PluginPoints] = &[
     ),
     plugin("ImageLocality", 1, false, true, false, false, true),
     plugin("DefaultBinder", 0, false, false, false, false, false),
+];
+
+/// The 1.20 Filter plugins that today's NodeVolumeLimits stands for, in 1.20's default
+/// order: today it also counts the in-tree volumes (through their migration to CSI) that
+/// 1.20 counted with EBSLimits, GCEPDLimits and AzureDiskLimits, which are gone today.
+/// CinderLimits was not a 1.20 default and is left out.
+const LIMITS_1_20: [&str; 4] = [
+    "EBSLimits",
+    "GCEPDLimits",
+    "NodeVolumeLimits",
+    "AzureDiskLimits",
 ];
 
 fn known_plugin(name: &str) -> Result<&'static PluginPoints, String> {
@@ -410,7 +427,9 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
     let mut pre_filter_1_20 = Vec::new();
     for n in &filters {
         let p = known_plugin(n)?;
-        if p.in_1_20 {
+        if n == "NodeVolumeLimits" {
+            filter_1_20.extend(LIMITS_1_20.iter().map(|l| json!({"name": l})));
+        } else if p.in_1_20 {
             filter_1_20.push(json!({"name": n}));
             if p.pre_filter_1_20 {
                 pre_filter_1_20.push(json!({"name": n}));
@@ -751,13 +770,32 @@ fn priority_class(p: i64) -> String {
 /// `kubeScheduler: {parity: false, why: ...}`.
 fn features_1_20_lacks(cluster: &[Value]) -> Vec<&'static str> {
     let mut found = BTreeSet::new();
-    for o in cluster {
+    let listed = |o: &Value| o["kind"].as_str().is_some_and(|k| k.ends_with("List"));
+    let objects = cluster.iter().flat_map(|o| match o["items"].as_array() {
+        Some(items) if listed(o) => items.iter().collect::<Vec<_>>(),
+        _ => vec![o],
+    });
+    for o in objects {
+        if ["PersistentVolumeClaim", "PersistentVolume"].contains(&o["kind"].as_str().unwrap_or(""))
+            && o["spec"]["accessModes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m == "ReadWriteOncePod")
+        {
+            found.insert("the ReadWriteOncePod access mode (1.22)");
+        }
         if o["kind"] != "Pod" {
             continue;
         }
         let spec = &o["spec"];
         if spec.get("schedulingGates").is_some() {
             found.insert("schedulingGates (1.26)");
+        }
+        for v in spec["volumes"].as_array().into_iter().flatten() {
+            if v.get("ephemeral").is_some() {
+                found.insert("generic ephemeral volumes (1.21)");
+            }
         }
         for c in spec["topologySpreadConstraints"]
             .as_array()
@@ -1071,6 +1109,18 @@ fn cleanup(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
         ],
         None,
     )?;
+    for o in &objects.others {
+        let Some((_, resource)) = PROTECTED_KINDS.iter().find(|(k, _)| o["kind"] == *k) else {
+            continue;
+        };
+        let (ns, name) = ns_name(o);
+        let mut args = vec!["patch", resource, &name, "--type=merge"];
+        if o["kind"] == "PersistentVolumeClaim" {
+            args.extend(["-n", &ns]);
+        }
+        args.extend(["-p", r#"{"metadata":{"finalizers":null}}"#]);
+        plane.try_kubectl(&args, None)?;
+    }
     let mut rest = objects.others.clone();
     rest.extend(objects.classes.iter().cloned());
     if !rest.is_empty() {
@@ -1189,6 +1239,20 @@ const WATCHED_KINDS: &[(&str, &str)] = &[
     ("ReplicationController", "/api/v1/replicationcontrollers"),
     ("ReplicaSet", "/apis/apps/v1/replicasets"),
     ("StatefulSet", "/apis/apps/v1/statefulsets"),
+    ("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims"),
+    ("PersistentVolume", "/api/v1/persistentvolumes"),
+    ("StorageClass", "/apis/storage.k8s.io/v1/storageclasses"),
+    ("CSINode", "/apis/storage.k8s.io/v1/csinodes"),
+];
+
+/// The kinds of [`WATCHED_KINDS`] that are not namespaced.
+const CLUSTER_SCOPED_KINDS: &[&str] = &["Node", "PersistentVolume", "StorageClass", "CSINode"];
+
+/// The kinds the StorageObjectInUseProtection admission plugin gives a finalizer, which only
+/// kube-controller-manager would remove.
+const PROTECTED_KINDS: &[(&str, &str)] = &[
+    ("PersistentVolumeClaim", "persistentvolumeclaim"),
+    ("PersistentVolume", "persistentvolume"),
 ];
 
 /// What the watch cache must hold of the kinds the scenario touches: with the scenario
@@ -1220,7 +1284,7 @@ fn watched(objects: &Objects, loaded: bool) -> BTreeMap<&'static str, BTreeSet<S
             continue;
         };
         let (ns, name) = ns_name(o);
-        let key = if o["kind"] == "Node" {
+        let key = if CLUSTER_SCOPED_KINDS.iter().any(|k| o["kind"] == *k) {
             format!("/{name}")
         } else {
             format!("{ns}/{name}")
@@ -1409,6 +1473,12 @@ fn default_profile_gets_todays_weights() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "EBSLimits",
+            "GCEPDLimits",
+            "NodeVolumeLimits",
+            "AzureDiskLimits",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]

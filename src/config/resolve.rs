@@ -21,9 +21,6 @@ pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 /// kube-scheduler plugins gantry does not implement. Disabling them is accepted (a config
 /// written for kube-scheduler keeps working); enabling them is an error.
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
-    "VolumeZone",
     "DefaultPreemption",
     "DynamicResources",
     "EBSLimits",

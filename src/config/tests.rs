@@ -41,7 +41,10 @@ fn defaults_match_kube_scheduler() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
             "VolumeBinding",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]

@@ -14,6 +14,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod overcommit;
 pub mod pod_topology_spread;
 pub mod priority_sort;
@@ -21,6 +22,8 @@ pub mod resource_allocation;
 pub mod scheduling_gates;
 pub mod taint_toleration;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 pub mod zone_policy;
 
 /// Every plugin gantry knows, by the name configuration files use.
@@ -38,12 +41,15 @@ pub fn registry() -> Registry {
         node_ports::SPEC,
         node_resources_fit::SPEC,
         node_unschedulable::SPEC,
+        node_volume_limits::SPEC,
         overcommit::SPEC,
         pod_topology_spread::SPEC,
         priority_sort::SPEC,
         scheduling_gates::SPEC,
         taint_toleration::SPEC,
         volume_binding::SPEC,
+        volume_restrictions::SPEC,
+        volume_zone::SPEC,
         zone_policy::SPEC,
     ] {
         r.register(spec);
@@ -91,9 +97,10 @@ mod tests {
     }
 
     /// A cluster that gives every plugin something to read: zones, images, taints, GPUs and
-    /// load on the nodes; labelled namespaces and a Service; running pods with labels and
-    /// affinity; pending pods with pod (anti-)affinity, namespace selectors, spreading
-    /// (explicit and default), images and GPUs.
+    /// load on the nodes; labelled namespaces and a Service; a claim bound to a zoned CSI
+    /// volume, a storage class and a CSINode with an attach limit; running pods with labels,
+    /// affinity and volumes; pending pods with pod (anti-)affinity, namespace selectors,
+    /// spreading (explicit and default), images, GPUs, a claim and an inline disk.
     const EVERYTHING: &str = r#"
 apiVersion: v1
 kind: List
@@ -120,12 +127,39 @@ items:
     labels: {topology.kubernetes.io/zone: b, kubernetes.io/hostname: b1}
   status:
     allocatable: {cpu: "8", memory: 16Gi, pods: "20"}
+- apiVersion: storage.k8s.io/v1
+  kind: StorageClass
+  metadata: {name: fast}
+  provisioner: ebs.csi.aws.com
+  volumeBindingMode: WaitForFirstConsumer
+- apiVersion: v1
+  kind: PersistentVolume
+  metadata: {name: pv-data, labels: {topology.kubernetes.io/zone: b}}
+  spec:
+    capacity: {storage: 10Gi}
+    accessModes: [ReadWriteOnce]
+    storageClassName: fast
+    claimRef: {namespace: shop, name: data}
+    csi: {driver: ebs.csi.aws.com, volumeHandle: vol-data}
+- apiVersion: v1
+  kind: PersistentVolumeClaim
+  metadata: {name: data, namespace: shop, annotations: {pv.kubernetes.io/bind-completed: "yes"}}
+  spec:
+    accessModes: [ReadWriteOnce]
+    storageClassName: fast
+    volumeName: pv-data
+    resources: {requests: {storage: 10Gi}}
+- apiVersion: storage.k8s.io/v1
+  kind: CSINode
+  metadata: {name: b1}
+  spec: {drivers: [{name: ebs.csi.aws.com, nodeID: b1, allocatable: {count: 2}}]}
 - apiVersion: v1
   kind: Pod
   metadata: {name: db, namespace: shop, labels: {app: db}}
   spec:
     nodeName: b1
     containers: [{name: c, image: db:1, resources: {requests: {cpu: "1"}}}]
+    volumes: [{name: d, persistentVolumeClaim: {claimName: data}}, {name: pd, gcePersistentDisk: {pdName: disk-1}}]
     affinity:
       podAntiAffinity:
         requiredDuringSchedulingIgnoredDuringExecution:
@@ -162,6 +196,12 @@ items:
   metadata: {name: batch, namespace: shop, labels: {app: batch}}
   spec:
     containers: [{name: c, image: batch:1, resources: {requests: {cpu: "1"}}}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: reader, namespace: shop, labels: {app: reader}}
+  spec:
+    containers: [{name: c, image: reader:1, resources: {requests: {cpu: "1"}}}]
+    volumes: [{name: d, persistentVolumeClaim: {claimName: data}}, {name: pd, gcePersistentDisk: {pdName: disk-1, readOnly: true}}]
 "#;
 
     #[test]
@@ -227,7 +267,10 @@ profiles:
                 (node_affinity::NAME, Some(2)),
                 (node_ports::NAME, None),
                 (node_resources_fit::NAME, Some(1)),
+                (volume_restrictions::NAME, None),
+                (node_volume_limits::NAME, None),
                 (volume_binding::NAME, None),
+                (volume_zone::NAME, None),
                 (pod_topology_spread::NAME, Some(2)),
                 (inter_pod_affinity::NAME, Some(2)),
                 (balanced_allocation::NAME, Some(1)),
