@@ -173,9 +173,9 @@ const fn plugin(
 
 /// Today's default plugins (kube-scheduler 1.30+, `getDefaultPlugins`), in order.
 /// SchedulingGates has no 1.20 counterpart (gated pods are not eligible); DefaultPreemption
-/// is left out because gantry implements no preemption; VolumeBinding is not written out
-/// while gantry has none (the scenarios' claims are bound already, so 1.20's would pass
-/// them). VolumeRestrictions, NodeVolumeLimits and VolumeZone are Filter plugins only in
+/// is left out because gantry implements no preemption. VolumeBinding scores only with an
+/// alpha feature gate today, and gantry gives it no Score; in 1.20 it also reserves and
+/// prebinds, and is written out there too. VolumeRestrictions, NodeVolumeLimits and VolumeZone are Filter plugins only in
 /// 1.20, where NodeVolumeLimits brings the in-tree limit plugins along (see [`LIMITS_1_20`]).
 const TODAY_DEFAULTS: &[PluginPoints] = &[
     plugin("SchedulingGates", 0, false, false, false, false, false),
@@ -188,7 +188,7 @@ const TODAY_DEFAULTS: &[PluginPoints] = &[
     plugin("NodeResourcesFit", 1, true, true, true, false, true),
     plugin("VolumeRestrictions", 0, true, false, false, false, true),
     plugin("NodeVolumeLimits", 0, true, false, false, false, true),
-    plugin("VolumeBinding", 0, true, true, false, false, false),
+    plugin("VolumeBinding", 0, true, false, true, false, true),
     plugin("VolumeZone", 0, true, false, false, false, true),
     plugin("PodTopologySpread", 2, true, true, true, true, true),
     plugin("InterPodAffinity", 2, true, true, true, true, true),
@@ -455,6 +455,11 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
         }
     }
     let all = |enabled: Vec<Value>| json!({"disabled": [{"name": "*"}], "enabled": enabled});
+    let volume_binding: Vec<Value> = filters
+        .iter()
+        .filter(|n| *n == "VolumeBinding")
+        .map(|n| json!({"name": n}))
+        .collect();
     let mut out = json!({
         "schedulerName": name,
         "plugins": {
@@ -464,9 +469,9 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
             "postFilter": all(vec![]),
             "preScore": all(pre_score_1_20),
             "score": all(score_1_20),
-            "reserve": all(vec![]),
+            "reserve": all(volume_binding.clone()),
             "permit": all(vec![]),
-            "preBind": all(vec![]),
+            "preBind": all(volume_binding),
             "bind": all(vec![json!({"name": "DefaultBinder"})]),
             "postBind": all(vec![]),
         },
@@ -585,6 +590,13 @@ fn todays_wording(message: &str) -> String {
                     }
                     "node(s) didn't match the requested hostname" => {
                         "node(s) didn't match the requested node name".to_string()
+                    }
+                    "node(s) had volume node affinity conflict" => {
+                        "node(s) didn't match PersistentVolume's node affinity".to_string()
+                    }
+                    "pvc(s) bound to non-existent pv(s)" => {
+                        "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+                            .to_string()
                     }
                     r => r.to_string(),
                 }
