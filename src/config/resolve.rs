@@ -127,12 +127,10 @@ struct Entry {
 
 /// kube-scheduler's `mergePluginSet` for `multiPoint`: defaults not disabled keep their
 /// order (replaced in place by a re-listed custom entry), then the other custom entries.
-fn merge_multi_point(
-    custom: &PluginSet,
-    base: &str,
-    registry: &Registry,
-) -> (Vec<Entry>, Vec<String>) {
-    let disabled: Vec<String> = custom.disabled.iter().map(|p| p.name.clone()).collect();
+/// `disabled` only drops defaults: a plugin both enabled and disabled there is enabled, as
+/// kube-scheduler has it.
+fn merge_multi_point(custom: &PluginSet, base: &str, registry: &Registry) -> Vec<Entry> {
+    let disabled: Vec<&str> = custom.disabled.iter().map(|p| p.name.as_str()).collect();
     let custom_index: HashMap<&str, usize> = custom
         .enabled
         .iter()
@@ -146,9 +144,9 @@ fn merge_multi_point(
         weight: p.weight,
         field: format!("{base}.multiPoint.enabled[{i}]"),
     };
-    if !disabled.iter().any(|d| d == "*") {
+    if !disabled.contains(&"*") {
         for (name, weight) in registry.defaults() {
-            if disabled.iter().any(|d| d == name) {
+            if disabled.contains(&name) {
                 continue;
             }
             match custom_index.get(name) {
@@ -169,7 +167,7 @@ fn merge_multi_point(
             enabled.push(custom_entry(i, p));
         }
     }
-    (enabled, disabled)
+    enabled
 }
 
 /// Builds one profile; `base` is its path (`profiles[0]`), `args` its decoded plugin configs.
@@ -223,12 +221,9 @@ pub(super) fn build_profile(
         instantiate(name, base)?;
     }
 
-    let (multi, multi_disabled) = merge_multi_point(&plugins.multi_point, &base_plugins, registry);
+    let multi = merge_multi_point(&plugins.multi_point, &base_plugins, registry);
     let mut multi_plugins = Vec::new();
     for e in &multi {
-        if multi_disabled.iter().any(|d| d == &e.name) {
-            continue;
-        }
         multi_plugins.push((e, instantiate(&e.name, &e.field)?));
     }
 

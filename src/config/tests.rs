@@ -579,3 +579,29 @@ fn an_unknown_field_without_a_name_is_named_config() {
     let e = err("\"\": null\n");
     assert!(e.starts_with("config: unknown field ``"), "{e}");
 }
+
+#[test]
+fn a_multi_point_plugin_both_enabled_and_disabled_is_enabled() {
+    let e = err(&format!(
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n      disabled: [{{name: DefaultPreemption}}]\n"
+    ));
+    assert_eq!(
+        e,
+        "profiles[0].plugins.multiPoint.enabled[0]: plugin \"DefaultPreemption\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it",
+        "kube-scheduler would preempt"
+    );
+    let c = parse(&format!(
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: ImageLocality, weight: 5}}]\n      disabled: [{{name: ImageLocality}}]\n"
+    ))
+    .unwrap();
+    let weights: Vec<(&str, i64)> = c.profiles[0]
+        .score
+        .iter()
+        .map(|(p, w)| (p.name(), *w))
+        .collect();
+    assert_eq!(
+        weights.last(),
+        Some(&("ImageLocality", 5)),
+        "the default dropped, the entry appended: {weights:?}"
+    );
+}
