@@ -121,6 +121,39 @@ fn gantry_run_refuses_an_invalid_configuration_before_contacting_the_api_server(
             "parallelism: must be between 1 and 1024, got 0",
         ),
         (
+            "preemption.yaml",
+            format!(
+                "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n"
+            ),
+            "profiles[0].plugins.multiPoint.enabled[0]: plugin \"DefaultPreemption\" is a kube-scheduler plugin that gantry does not implement",
+        ),
+        (
+            "preemption_args.yaml",
+            format!(
+                "{HEADER}profiles:\n- pluginConfig:\n  - name: DefaultPreemption\n    args: {{minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}}\n"
+            ),
+            "profiles[0].pluginConfig[0].args: minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the same time as minCandidateNodesAbsolute, minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage",
+        ),
+        (
+            "preemption_range.yaml",
+            format!(
+                "{HEADER}profiles:\n- pluginConfig:\n  - name: DefaultPreemption\n    args: {{minCandidateNodesPercentage: 150}}\n"
+            ),
+            "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: Invalid value: 150: not in valid range [0, 100]",
+        ),
+        (
+            "duplicate_args.yaml",
+            format!(
+                "{HEADER}profiles:\n- pluginConfig:\n  - name: VolumeBinding\n    args: {{bindTimeoutSeconds: 600}}\n  - name: VolumeBinding\n"
+            ),
+            "profiles[0].pluginConfig[1]: Duplicate value: \"VolumeBinding\"",
+        ),
+        (
+            "extenders.yaml",
+            format!("{HEADER}extenders:\n- urlPrefix: http://127.0.0.1:8888\n"),
+            "extenders: scheduler extenders are not supported by gantry",
+        ),
+        (
             "deep.yaml",
             format!("{HEADER}profiles: {}\n", "[".repeat(100_000)),
             "nested deeper than 128 levels at line 3",
@@ -221,4 +254,53 @@ fn an_error_names_its_cause_once() {
             "gantry {command}: the cause once:\n{text}"
         );
     }
+}
+
+/// What kube-scheduler writes with `--write-config-to`: its default profile in full.
+const KUBE_SCHEDULER_DEFAULTS: &str =
+    include_str!("../src/config/testdata/kube_scheduler_defaults.yaml");
+
+/// The kube-scheduler plugins of that profile gantry does not implement yet.
+const NOT_IMPLEMENTED: [&str; 1] = ["DefaultPreemption"];
+
+#[test]
+fn kube_schedulers_written_defaults_are_refused_until_its_missing_plugins_are_removed() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let server = Server::start();
+    let kubeconfig = server.kubeconfig(dir.path());
+    let written = write(dir.path(), "written.yaml", KUBE_SCHEDULER_DEFAULTS);
+    let out = gantry(&[
+        "run".as_ref(),
+        "--config".as_ref(),
+        written.as_os_str(),
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+        "--address".as_ref(),
+        "127.0.0.1:0".as_ref(),
+    ]);
+    let err = stderr(&out);
+    assert!(!out.status.success(), "gantry run succeeded: {err}");
+    assert!(
+        err.contains("profiles[0].plugins.multiPoint.enabled[")
+            && err.contains("is a kube-scheduler plugin that gantry does not implement")
+            && NOT_IMPLEMENTED
+                .iter()
+                .any(|name| err.contains(&format!("plugin \"{name}\""))),
+        "{err}"
+    );
+    assert!(
+        !server.was_contacted(),
+        "gantry run contacted the API server"
+    );
+
+    // Without those multiPoint entries (so no longer enabled), the rest is accepted.
+    let mut text = KUBE_SCHEDULER_DEFAULTS.to_string();
+    for name in NOT_IMPLEMENTED {
+        let entry = format!("      - name: {name}\n        weight: 0\n");
+        assert!(text.contains(&entry), "{name} is enabled");
+        text = text.replacen(&entry, "", 1);
+    }
+    let edited = write(dir.path(), "edited.yaml", &text);
+    let out = gantry(&["simulate".as_ref(), "--config".as_ref(), edited.as_os_str()]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

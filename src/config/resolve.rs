@@ -4,11 +4,12 @@
 //! extension point then holds the plugins enabled there explicitly and, unless disabled
 //! there, the `multiPoint` plugins that implement it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::framework::{MAX_NODE_SCORE, Plugin, Profile, Registry};
+use crate::framework::{ArgsError, MAX_NODE_SCORE, Plugin, Profile, Registry, decode_args};
 use crate::model::echo::echo;
+use crate::plugins::default_preemption::{self, DefaultPreemptionArgs};
 
 use super::ConfigError;
 use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
@@ -18,8 +19,9 @@ use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
 /// orders of magnitude below `i64::MAX`.
 pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 
-/// kube-scheduler plugins gantry does not implement. Disabling them is accepted (a config
-/// written for kube-scheduler keeps working); enabling them is an error.
+/// kube-scheduler plugins gantry does not implement. Disabling them, or giving their
+/// arguments, is accepted (a config written for kube-scheduler keeps working); enabling them
+/// is an error.
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
     "DefaultPreemption",
     "DynamicResources",
@@ -124,12 +126,10 @@ struct Entry {
 
 /// kube-scheduler's `mergePluginSet` for `multiPoint`: defaults not disabled keep their
 /// order (replaced in place by a re-listed custom entry), then the other custom entries.
-fn merge_multi_point(
-    custom: &PluginSet,
-    base: &str,
-    registry: &Registry,
-) -> (Vec<Entry>, Vec<String>) {
-    let disabled: Vec<String> = custom.disabled.iter().map(|p| p.name.clone()).collect();
+/// `disabled` only drops defaults: a plugin both enabled and disabled there is enabled, as
+/// kube-scheduler has it.
+fn merge_multi_point(custom: &PluginSet, base: &str, registry: &Registry) -> Vec<Entry> {
+    let disabled: Vec<&str> = custom.disabled.iter().map(|p| p.name.as_str()).collect();
     let custom_index: HashMap<&str, usize> = custom
         .enabled
         .iter()
@@ -143,9 +143,9 @@ fn merge_multi_point(
         weight: p.weight,
         field: format!("{base}.multiPoint.enabled[{i}]"),
     };
-    if !disabled.iter().any(|d| d == "*") {
+    if !disabled.contains(&"*") {
         for (name, weight) in registry.defaults() {
-            if disabled.iter().any(|d| d == name) {
+            if disabled.contains(&name) {
                 continue;
             }
             match custom_index.get(name) {
@@ -166,7 +166,7 @@ fn merge_multi_point(
             enabled.push(custom_entry(i, p));
         }
     }
-    (enabled, disabled)
+    enabled
 }
 
 /// Builds one profile; `base` is its path (`profiles[0]`), `args` its decoded plugin configs.
@@ -179,19 +179,17 @@ pub(super) fn build_profile(
     let plugins = cfg.plugins.clone().unwrap_or_default();
     let base_plugins = format!("{base}.plugins");
 
-    // Plugin arguments, validated whether or not the plugin is enabled.
-    let mut args: BTreeMap<&str, (&Option<serde_json::Value>, String)> = BTreeMap::new();
+    // Plugin arguments, by name: once each, as kube-scheduler's `field.Duplicate` has it.
+    let mut args: HashMap<&str, (&Option<serde_json::Value>, String)> = HashMap::new();
     for (i, pc) in cfg.plugin_config.iter().enumerate() {
         let field = format!("{base}.pluginConfig[{i}]");
-        if registry.get(&pc.name).is_none() {
-            return Err(unknown_plugin(&pc.name, &format!("{field}.name")));
-        }
-        if args.insert(&pc.name, (&pc.args, field.clone())).is_some() {
+        if args.contains_key(pc.name.as_str()) {
             return Err(ConfigError::field(
-                format!("{field}.name"),
-                format!("repeated config for plugin {}", echo(&pc.name)),
+                field,
+                format!("Duplicate value: {}", echo(&pc.name)),
             ));
         }
+        args.insert(&pc.name, (&pc.args, field));
     }
     let mut instances: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
     let mut instantiate = |name: &str, field: &str| -> Result<Arc<dyn Plugin>, ConfigError> {
@@ -205,27 +203,26 @@ pub(super) fn build_profile(
             Some((v, f)) => (v.as_ref(), format!("{f}.args")),
             None => (None, format!("{base}.pluginConfig[{name}].args")),
         };
-        let plugin = factory(value).map_err(|e| {
-            let sub = if e.field.is_empty() {
-                args_field.clone()
-            } else {
-                format!("{args_field}.{}", e.field)
-            };
-            ConfigError::field(sub, e.reason)
-        })?;
+        let plugin = factory(value).map_err(|e| args_error(&args_field, e))?;
         instances.insert(name.to_string(), plugin.clone());
         Ok(plugin)
     };
-    for name in args.keys() {
-        instantiate(name, base)?;
+    // As in kube-scheduler, arguments of a kind it knows are decoded and validated whether or
+    // not the plugin is enabled, and those of other names pass through unread. gantry knows
+    // the registered plugins' (each is built from its arguments) and DefaultPreemption's,
+    // which it reads but cannot run yet.
+    for (i, pc) in cfg.plugin_config.iter().enumerate() {
+        if registry.get(&pc.name).is_some() {
+            instantiate(&pc.name, base)?;
+        } else if pc.name == default_preemption::NAME {
+            decode_args::<DefaultPreemptionArgs>(pc.args.as_ref())
+                .map_err(|e| args_error(&format!("{base}.pluginConfig[{i}].args"), e))?;
+        }
     }
 
-    let (multi, multi_disabled) = merge_multi_point(&plugins.multi_point, &base_plugins, registry);
+    let multi = merge_multi_point(&plugins.multi_point, &base_plugins, registry);
     let mut multi_plugins = Vec::new();
     for e in &multi {
-        if multi_disabled.iter().any(|d| d == &e.name) {
-            continue;
-        }
         multi_plugins.push((e, instantiate(&e.name, &e.field)?));
     }
 
@@ -382,6 +379,16 @@ pub(super) fn build_profile(
         bind,
         post_bind: take(11),
     })
+}
+
+/// A plugin's invalid arguments as a configuration error, under `args_field`.
+fn args_error(args_field: &str, e: ArgsError) -> ConfigError {
+    let field = if e.field.is_empty() {
+        args_field.to_string()
+    } else {
+        format!("{args_field}.{}", e.field)
+    };
+    ConfigError::field(field, e.reason)
 }
 
 fn unknown_plugin(name: &str, field: &str) -> ConfigError {

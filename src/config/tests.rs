@@ -220,12 +220,6 @@ fn errors_name_the_field() {
     );
     assert_eq!(
         err(&format!(
-            "{HEADER}profiles:\n- pluginConfig:\n  - name: Nope\n"
-        )),
-        "profiles[0].pluginConfig[0].name: unknown plugin \"Nope\""
-    );
-    assert_eq!(
-        err(&format!(
             "{HEADER}profiles:\n- schedulerName: a\n- schedulerName: a\n"
         )),
         "profiles[1].schedulerName: duplicate profile \"a\""
@@ -581,4 +575,309 @@ fn an_unknown_field_without_a_name_is_named_config() {
     // Found by fuzz_config_parse_mutated: the error named the field "" (its path is empty).
     let e = err("\"\": null\n");
     assert!(e.starts_with("config: unknown field ``"), "{e}");
+}
+
+/// What kube-scheduler writes with `--write-config-to`: its default profile in full.
+const KUBE_SCHEDULER_DEFAULTS: &str = include_str!("testdata/kube_scheduler_defaults.yaml");
+
+/// The plugins a text enables through `profiles[0].plugins.multiPoint`, in order.
+fn multi_point_names(text: &str) -> Vec<String> {
+    let file: KubeSchedulerConfiguration = decode(text).unwrap();
+    let plugins = file.profiles[0].plugins.clone().unwrap_or_default();
+    plugins
+        .multi_point
+        .enabled
+        .into_iter()
+        .map(|p| p.name)
+        .collect()
+}
+
+/// `text` without the multiPoint entry of `name`: the plugin is no longer enabled. (Listing
+/// it under `multiPoint.disabled` as well would not do: kube-scheduler enables a plugin its
+/// multiPoint set both enables and disables.)
+fn without_multi_point_entry(text: &str, name: &str) -> String {
+    let entry = format!("      - name: {name}\n        weight: ");
+    let at = text
+        .find(&entry)
+        .unwrap_or_else(|| panic!("{name} is enabled"));
+    let end = at + text[at..].match_indices('\n').nth(1).unwrap().0 + 1;
+    format!("{}{}", &text[..at], &text[end..])
+}
+
+/// The plugins at each extension point, with the score weights.
+fn layout(p: &crate::framework::Profile) -> Vec<Vec<(&'static str, i64)>> {
+    let unweighted = |v: &[std::sync::Arc<dyn crate::framework::Plugin>]| {
+        v.iter().map(|p| (p.name(), 0)).collect::<Vec<_>>()
+    };
+    vec![
+        unweighted(&p.pre_enqueue),
+        vec![(p.queue_sort.name(), 0)],
+        unweighted(&p.pre_filter),
+        unweighted(&p.filter),
+        unweighted(&p.post_filter),
+        unweighted(&p.pre_score),
+        p.score.iter().map(|(p, w)| (p.name(), *w)).collect(),
+        unweighted(&p.reserve),
+        unweighted(&p.permit),
+        unweighted(&p.pre_bind),
+        unweighted(&p.bind),
+        unweighted(&p.post_bind),
+    ]
+}
+
+#[test]
+fn kube_schedulers_written_defaults_are_refused_only_for_the_plugins_gantry_lacks() {
+    let written = multi_point_names(KUBE_SCHEDULER_DEFAULTS);
+    assert_eq!(written.len(), 18);
+    // Each refusal names one multiPoint entry; without it, the next refusal, until none.
+    let mut text = KUBE_SCHEDULER_DEFAULTS.to_string();
+    let mut refused: Vec<(String, String)> = Vec::new();
+    let config = loop {
+        match parse(&text) {
+            Ok(config) => break config,
+            Err(ConfigError::Field { field, reason }) => {
+                assert!(refused.len() < written.len(), "{field}: {reason}");
+                let index: usize = field
+                    .strip_prefix("profiles[0].plugins.multiPoint.enabled[")
+                    .and_then(|rest| rest.strip_suffix(']'))
+                    .and_then(|i| i.parse().ok())
+                    .unwrap_or_else(|| panic!("not a multiPoint entry: {field}: {reason}"));
+                let name = multi_point_names(&text)[index].clone();
+                assert_eq!(
+                    reason,
+                    format!(
+                        "plugin {name:?} is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+                    )
+                );
+                let original = written.iter().position(|n| *n == name).unwrap();
+                refused.push((
+                    format!("profiles[0].plugins.multiPoint.enabled[{original}]"),
+                    name.clone(),
+                ));
+                text = without_multi_point_entry(&text, &name);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let refused: Vec<(&str, &str)> = refused
+        .iter()
+        .map(|(f, n)| (f.as_str(), n.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [(
+            "profiles[0].plugins.multiPoint.enabled[14]",
+            "DefaultPreemption"
+        )],
+        "the only fields gantry cannot honour"
+    );
+    // What remains is gantry's own default profile, with kube-scheduler's client settings.
+    let defaults = Config::default_with(&registry()).unwrap();
+    assert_eq!(config.profiles.len(), 1);
+    assert_eq!(config.profiles[0].scheduler_name, "default-scheduler");
+    assert_eq!(layout(&config.profiles[0]), layout(&defaults.profiles[0]));
+    assert_eq!(config.parallelism, 16);
+    assert_eq!(config.percentage_of_nodes_to_score, 0);
+    assert_eq!(config.pod_max_backoff, Duration::from_secs(10));
+    assert_eq!(
+        (config.client_connection.qps, config.client_connection.burst),
+        (50.0, 100)
+    );
+    assert_eq!(config.client_connection.content_type, ContentType::Protobuf);
+    assert_eq!(config.client_connection.kubeconfig, None);
+    assert_eq!(config.leader_election.resource_name, "kube-scheduler");
+    assert_eq!(config.leader_election, {
+        let mut l = defaults.leader_election.clone();
+        l.resource_name = "kube-scheduler".to_string();
+        l
+    });
+}
+
+#[test]
+fn a_multi_point_plugin_both_enabled_and_disabled_is_enabled() {
+    let e = err(&format!(
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n      disabled: [{{name: DefaultPreemption}}]\n"
+    ));
+    assert_eq!(
+        e,
+        "profiles[0].plugins.multiPoint.enabled[0]: plugin \"DefaultPreemption\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it",
+        "kube-scheduler would preempt"
+    );
+    let c = parse(&format!(
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: ImageLocality, weight: 5}}]\n      disabled: [{{name: ImageLocality}}]\n"
+    ))
+    .unwrap();
+    let weights: Vec<(&str, i64)> = c.profiles[0]
+        .score
+        .iter()
+        .map(|(p, w)| (p.name(), *w))
+        .collect();
+    assert_eq!(
+        weights.last(),
+        Some(&("ImageLocality", 5)),
+        "the default dropped, the entry appended: {weights:?}"
+    );
+}
+
+fn plugin_config(entries: &str) -> Result<Config, ConfigError> {
+    parse(&format!("{HEADER}profiles:\n- pluginConfig:\n{entries}"))
+}
+
+#[test]
+fn default_preemption_args_are_validated_as_kube_scheduler_does() {
+    let args = |a: &str| plugin_config(&format!("  - name: DefaultPreemption\n    args: {a}\n"));
+    for ok in [
+        "{minCandidateNodesPercentage: 10, minCandidateNodesAbsolute: 100}",
+        "{apiVersion: kubescheduler.config.k8s.io/v1, kind: DefaultPreemptionArgs}",
+        "{minCandidateNodesPercentage: 0}",
+        "{minCandidateNodesPercentage: 100, minCandidateNodesAbsolute: 0}",
+        "null",
+    ] {
+        assert!(args(ok).is_ok(), "{ok}: {}", args(ok).unwrap_err());
+    }
+    for (bad, want) in [
+        (
+            "{minCandidateNodesPercentage: 101}",
+            "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: Invalid value: 101: not in valid range [0, 100]",
+        ),
+        (
+            "{minCandidateNodesPercentage: -5}",
+            "profiles[0].pluginConfig[0].args.minCandidateNodesPercentage: Invalid value: -5: not in valid range [0, 100]",
+        ),
+        (
+            "{minCandidateNodesAbsolute: -1}",
+            "profiles[0].pluginConfig[0].args.minCandidateNodesAbsolute: Invalid value: -1: not in valid range [0, inf)",
+        ),
+        (
+            "{minCandidateNodesPercentage: 0, minCandidateNodesAbsolute: 0}",
+            "profiles[0].pluginConfig[0].args: minCandidateNodesPercentage: Invalid value: 0: cannot be zero at the same time as minCandidateNodesAbsolute, minCandidateNodesAbsolute: Invalid value: 0: cannot be zero at the same time as minCandidateNodesPercentage",
+        ),
+        (
+            "{minCandidateNodes: 5}",
+            "profiles[0].pluginConfig[0].args.minCandidateNodes: unknown field `minCandidateNodes`, expected `minCandidateNodesPercentage` or `minCandidateNodesAbsolute`",
+        ),
+        (
+            "{kind: InterPodAffinityArgs}",
+            "profiles[0].pluginConfig[0].args.kind: expected DefaultPreemptionArgs, got \"InterPodAffinityArgs\"",
+        ),
+    ] {
+        assert_eq!(args(bad).unwrap_err().to_string(), want, "{bad}");
+    }
+    // The path names the profile and the entry.
+    let e = parse(&format!(
+        "{HEADER}profiles:\n- schedulerName: a\n- schedulerName: b\n  pluginConfig:\n  - name: VolumeBinding\n  - name: DefaultPreemption\n    args: {{minCandidateNodesAbsolute: -1}}\n"
+    ))
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "profiles[1].pluginConfig[1].args.minCandidateNodesAbsolute: Invalid value: -1: not in valid range [0, inf)"
+    );
+}
+
+#[test]
+fn default_preemption_is_refused_enabled_and_accepted_disabled_or_configured() {
+    let enabled = err(&format!(
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n"
+    ));
+    assert_eq!(
+        enabled,
+        "profiles[0].plugins.multiPoint.enabled[0]: plugin \"DefaultPreemption\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+    );
+    let c = parse(&format!(
+        "{HEADER}profiles:
+- plugins:
+    multiPoint:
+      disabled: [{{name: DefaultPreemption}}]
+    postFilter:
+      disabled: [{{name: DefaultPreemption}}]
+  pluginConfig:
+  - name: DefaultPreemption
+    args: {{minCandidateNodesPercentage: 20, minCandidateNodesAbsolute: 50}}
+  - name: VolumeBinding
+    args: {{bindTimeoutSeconds: 600}}
+"
+    ))
+    .unwrap();
+    assert!(c.profiles[0].post_filter.is_empty());
+    assert!(names(&c.profiles[0].pre_bind).contains(&"VolumeBinding"));
+}
+
+#[test]
+fn args_of_plugins_no_profile_enables_are_read_as_kube_scheduler_reads_them() {
+    // A kind gantry knows is validated, enabled or not.
+    let disabled = "  plugins:\n    multiPoint:\n      disabled: [{name: PodTopologySpread}]\n";
+    let e = parse(&format!(
+        "{HEADER}profiles:\n- pluginConfig:\n  - name: PodTopologySpread\n    args: {{defaultingType: Sometimes}}\n{disabled}"
+    ))
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "profiles[0].pluginConfig[0].args.defaultingType: unknown variant `Sometimes`"
+        ),
+        "{e}"
+    );
+    parse(&format!(
+        "{HEADER}profiles:\n- pluginConfig:\n  - name: PodTopologySpread\n    args: {{defaultingType: List}}\n{disabled}"
+    ))
+    .unwrap();
+    let e = plugin_config("  - name: LoadAware\n    args: {nope: 1}\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("profiles[0].pluginConfig[0].args.nope: unknown field `nope`"),
+        "a plugin of gantry's own that no profile enables: {e}"
+    );
+    // Other names pass through unread: out-of-tree plugins, and kube-scheduler's plugins
+    // that have no arguments kind (gantry's or not).
+    for name in [
+        "OutOfTreePlugin",
+        "VolumeZone",
+        "NodeVolumeLimits",
+        "DynamicResources",
+        "NodeName",
+    ] {
+        plugin_config(&format!(
+            "  - name: {name}\n    args: {{foo: bar, n: [1, 2]}}\n"
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn a_plugin_configured_twice_is_a_duplicate() {
+    for name in ["VolumeBinding", "DefaultPreemption", "OutOfTreePlugin"] {
+        assert_eq!(
+            plugin_config(&format!(
+                "  - name: {name}\n  - name: NodeAffinity\n  - name: {name}\n"
+            ))
+            .unwrap_err()
+            .to_string(),
+            format!("profiles[0].pluginConfig[2]: Duplicate value: \"{name}\"")
+        );
+    }
+}
+
+#[test]
+fn null_lists_and_sets_are_empty() {
+    for text in [
+        "extenders: null\n",
+        "extenders: []\n",
+        "extenders:\n",
+        "profiles: null\n",
+        "profiles:\n- pluginConfig: null\n  plugins: null\n",
+        "profiles:\n- plugins:\n    multiPoint: null\n    score: {enabled: null, disabled: null}\n    filter: {}\n",
+    ] {
+        let c = parse(&format!("{HEADER}{text}")).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(c.profiles.len(), 1, "{text}");
+        assert_eq!(c.profiles[0].score.len(), 7, "the defaults: {text}");
+    }
+    assert_eq!(
+        err(&format!(
+            "{HEADER}extenders:\n- urlPrefix: http://127.0.0.1:8888\n  filterVerb: filter\n"
+        )),
+        "extenders: scheduler extenders are not supported by gantry; use plugins"
+    );
+    assert!(
+        err(&format!("{HEADER}extenders: {{}}\n")).starts_with("extenders: invalid type: map"),
+        "a list"
+    );
 }

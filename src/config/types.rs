@@ -1,7 +1,8 @@
 //! The `KubeSchedulerConfiguration` (`kubescheduler.config.k8s.io/v1`) file, as written.
-//! Every struct rejects unknown fields, so a typo is an error that names the field.
+//! Every struct rejects unknown fields, so a typo is an error that names the field. A list or
+//! a set given as `null` is empty, as kube-scheduler's decoder takes it.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// The API version gantry reads.
 pub const API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
@@ -33,10 +34,11 @@ pub struct KubeSchedulerConfiguration {
     /// Longest backoff (default 10).
     pub pod_max_backoff_seconds: Option<i64>,
     /// The profiles; one `default-scheduler` profile when absent.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub profiles: Vec<ProfileConfig>,
-    /// Scheduler extenders; gantry does not support them and rejects a non-empty list.
-    #[serde(default)]
+    /// Scheduler extenders; gantry has none yet and refuses a non-empty list (`null` and `[]`
+    /// are empty).
+    #[serde(default, deserialize_with = "null_is_default")]
     pub extenders: Vec<serde_json::Value>,
     /// Accepted for compatibility.
     pub delay_cache_until_active: Option<bool>,
@@ -90,7 +92,7 @@ pub struct ProfileConfig {
     /// Plugin sets per extension point.
     pub plugins: Option<Plugins>,
     /// Arguments per plugin.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub plugin_config: Vec<PluginConfig>,
 }
 
@@ -99,43 +101,43 @@ pub struct ProfileConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Plugins {
     /// PreEnqueue.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub pre_enqueue: PluginSet,
     /// QueueSort.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub queue_sort: PluginSet,
     /// PreFilter.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub pre_filter: PluginSet,
     /// Filter.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub filter: PluginSet,
     /// PostFilter.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub post_filter: PluginSet,
     /// PreScore.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub pre_score: PluginSet,
     /// Score.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub score: PluginSet,
     /// Reserve.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub reserve: PluginSet,
     /// Permit.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub permit: PluginSet,
     /// PreBind (no gantry plugin implements it).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub pre_bind: PluginSet,
     /// Bind.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub bind: PluginSet,
     /// PostBind (no gantry plugin implements it).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub post_bind: PluginSet,
     /// Every extension point each plugin implements.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub multi_point: PluginSet,
 }
 
@@ -144,10 +146,10 @@ pub struct Plugins {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginSet {
     /// Plugins to enable, in order.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub enabled: Vec<PluginRef>,
     /// Plugins to disable; `*` disables all defaults.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_is_default")]
     pub disabled: Vec<PluginRef>,
 }
 
@@ -169,4 +171,14 @@ pub struct PluginConfig {
     pub name: String,
     /// Its arguments.
     pub args: Option<serde_json::Value>,
+}
+
+/// A field given as `null` takes its default, as an absent one does: Go's decoder, which
+/// reads kube-scheduler's files, leaves a list or struct empty for `null`.
+fn null_is_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }

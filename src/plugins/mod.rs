@@ -5,6 +5,7 @@ use crate::framework::Registry;
 
 pub mod balanced_allocation;
 pub mod default_binder;
+pub mod default_preemption;
 pub mod gpu_share;
 pub mod image_locality;
 pub mod inter_pod_affinity;
