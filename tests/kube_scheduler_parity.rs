@@ -605,6 +605,15 @@ fn todays_wording(message: &str) -> String {
         })
         .collect();
     out.sort();
+    // 1.20 counts a rejection at PreFilter on every node; today gives its reason once.
+    if let [only] = out.as_slice()
+        && let Some((count, reason)) = only.split_once(' ')
+        && count == head.trim_start_matches("0/")
+        && (reason.starts_with("persistentvolumeclaim \"")
+            || reason == "pod has unbound immediate PersistentVolumeClaims")
+    {
+        return format!("{head} nodes are available: {reason}.");
+    }
     format!("{head} nodes are available: {}.", out.join(", "))
 }
 
@@ -1439,6 +1448,16 @@ fn wording_of_1_20_is_rewritten_to_todays() {
         todays_wording("0/2 nodes are available: 2 Insufficient cpu."),
         "0/2 nodes are available: 2 Insufficient cpu."
     );
+    assert_eq!(
+        todays_wording("0/2 nodes are available: 2 persistentvolumeclaim \"data\" not found."),
+        "0/2 nodes are available: persistentvolumeclaim \"data\" not found."
+    );
+    assert_eq!(
+        todays_wording(
+            "0/3 nodes are available: 1 node(s) had volume node affinity conflict, 2 Insufficient cpu."
+        ),
+        "0/3 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, 2 Insufficient cpu."
+    );
 }
 
 #[test]
@@ -1490,6 +1509,7 @@ fn default_profile_gets_todays_weights() {
             "GCEPDLimits",
             "NodeVolumeLimits",
             "AzureDiskLimits",
+            "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
