@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use support::*;
 
 /// How long a step may take: a binding waits for the controller's next look (a second).
@@ -66,28 +66,111 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volumes_are_bound_as_kube_scheduler_binds_them() {
     let plane = ControlPlane::start();
+    let client = plane.client().await;
+    let (profile, label) = ("gantry", "volumes");
+    for (n, zone) in [("vol-1", "a"), ("vol-2", "b"), ("vol-3", "c")] {
+        let labels = [("topology.kubernetes.io/zone", zone)];
+        create_node(&client, &labelled_node(n, label, "4", "8Gi", &labels)).await;
+    }
+    let config = config(profile, label, None, "");
+
+    // No PV controller yet: the first gantry writes its choice and waits, and dies waiting.
+    let mut first = Gantry::start(plane.dir(), "gantry-1", &config, &plane.kubeconfig());
+    first.wait_ready().await;
+    a_crash_while_waiting_on_the_pv_controller_loses_nothing(&plane, &client, &mut first).await;
+
     let _controller = KubeControllerManager::start(
         &plane,
         &["--controllers=persistentvolume-binder,statefulset"],
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let client = plane.client().await;
-    let (profile, label) = ("gantry", "volumes");
-    for n in ["vol-1", "vol-2", "vol-3"] {
-        create_node(&client, &node(n, label, "4", "8Gi")).await;
-    }
-    let mut gantry = Gantry::start(
-        plane.dir(),
-        "gantry",
-        &config(profile, label, None, ""),
-        &plane.kubeconfig(),
-    );
+    let mut gantry = Gantry::start(plane.dir(), "gantry-2", &config, &plane.kubeconfig());
     gantry.wait_ready().await;
+    let pod = wait_for("the pod of the crashed binding bound", async || {
+        let p = get_pod(&client, "crash", "app").await;
+        node_of(&p).is_some().then_some(p)
+    })
+    .await;
+    assert_eq!(
+        node_of(&pod),
+        Some("vol-1"),
+        "where the volume it was given is"
+    );
+    let c = wait_for("its claim bound", async || {
+        claim(&client, "crash", "crash-data").await.filter(is_bound)
+    })
+    .await;
+    assert_eq!(
+        c.spec.and_then(|s| s.volume_name).as_deref(),
+        Some("crash-1")
+    );
 
     statefulset_replicas_get_the_nodes_of_their_volumes(&plane, &client).await;
     a_missing_claim_holds_the_pod_until_it_is_created(&plane, &client).await;
     a_claim_to_provision_gets_the_node_of_its_pod(&plane, &client).await;
+    a_zonal_volume_takes_its_pod_to_its_zone(&plane, &client).await;
+    the_attach_limit_of_a_csi_driver_holds(&plane, &client).await;
     assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
+}
+
+/// gantry killed after it wrote a volume's claimRef and while it waits for the PV controller:
+/// the volume is promised to the claim, and the pod is left unbound; the next gantry (with
+/// the controller running now) binds the pod where that volume is.
+async fn a_crash_while_waiting_on_the_pv_controller_loses_nothing(
+    plane: &ControlPlane,
+    client: &Client,
+    gantry: &mut Gantry,
+) {
+    create_namespace(client, "crash").await;
+    apply(
+        plane,
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+",
+    );
+    apply(plane, &local_volume("crash-1", "local", "vol-1"));
+    // A volume is Available once the controller has seen it; none runs yet, so the phase is
+    // set here as the controller would.
+    Api::<PersistentVolume>::all(client.clone())
+        .patch_status(
+            "crash-1",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Available"}})),
+        )
+        .await
+        .expect("volume status");
+    apply(
+        plane,
+        "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: crash-data, namespace: crash}
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: crash}
+spec:
+  schedulerName: gantry
+  containers: [{name: app, image: registry.example/app:1}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: crash-data}}]
+",
+    );
+    let volumes = Api::<PersistentVolume>::all(client.clone());
+    wait_for("the volume promised to the claim", async || {
+        let pv = volumes.get("crash-1").await.ok()?;
+        let claim_ref = pv.spec?.claim_ref?;
+        (claim_ref.name.as_deref() == Some("crash-data")).then_some(())
+    })
+    .await;
+    gantry.kill();
+    let pod = get_pod(client, "crash", "app").await;
+    assert_eq!(node_of(&pod), None, "not bound before its claim is");
 }
 
 /// Three replicas of a StatefulSet on local volumes of a `WaitForFirstConsumer` class, with
@@ -296,4 +379,138 @@ spec:
         .await
         .expect("claims");
     assert!(others.items.iter().all(is_bound), "every claim is bound");
+}
+
+/// A claim bound to a volume whose node affinity names zone b: the pod goes to zone b.
+async fn a_zonal_volume_takes_its_pod_to_its_zone(plane: &ControlPlane, client: &Client) {
+    let ns = "zonal";
+    create_namespace(client, ns).await;
+    apply(
+        plane,
+        "apiVersion: v1
+kind: PersistentVolume
+metadata: {name: zonal-b}
+spec:
+  storageClassName: \"\"
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: /tmp/zonal-b}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [b]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: zonal-data, namespace: zonal}
+spec:
+  storageClassName: \"\"
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+",
+    );
+    wait_for("the zonal claim bound", async || {
+        claim(client, ns, "zonal-data").await.filter(is_bound)
+    })
+    .await;
+    apply(
+        plane,
+        "apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: zonal}
+spec:
+  schedulerName: gantry
+  containers: [{name: app, image: registry.example/app:1}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: zonal-data}}]
+",
+    );
+    let pod = wait_for("the zonal pod bound", async || {
+        let p = get_pod(client, ns, "app").await;
+        node_of(&p).is_some().then_some(p)
+    })
+    .await;
+    assert_eq!(node_of(&pod), Some("vol-2"), "the node of zone b");
+}
+
+/// A CSI driver that may attach one volume to node vol-3: a second pod there with another of
+/// its volumes waits, with kube-scheduler's message.
+async fn the_attach_limit_of_a_csi_driver_holds(plane: &ControlPlane, client: &Client) {
+    let ns = "limits";
+    create_namespace(client, ns).await;
+    let mut objects = String::from(
+        "apiVersion: storage.k8s.io/v1
+kind: CSINode
+metadata: {name: vol-3}
+spec:
+  drivers: [{name: csi.example.com, nodeID: vol-3, allocatable: {count: 1}}]
+",
+    );
+    for i in 1..=2 {
+        objects.push_str(&format!(
+            "---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: csi-{i}}}
+spec:
+  storageClassName: \"\"
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  csi: {{driver: csi.example.com, volumeHandle: disk-{i}}}
+  claimRef: {{namespace: limits, name: disk-{i}}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: disk-{i}, namespace: limits}}
+spec:
+  storageClassName: \"\"
+  volumeName: csi-{i}
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+"
+        ));
+    }
+    apply(plane, &objects);
+    for i in 1..=2 {
+        let name = format!("disk-{i}");
+        wait_for("the CSI claims bound", async || {
+            claim(client, ns, &name).await.filter(is_bound)
+        })
+        .await;
+    }
+    for i in 1..=2 {
+        apply(
+            plane,
+            &format!(
+                "apiVersion: v1
+kind: Pod
+metadata: {{name: user-{i}, namespace: limits}}
+spec:
+  schedulerName: gantry
+  nodeSelector: {{kubernetes.io/hostname: vol-3}}
+  containers: [{{name: app, image: registry.example/app:1}}]
+  volumes: [{{name: data, persistentVolumeClaim: {{claimName: disk-{i}}}}}]
+"
+            ),
+        );
+        if i == 1 {
+            wait_for("the first user bound", async || {
+                node_of(&get_pod(client, ns, "user-1").await).map(|_| ())
+            })
+            .await;
+        }
+    }
+    wait_for("the second user refused", async || {
+        let events = events(client, ns).await;
+        events_about(&events, "user-2", "FailedScheduling")
+            .iter()
+            .find(|e| {
+                e.note
+                    .as_deref()
+                    .is_some_and(|n| n.contains("1 node(s) exceed max volume count"))
+            })
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(node_of(&get_pod(client, ns, "user-2").await), None);
 }
