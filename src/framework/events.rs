@@ -192,6 +192,35 @@ pub fn may_help(hints: &[EventHint], change: &ClusterChange<'_>, pod: &PodInfo) 
         .any(|h| h.event == event && h.hint.is_none_or(|f| f(change, pod) == QueueingHint::Queue))
 }
 
+/// A hint for claim changes: queue the pod when the claim is one of its own (named in a
+/// `persistentVolumeClaim` volume, or made for one of its ephemeral volumes).
+pub fn is_a_claim_of_the_pod(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
+    claim_hint(change, pod, true)
+}
+
+/// A hint for claim changes: queue the pod when the claim is one its `persistentVolumeClaim`
+/// volumes name (the claims of ephemeral volumes left out, as kube-scheduler's VolumeZone and
+/// VolumeRestrictions leave them).
+pub fn is_a_named_claim_of_the_pod(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
+    claim_hint(change, pod, false)
+}
+
+fn claim_hint(change: &ClusterChange<'_>, pod: &PodInfo, ephemeral: bool) -> QueueingHint {
+    let ClusterChange::Claim { new, .. } = change else {
+        return QueueingHint::Queue;
+    };
+    let uses = pod
+        .volumes
+        .claims
+        .iter()
+        .any(|c| (ephemeral || !c.ephemeral) && c.name == new.name);
+    if new.namespace == pod.namespace && uses {
+        QueueingHint::Queue
+    } else {
+        QueueingHint::Skip
+    }
+}
+
 /// Node additions and updates: what a plugin that reads only the node's object declares.
 pub const NODE_CHANGES: [EventHint; 2] = [
     EventHint::any(ClusterEvent::NodeAdd),

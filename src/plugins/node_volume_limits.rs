@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot, Storage, Tracked};
+use crate::framework::events::is_a_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
@@ -156,17 +157,6 @@ fn frees_volumes(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
             QueueingHint::Skip
         }
         _ => QueueingHint::Queue,
-    }
-}
-
-fn is_a_claim_of_the_pod(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
-    let ClusterChange::Claim { new, .. } = change else {
-        return QueueingHint::Queue;
-    };
-    if new.namespace == pod.namespace && pod.volumes.claims.iter().any(|c| c.name == new.name) {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
     }
 }
 

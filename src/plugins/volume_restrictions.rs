@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot, Tracked};
+use crate::framework::events::is_a_named_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
@@ -49,7 +50,7 @@ pub struct VolumeRestrictions;
 const EVENTS: [EventHint; 3] = [
     EventHint::when(ClusterEvent::PodDelete, frees_a_disk_or_claim),
     EventHint::any(ClusterEvent::NodeAdd),
-    EventHint::when(ClusterEvent::ClaimAdd, is_a_claim_of_the_pod),
+    EventHint::when(ClusterEvent::ClaimAdd, is_a_named_claim_of_the_pod),
 ];
 
 /// The names of the claims a pod names in `persistentVolumeClaim` volumes (not those of
@@ -76,17 +77,6 @@ fn frees_a_disk_or_claim(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingH
     }
     let shares_a_claim = named_claims(gone).any(|g| named_claims(pod).any(|c| c == g));
     if disks_conflict(&pod.volumes.disks, &gone.volumes.disks) || shares_a_claim {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
-    }
-}
-
-fn is_a_claim_of_the_pod(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
-    let ClusterChange::Claim { new, .. } = change else {
-        return QueueingHint::Queue;
-    };
-    if new.namespace == pod.namespace && named_claims(pod).any(|c| c == new.name) {
         QueueingHint::Queue
     } else {
         QueueingHint::Skip

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot, Tracked};
+use crate::framework::events::is_a_named_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
@@ -54,8 +55,8 @@ const EVENTS: [EventHint; 7] = [
     EventHint::when(ClusterEvent::StorageClassAdd, delays_binding),
     EventHint::any(ClusterEvent::NodeAdd),
     EventHint::when(ClusterEvent::NodeUpdate, relabels_the_node),
-    EventHint::when(ClusterEvent::ClaimAdd, is_a_claim_of_the_pod),
-    EventHint::when(ClusterEvent::ClaimUpdate, is_a_claim_of_the_pod),
+    EventHint::when(ClusterEvent::ClaimAdd, is_a_named_claim_of_the_pod),
+    EventHint::when(ClusterEvent::ClaimUpdate, is_a_named_claim_of_the_pod),
     EventHint::any(ClusterEvent::VolumeAdd),
     EventHint::when(ClusterEvent::VolumeUpdate, changes_the_zone),
 ];
@@ -75,22 +76,6 @@ fn relabels_the_node(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
     match change {
         ClusterChange::NodeUpdated { old, new } if old.labels == new.labels => QueueingHint::Skip,
         _ => QueueingHint::Queue,
-    }
-}
-
-fn is_a_claim_of_the_pod(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
-    let ClusterChange::Claim { new, .. } = change else {
-        return QueueingHint::Queue;
-    };
-    let named = pod
-        .volumes
-        .claims
-        .iter()
-        .any(|c| !c.ephemeral && c.name == new.name);
-    if new.namespace == pod.namespace && named {
-        QueueingHint::Queue
-    } else {
-        QueueingHint::Skip
     }
 }
 

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use crate::cache::NodeInfo;
 use crate::cache::{Snapshot, Storage, Tracked};
+use crate::framework::events::is_a_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin, PreFilterResult,
@@ -65,18 +66,6 @@ impl VolumeBinding {
     }
 }
 
-fn is_pods_claim(change: &ClusterChange<'_>, pod: &PodInfo) -> QueueingHint {
-    match change {
-        ClusterChange::Claim { new, .. }
-            if new.namespace == pod.namespace
-                && pod.volumes.claims.iter().any(|c| c.name == new.name) =>
-        {
-            QueueingHint::Queue
-        }
-        _ => QueueingHint::Skip,
-    }
-}
-
 fn allowed_topologies_changed(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
     match change {
         ClusterChange::StorageClass {
@@ -101,8 +90,8 @@ fn migrated_plugins_changed(change: &ClusterChange<'_>, _: &PodInfo) -> Queueing
 const EVENTS: [EventHint; 9] = [
     EventHint::any(ClusterEvent::StorageClassAdd),
     EventHint::when(ClusterEvent::StorageClassUpdate, allowed_topologies_changed),
-    EventHint::when(ClusterEvent::ClaimAdd, is_pods_claim),
-    EventHint::when(ClusterEvent::ClaimUpdate, is_pods_claim),
+    EventHint::when(ClusterEvent::ClaimAdd, is_a_claim_of_the_pod),
+    EventHint::when(ClusterEvent::ClaimUpdate, is_a_claim_of_the_pod),
     EventHint::any(ClusterEvent::VolumeAdd),
     EventHint::any(ClusterEvent::VolumeUpdate),
     EventHint::any(ClusterEvent::NodeAdd),
