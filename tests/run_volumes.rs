@@ -514,3 +514,79 @@ spec:
     .await;
     assert_eq!(node_of(&get_pod(client, ns, "user-2").await), None);
 }
+
+/// With no PV controller to complete it, a binding of volumes times out after
+/// `bindTimeoutSeconds`: the pod is not bound, it gets kube-scheduler's message, and it is
+/// tried again after its backoff (the volume stays promised to its claim, as kube-scheduler
+/// leaves it, so the next try waits on the same volume).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_binding_that_times_out_leaves_the_pod_unbound_and_retried() {
+    let plane = ControlPlane::start();
+    let client = plane.client().await;
+    create_node(&client, &node("slow-1", "slow", "4", "8Gi")).await;
+    let config = config("gantry", "slow", None, "").replace(
+        "  pluginConfig:\n",
+        "  pluginConfig:\n  - name: VolumeBinding\n    args: {bindTimeoutSeconds: 2}\n",
+    );
+    let mut gantry = Gantry::start(plane.dir(), "gantry", &config, &plane.kubeconfig());
+    gantry.wait_ready().await;
+    let ns = "slow";
+    create_namespace(&client, ns).await;
+    apply(
+        &plane,
+        "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+",
+    );
+    apply(&plane, &local_volume("slow-pv", "local", "slow-1"));
+    Api::<PersistentVolume>::all(client.clone())
+        .patch_status(
+            "slow-pv",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Available"}})),
+        )
+        .await
+        .expect("volume status");
+    apply(
+        &plane,
+        "apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: slow}
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: slow}
+spec:
+  schedulerName: gantry
+  containers: [{name: app, image: registry.example/app:1}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+",
+    );
+    let timed_out =
+        "running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded";
+    wait_for("the timeout's event", async || {
+        let events = events(&client, ns).await;
+        events_about(&events, "app", "FailedScheduling")
+            .iter()
+            .find(|e| e.note.as_deref().is_some_and(|n| n.contains(timed_out)))
+            .map(|_| ())
+    })
+    .await;
+    wait_for("a second try, timed out too", async || {
+        let log = gantry.log_text();
+        (log.matches("binding failed; retrying after backoff")
+            .count()
+            >= 2)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(node_of(&get_pod(&client, ns, "app").await), None);
+    assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
+}
