@@ -1,7 +1,8 @@
 //! gantry with only the permissions of its own RBAC role (deploy/10-rbac.yaml) and its own
 //! configuration (deploy/20-configmap.yaml), running as a user bound to that role: it lists and
-//! watches, binds, records events and conditions, and holds and releases its lease, without
-//! a single request refused.
+//! watches, binds (a pod with a claim to bind too: it writes the volume and reads the claim
+//! back), records events and conditions, and holds and releases its lease, without a single
+//! request refused.
 
 mod support;
 
@@ -101,6 +102,61 @@ async fn the_deployed_role_is_all_gantry_needs() {
                 .count();
             let failed_events = events_about(&evs, "too-big", "FailedScheduling").len();
             (bound == 6 && rejected && scheduled_events == 6 && failed_events == 1).then_some(())
+        },
+    )
+    .await;
+    // A pod with a claim to bind: gantry writes the chosen volume's claimRef and reads the
+    // claim back until the PV controller (admin credentials) has bound it.
+    let _controller =
+        KubeControllerManager::start(&plane, &[]).unwrap_or_else(|e| panic!("{e}"));
+    plane
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(
+                "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: local}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: rbac-local}
+spec:
+  storageClassName: local
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  local: {path: /mnt/rbac}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [rbac-2]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: apps}
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stateful, namespace: apps}
+spec:
+  schedulerName: gantry
+  containers: [{name: app, image: registry.example/app:1}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    eventually(
+        Duration::from_secs(30),
+        "the pod with a claim bound",
+        || async {
+            let p = get_pod(&client, ns, "stateful").await;
+            (node_of(&p) == Some("rbac-2")).then_some(())
         },
     )
     .await;
