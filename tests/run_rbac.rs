@@ -107,8 +107,7 @@ async fn the_deployed_role_is_all_gantry_needs() {
     .await;
     // A pod with a claim to bind: gantry writes the chosen volume's claimRef and reads the
     // claim back until the PV controller (admin credentials) has bound it.
-    let _controller =
-        KubeControllerManager::start(&plane, &[]).unwrap_or_else(|e| panic!("{e}"));
+    let _controller = KubeControllerManager::start(&plane, &[]).unwrap_or_else(|e| panic!("{e}"));
     plane
         .try_kubectl(
             &["apply", "-f", "-"],
