@@ -131,17 +131,10 @@ fn raises_a_limit(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
     else {
         return QueueingHint::Queue;
     };
-    let count = |n: &CsiNodeModel, driver: &str| {
-        n.drivers
-            .iter()
-            .find(|(d, _)| d == driver)
-            .and_then(|(_, c)| *c)
-            .unwrap_or(0)
-    };
     let raised = new
         .drivers
         .iter()
-        .any(|(d, c)| c.unwrap_or(0) > count(old, d));
+        .any(|(d, c)| c.unwrap_or(0) > old.limit(d).unwrap_or(0));
     if raised {
         QueueingHint::Queue
     } else {
