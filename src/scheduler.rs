@@ -16,7 +16,9 @@ use crate::framework::{
     ReservedVolumes, Status,
 };
 use crate::model::load::LoadSample;
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
+};
 use crate::model::{NodeModel, PodInfo};
 use crate::queue::{self, QueueName, QueuedPod, SchedulingQueue};
 use crate::suggest::{self, Suggestion};
@@ -318,6 +320,44 @@ impl Scheduler {
     /// A CSINode was deleted.
     pub fn remove_csi_node(&mut self, name: &str) {
         self.cache.remove_csi_node(name);
+    }
+
+    /// A CSIDriver appeared or changed.
+    pub fn upsert_csi_driver(&mut self, driver: CsiDriverModel, now: Duration) {
+        let name = driver.name.clone();
+        let old = self.cache.storage().csi_driver(&name).cloned();
+        self.cache.upsert_csi_driver(driver);
+        if let Some(new) = self.cache.storage().csi_driver(&name).cloned() {
+            let change = ClusterChange::CsiDriver {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A CSIDriver was deleted.
+    pub fn remove_csi_driver(&mut self, name: &str) {
+        self.cache.remove_csi_driver(name);
+    }
+
+    /// A CSIStorageCapacity appeared or changed.
+    pub fn upsert_capacity(&mut self, capacity: StorageCapacityModel, now: Duration) {
+        let key = (capacity.namespace.clone(), capacity.name.clone());
+        let old = self.cache.storage().capacity(&key.0, &key.1).cloned();
+        self.cache.upsert_capacity(capacity);
+        if let Some(new) = self.cache.storage().capacity(&key.0, &key.1).cloned() {
+            let change = ClusterChange::StorageCapacity {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A CSIStorageCapacity was deleted.
+    pub fn remove_capacity(&mut self, namespace: &str, name: &str) {
+        self.cache.remove_capacity(namespace, name);
     }
 
     /// Something else changed that may help parked pods (namespaces, workload selectors).

@@ -21,7 +21,9 @@ use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
 use crate::decision::DecisionRecorder;
 use crate::model::selector::LabelSelector;
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
+};
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
@@ -71,6 +73,21 @@ pub enum StorageInput {
     CsiNode(CsiNodeModel),
     /// A CSINode was deleted.
     CsiNodeDeleted(String),
+    /// A CSIDriver was added or changed.
+    CsiDriver(CsiDriverModel),
+    /// A CSIDriver was deleted.
+    CsiDriverDeleted(String),
+    /// A CSIStorageCapacity was added or changed.
+    Capacity(StorageCapacityModel),
+    /// The API server does not serve CSIStorageCapacity.
+    CapacitiesNotServed,
+    /// A CSIStorageCapacity was deleted.
+    CapacityDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
 }
 
 /// Everything the scheduling thread hears about.
@@ -422,6 +439,13 @@ impl Driver {
                 StorageInput::ClassDeleted(name) => s.remove_storage_class(&name),
                 StorageInput::CsiNode(n) => s.upsert_csi_node(n, now),
                 StorageInput::CsiNodeDeleted(name) => s.remove_csi_node(&name),
+                StorageInput::CsiDriver(d) => s.upsert_csi_driver(d, now),
+                StorageInput::CsiDriverDeleted(name) => s.remove_csi_driver(&name),
+                StorageInput::Capacity(c) => s.upsert_capacity(c, now),
+                StorageInput::CapacitiesNotServed => s.cache_mut().set_capacities_not_served(),
+                StorageInput::CapacityDeleted { namespace, name } => {
+                    s.remove_capacity(&namespace, &name)
+                }
             },
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::Api;
 use kube::runtime::watcher::Event;
@@ -31,7 +31,9 @@ use super::reflector::{self, Format};
 use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
 use crate::model::selector::LabelSelector;
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
+};
 use crate::model::{Labels, NodeModel, PodInfo};
 
 /// A pod as the pod watcher decodes it: read into the model at once (or the reason it cannot
@@ -312,12 +314,22 @@ pub fn spawn_all(
                 inputs,
             ),
             spawn::<CSINode, _>(client, None, Format::Json, "csinodes", CsiNodes, inputs),
+            spawn::<CSIDriver, _>(client, None, Format::Json, "csidrivers", CsiDrivers, inputs),
+            spawn_if_served::<CSIStorageCapacity, _>(
+                client,
+                "csistoragecapacities",
+                Capacities,
+                StorageInput::CapacitiesNotServed,
+                inputs,
+            ),
         ]);
         names.extend([
             "persistentvolumeclaims",
             "persistentvolumes",
             "storageclasses",
             "csinodes",
+            "csidrivers",
+            "csistoragecapacities",
         ]);
     }
     (tasks, names)
@@ -354,6 +366,52 @@ where
                 .all(|input| inputs.send(input).is_ok())
         })
         .await;
+    })
+}
+
+/// A watcher of a kind the API server may not serve (CSIStorageCapacity is served in
+/// `storage.k8s.io/v1` from Kubernetes 1.24): discovery first, and where the server does
+/// not serve the kind, the watcher sends `not_served`, reports itself synced with nothing
+/// and says so once.
+fn spawn_if_served<K, C>(
+    client: &Client,
+    name: &'static str,
+    convert: C,
+    not_served: StorageInput,
+    inputs: &Sender<Input>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
+    C: Convert<K>,
+{
+    let inputs = inputs.clone();
+    let client = client.clone();
+    tokio::spawn(async move {
+        let group_version = K::api_version(&());
+        let plural = K::plural(&());
+        let mut delay = std::time::Duration::from_millis(200);
+        let served = loop {
+            match client.list_api_group_resources(&group_version).await {
+                Ok(list) => break list.resources.iter().any(|r| r.name == plural),
+                Err(kube::Error::Api(e)) if e.code == 404 => break false,
+                Err(e) => {
+                    tracing::warn!(watcher = name, error = %e, "API discovery failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
+                }
+            }
+        };
+        if served {
+            let _ = spawn::<K, C>(&client, None, Format::Json, name, convert, &inputs).await;
+        } else {
+            tracing::info!(
+                watcher = name,
+                "the API server does not serve {group_version} {}: none are read",
+                K::kind(&())
+            );
+            let _ = inputs.send(Input::Storage(not_served));
+            let _ = inputs.send(Input::Synced(name));
+        }
     })
 }
 
@@ -574,6 +632,47 @@ impl Convert<CSINode> for CsiNodes {
         Some(Input::Storage(StorageInput::CsiNodeDeleted(
             key.to_string(),
         )))
+    }
+}
+
+struct CsiDrivers;
+
+impl Convert<CSIDriver> for CsiDrivers {
+    fn applied(&self, d: &CSIDriver) -> Option<Input> {
+        Some(Input::Storage(StorageInput::CsiDriver(
+            CsiDriverModel::from_api(d),
+        )))
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Some(Input::Storage(StorageInput::CsiDriverDeleted(
+            key.to_string(),
+        )))
+    }
+}
+
+struct Capacities;
+
+impl Convert<CSIStorageCapacity> for Capacities {
+    fn applied(&self, c: &CSIStorageCapacity) -> Option<Input> {
+        let (namespace, name) = split_key(&key_of(c));
+        match StorageCapacityModel::from_api(c) {
+            Ok(c) => Some(Input::Storage(StorageInput::Capacity(c))),
+            Err(e) => unreadable(
+                "csistoragecapacity",
+                &key_of(c),
+                &e,
+                StorageInput::CapacityDeleted { namespace, name },
+            ),
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::Storage(StorageInput::CapacityDeleted {
+            namespace,
+            name,
+        }))
     }
 }
 

@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::selector::LabelSelector;
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
+};
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 
 pub use node_info::NodeInfo;
@@ -484,6 +486,42 @@ impl Cache {
     pub fn remove_csi_node(&mut self, name: &str) {
         if let Some(s) = self.storage_mut() {
             s.remove_csi_node(name);
+        }
+    }
+
+    /// Records a CSIDriver (added or changed).
+    pub fn upsert_csi_driver(&mut self, driver: CsiDriverModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_csi_driver(driver);
+        }
+    }
+
+    /// Forgets a CSIDriver.
+    pub fn remove_csi_driver(&mut self, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_csi_driver(name);
+        }
+    }
+
+    /// Records a CSIStorageCapacity (added or changed).
+    pub fn upsert_capacity(&mut self, capacity: StorageCapacityModel) {
+        if let Some(s) = self.storage_mut() {
+            s.upsert_capacity(capacity);
+        }
+    }
+
+    /// Records that the API server does not serve CSIStorageCapacity (before Kubernetes
+    /// 1.24): drivers' capacity reports cannot be read, so provisioning is not held to them.
+    pub fn set_capacities_not_served(&mut self) {
+        if let Some(s) = self.storage_mut() {
+            s.set_capacities_not_served();
+        }
+    }
+
+    /// Forgets a CSIStorageCapacity.
+    pub fn remove_capacity(&mut self, namespace: &str, name: &str) {
+        if let Some(s) = self.storage_mut() {
+            s.remove_capacity(namespace, name);
         }
     }
 

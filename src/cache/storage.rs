@@ -1,4 +1,5 @@
-//! Claims, volumes, storage classes and CSI nodes, as the volume plugins read them, with the
+//! Claims, volumes, storage classes, CSI nodes, CSI drivers and storage capacities, as the
+//! volume plugins read them, with the
 //! scheduler's assumptions over them (a volume it chose for a claim, a node it chose for a
 //! claim to be provisioned) until the API reflects them.
 //!
@@ -9,7 +10,10 @@ use std::sync::Arc;
 
 use imbl::{HashMap, OrdSet};
 
-use crate::model::volume::{ClaimModel, ClaimRef, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, ClaimRef, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel,
+    VolumeModel,
+};
 
 /// A claim's `namespace` and `name`.
 pub type ClaimKey = (String, String);
@@ -49,6 +53,11 @@ pub struct Storage {
     volumes: HashMap<String, Arc<VolumeModel>>,
     classes: HashMap<String, Arc<StorageClassModel>>,
     csi_nodes: HashMap<String, Arc<CsiNodeModel>>,
+    csi_drivers: HashMap<String, Arc<CsiDriverModel>>,
+    /// CSIStorageCapacities by storage class, then by namespace and name.
+    capacities: HashMap<String, HashMap<(String, String), Arc<StorageCapacityModel>>>,
+    /// The API server does not serve CSIStorageCapacity: no capacity is known to check.
+    capacities_not_served: bool,
     /// Volume names by storage class, for matching claims to volumes.
     volumes_by_class: HashMap<String, OrdSet<String>>,
     /// Claims used by placed (bound or assumed) pods, with the number of such pods.
@@ -93,6 +102,38 @@ impl Storage {
     /// The CSINode of node `name`.
     pub fn csi_node(&self, name: &str) -> Option<&Arc<CsiNodeModel>> {
         self.csi_nodes.get(name)
+    }
+
+    /// The CSIDriver `name`.
+    pub fn csi_driver(&self, name: &str) -> Option<&Arc<CsiDriverModel>> {
+        self.csi_drivers.get(name)
+    }
+
+    /// True when the CSI driver `name` reports the capacity it has and the reports can be
+    /// read: provisioning through it is then held to them.
+    pub fn reports_capacity(&self, driver: &str) -> bool {
+        !self.capacities_not_served
+            && self
+                .csi_drivers
+                .get(driver)
+                .is_some_and(|d| d.storage_capacity)
+    }
+
+    /// The CSIStorageCapacities of storage class `class`.
+    pub fn capacities_of_class<'a>(
+        &'a self,
+        class: &str,
+    ) -> impl Iterator<Item = &'a Arc<StorageCapacityModel>> {
+        self.capacities
+            .get(class)
+            .into_iter()
+            .flat_map(|c| c.values())
+    }
+
+    /// The CSIStorageCapacity `namespace/name`.
+    pub fn capacity(&self, namespace: &str, name: &str) -> Option<&Arc<StorageCapacityModel>> {
+        let key = (namespace.to_string(), name.to_string());
+        self.capacities.values().find_map(|c| c.get(&key))
     }
 
     /// The volumes of storage class `class` (as assumed), in name order.
@@ -195,6 +236,45 @@ impl Storage {
         self.csi_nodes.remove(name);
     }
 
+    pub(super) fn upsert_csi_driver(&mut self, driver: CsiDriverModel) {
+        self.csi_drivers
+            .insert(driver.name.clone(), Arc::new(driver));
+    }
+
+    pub(super) fn remove_csi_driver(&mut self, name: &str) {
+        self.csi_drivers.remove(name);
+    }
+
+    pub(super) fn set_capacities_not_served(&mut self) {
+        self.capacities_not_served = true;
+    }
+
+    pub(super) fn upsert_capacity(&mut self, capacity: StorageCapacityModel) {
+        let key = (capacity.namespace.clone(), capacity.name.clone());
+        self.remove_capacity(&key.0, &key.1);
+        self.capacities
+            .entry(capacity.class.clone())
+            .or_default()
+            .insert(key, Arc::new(capacity));
+    }
+
+    pub(super) fn remove_capacity(&mut self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        let class = self
+            .capacities
+            .iter()
+            .find(|(_, c)| c.contains_key(&key))
+            .map(|(class, _)| class.clone());
+        if let Some(class) = class
+            && let Some(c) = self.capacities.get_mut(&class)
+        {
+            c.remove(&key);
+            if c.is_empty() {
+                self.capacities.remove(&class);
+            }
+        }
+    }
+
     /// Counts the claims of a pod placed (`delta` 1) or removed (-1) in `namespace`.
     pub(super) fn count_claims<'a>(
         &mut self,
@@ -276,5 +356,57 @@ impl Storage {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::selector::LabelSelector;
+
+    fn capacity(name: &str, class: &str) -> StorageCapacityModel {
+        StorageCapacityModel {
+            namespace: "kube-system".into(),
+            name: name.into(),
+            class: class.into(),
+            topology: LabelSelector::everything(),
+            limit: Some(1),
+        }
+    }
+
+    #[test]
+    fn capacities_are_found_by_class_and_follow_a_change_of_class() {
+        let mut s = Storage::default();
+        s.upsert_capacity(capacity("a", "fast"));
+        s.upsert_capacity(capacity("b", "fast"));
+        s.upsert_capacity(capacity("a", "slow"));
+        let names = |s: &Storage, class| {
+            let mut n: Vec<String> = s
+                .capacities_of_class(class)
+                .map(|c| c.name.clone())
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(&s, "fast"), ["b"]);
+        assert_eq!(names(&s, "slow"), ["a"]);
+        s.remove_capacity("kube-system", "b");
+        assert!(names(&s, "fast").is_empty());
+        assert_eq!(
+            s.capacity("kube-system", "a").map(|c| c.class.as_str()),
+            Some("slow")
+        );
+    }
+
+    #[test]
+    fn capacity_reports_count_only_where_they_can_be_read() {
+        let mut s = Storage::default();
+        s.upsert_csi_driver(CsiDriverModel {
+            name: "d".into(),
+            storage_capacity: true,
+        });
+        assert!(s.reports_capacity("d") && !s.reports_capacity("other"));
+        s.set_capacities_not_served();
+        assert!(!s.reports_capacity("d"));
     }
 }

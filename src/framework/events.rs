@@ -2,7 +2,9 @@
 //! pod it rejected schedulable (kube-scheduler's `EnqueueExtensions`), so that the queue moves
 //! a parked pod back only when one of the plugins that rejected it says the change may help.
 
-use crate::model::volume::{ClaimModel, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
+};
 use crate::model::{NodeModel, PodInfo};
 
 /// The kind of a cluster change, as plugins declare it and metrics label it.
@@ -37,6 +39,14 @@ pub enum ClusterEvent {
     CsiNodeAdd,
     /// A CSINode changed.
     CsiNodeUpdate,
+    /// A CSIDriver appeared.
+    CsiDriverAdd,
+    /// A CSIDriver changed.
+    CsiDriverUpdate,
+    /// A CSIStorageCapacity appeared.
+    StorageCapacityAdd,
+    /// A CSIStorageCapacity changed.
+    StorageCapacityUpdate,
     /// Something else that selectors read: a namespace's labels, a workload's selector.
     Other,
 }
@@ -60,6 +70,10 @@ impl ClusterEvent {
             ClusterEvent::StorageClassUpdate => "StorageClassUpdate",
             ClusterEvent::CsiNodeAdd => "CSINodeAdd",
             ClusterEvent::CsiNodeUpdate => "CSINodeUpdate",
+            ClusterEvent::CsiDriverAdd => "CSIDriverAdd",
+            ClusterEvent::CsiDriverUpdate => "CSIDriverUpdate",
+            ClusterEvent::StorageCapacityAdd => "CSIStorageCapacityAdd",
+            ClusterEvent::StorageCapacityUpdate => "CSIStorageCapacityUpdate",
         }
     }
 }
@@ -112,6 +126,20 @@ pub enum ClusterChange<'a> {
         /// As it is.
         new: &'a CsiNodeModel,
     },
+    /// A CSIDriver appeared (`old` none) or changed.
+    CsiDriver {
+        /// As it was.
+        old: Option<&'a CsiDriverModel>,
+        /// As it is.
+        new: &'a CsiDriverModel,
+    },
+    /// A CSIStorageCapacity appeared (`old` none) or changed.
+    StorageCapacity {
+        /// As it was.
+        old: Option<&'a StorageCapacityModel>,
+        /// As it is.
+        new: &'a StorageCapacityModel,
+    },
     /// A namespace's labels or a workload's selector changed.
     Other,
 }
@@ -134,6 +162,10 @@ impl ClusterChange<'_> {
             ClusterChange::StorageClass { .. } => ClusterEvent::StorageClassUpdate,
             ClusterChange::CsiNode { old: None, .. } => ClusterEvent::CsiNodeAdd,
             ClusterChange::CsiNode { .. } => ClusterEvent::CsiNodeUpdate,
+            ClusterChange::CsiDriver { old: None, .. } => ClusterEvent::CsiDriverAdd,
+            ClusterChange::CsiDriver { .. } => ClusterEvent::CsiDriverUpdate,
+            ClusterChange::StorageCapacity { old: None, .. } => ClusterEvent::StorageCapacityAdd,
+            ClusterChange::StorageCapacity { .. } => ClusterEvent::StorageCapacityUpdate,
             ClusterChange::Other => ClusterEvent::Other,
         }
     }

@@ -1,7 +1,7 @@
 //! Storage as the volume plugins see it: a pod's volumes (read once with the pod), and
-//! compact views of PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes.
-//! Only the fields kube-scheduler's VolumeRestrictions, VolumeBinding, VolumeZone and
-//! NodeVolumeLimits read are kept.
+//! compact views of PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+//! CSIDrivers and CSIStorageCapacities. Only the fields kube-scheduler's VolumeRestrictions,
+//! VolumeBinding, VolumeZone and NodeVolumeLimits read are kept.
 
 use std::collections::BTreeSet;
 
@@ -329,6 +329,9 @@ pub struct ClaimModel {
     pub access_modes: AccessModes,
     /// `spec.resources.requests.storage` in bytes, 0 when unset.
     pub request: i64,
+    /// True when the claim requests storage at all (only then is a class's reported
+    /// capacity checked).
+    pub storage_requested: bool,
     /// `spec.selector`; `None` when unset (any volume).
     pub selector: Option<LabelSelector>,
     /// `spec.volumeMode` is `Block`.
@@ -359,11 +362,11 @@ impl ClaimModel {
         let annotations = meta.annotations.as_ref();
         let annotation = |k: &str| annotations.and_then(|a| a.get(k)).cloned();
         let spec = c.spec.as_ref();
-        let request = match spec
+        let requested = spec
             .and_then(|s| s.resources.as_ref())
             .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-        {
+            .and_then(|r| r.get("storage"));
+        let request = match requested {
             Some(q) => Quantity::parse(&q.0)
                 .map_err(|e| fail("spec.resources.requests.storage", &e))?
                 .value(),
@@ -393,6 +396,7 @@ impl ClaimModel {
             class,
             access_modes: AccessModes::from_api(spec.and_then(|s| s.access_modes.as_ref())),
             request,
+            storage_requested: requested.is_some(),
             selector,
             block: spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block"),
             deleting: meta.deletion_timestamp.is_some(),
@@ -730,6 +734,81 @@ impl CsiNodeModel {
     }
 }
 
+/// A CSIDriver, as VolumeBinding reads it: whether the driver reports its free storage in
+/// CSIStorageCapacity objects (`spec.storageCapacity`), so that provisioning is checked
+/// against them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CsiDriverModel {
+    /// Name (the provisioner of the classes it serves).
+    pub name: String,
+    /// `spec.storageCapacity`, false when unset.
+    pub storage_capacity: bool,
+}
+
+impl CsiDriverModel {
+    /// Reads a CSIDriver.
+    pub fn from_api(d: &storage::CSIDriver) -> Self {
+        CsiDriverModel {
+            name: d.metadata.name.clone().unwrap_or_default(),
+            storage_capacity: d.spec.storage_capacity == Some(true),
+        }
+    }
+}
+
+/// A CSIStorageCapacity: how large a volume of a storage class can be provisioned on the
+/// nodes its topology selects.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageCapacityModel {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `storageClassName`.
+    pub class: String,
+    /// `nodeTopology`; a capacity without one serves no node.
+    pub topology: LabelSelector,
+    /// The largest volume it can take, in bytes: `maximumVolumeSize` where set (the more
+    /// precise figure), else `capacity`; `None` when neither is, and then no claim fits.
+    pub limit: Option<i64>,
+}
+
+impl StorageCapacityModel {
+    /// Reads a CSIStorageCapacity; errors name it and the field.
+    pub fn from_api(c: &storage::CSIStorageCapacity) -> Result<Self, String> {
+        let namespace = c.metadata.namespace.clone().unwrap_or_default();
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let fail = |field: &str, e: &dyn std::fmt::Display| {
+            format!(
+                "csistoragecapacity {}/{}: {field}: {e}",
+                super::echo::echo_name(&namespace),
+                super::echo::echo_name(&name)
+            )
+        };
+        let (field, quantity) = match (&c.maximum_volume_size, &c.capacity) {
+            (Some(q), _) => ("maximumVolumeSize", Some(q)),
+            (None, q) => ("capacity", q.as_ref()),
+        };
+        let limit = match quantity {
+            Some(q) => Some(Quantity::parse(&q.0).map_err(|e| fail(field, &e))?.value()),
+            None => None,
+        };
+        let topology = LabelSelector::compile(c.node_topology.as_ref(), "nodeTopology")
+            .map_err(|e| fail("nodeTopology", &e))?;
+        Ok(StorageCapacityModel {
+            class: c.storage_class_name.clone(),
+            topology,
+            limit,
+            namespace,
+            name,
+        })
+    }
+
+    /// True when a volume of `bytes` fits.
+    pub fn fits(&self, bytes: i64) -> bool {
+        self.limit.is_some_and(|l| l >= bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -897,5 +976,49 @@ spec: {drivers: [{name: ebs.csi.aws.com, nodeID: n1, allocatable: {count: 39}}, 
         assert_eq!(n.limit("ebs.csi.aws.com"), Some(39));
         assert_eq!(n.limit("other"), None);
         assert!(n.migrated.contains("kubernetes.io/gce-pd"));
+    }
+
+    #[test]
+    fn csi_drivers_and_storage_capacities() {
+        let d: storage::CSIDriver =
+            yaml("metadata: {name: hostpath.csi.k8s.io}\nspec: {storageCapacity: true}");
+        assert!(CsiDriverModel::from_api(&d).storage_capacity);
+        let d: storage::CSIDriver = yaml("metadata: {name: other}\nspec: {}");
+        assert!(!CsiDriverModel::from_api(&d).storage_capacity);
+        let c: storage::CSIStorageCapacity = yaml(
+            r#"
+metadata: {name: cap-a, namespace: kube-system}
+storageClassName: fast
+capacity: 10Gi
+maximumVolumeSize: 2Gi
+nodeTopology: {matchLabels: {zone: a}}
+"#,
+        );
+        let c = StorageCapacityModel::from_api(&c).unwrap();
+        assert_eq!(
+            c.limit,
+            Some(2 << 30),
+            "maximumVolumeSize wins over capacity"
+        );
+        assert!(c.fits(2 << 30) && !c.fits((2 << 30) + 1));
+        let zone = |z: &str| -> Labels { [("zone", z)].into_iter().collect() };
+        assert!(c.topology.matches(&zone("a")) && !c.topology.matches(&zone("b")));
+        let c: storage::CSIStorageCapacity = yaml(
+            "metadata: {name: cap-b, namespace: kube-system}\nstorageClassName: fast\ncapacity: 1Gi",
+        );
+        let c = StorageCapacityModel::from_api(&c).unwrap();
+        assert_eq!(c.limit, Some(1 << 30));
+        assert!(!c.topology.matches(&zone("a")), "no topology: no node");
+        let c: storage::CSIStorageCapacity =
+            yaml("metadata: {name: cap-c, namespace: kube-system}\nstorageClassName: fast");
+        assert!(!StorageCapacityModel::from_api(&c).unwrap().fits(0));
+        let c: storage::CSIStorageCapacity = yaml(
+            "metadata: {name: cap-d, namespace: kube-system}\nstorageClassName: fast\ncapacity: lots",
+        );
+        assert!(
+            StorageCapacityModel::from_api(&c)
+                .unwrap_err()
+                .starts_with("csistoragecapacity kube-system/cap-d: capacity:")
+        );
     }
 }

@@ -80,6 +80,10 @@ pub struct ClusterInput {
     pub storage_classes: Vec<storage::StorageClass>,
     /// CSINodes.
     pub csi_nodes: Vec<storage::CSINode>,
+    /// CSIDrivers.
+    pub csi_drivers: Vec<storage::CSIDriver>,
+    /// CSIStorageCapacities.
+    pub capacities: Vec<storage::CSIStorageCapacity>,
     /// Objects of other kinds, counted by kind; the scheduler does not read them.
     pub ignored: BTreeMap<String, usize>,
     /// Where each pod (namespace, name) was read, to refuse a second one.
@@ -173,6 +177,10 @@ impl ClusterInput {
                 .storage_classes
                 .push(decode(value, &what).map_err(invalid)?),
             "CSINode" => self.csi_nodes.push(decode(value, &what).map_err(invalid)?),
+            "CSIDriver" => self
+                .csi_drivers
+                .push(decode(value, &what).map_err(invalid)?),
+            "CSIStorageCapacity" => self.capacities.push(decode(value, &what).map_err(invalid)?),
             "ReplicationController" => self
                 .replication_controllers
                 .push(decode(value, &what).map_err(invalid)?),

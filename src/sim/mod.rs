@@ -16,7 +16,10 @@ use crate::decision::DecisionRecorder;
 use crate::framework::PreBindAction;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
-use crate::model::volume::{ClaimModel, ClaimRef, CsiNodeModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{
+    ClaimModel, ClaimRef, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel,
+    VolumeModel,
+};
 use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
@@ -293,7 +296,8 @@ fn complete_pre_bind(
     outcome
 }
 
-/// Claims, volumes, storage classes and CSI nodes; unreadable ones are reported as invalid
+/// Claims, volumes, storage classes, CSI nodes, CSI drivers and storage capacities;
+/// unreadable ones are reported as invalid
 /// and left out.
 fn load_storage(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report, now: Duration) {
     for c in &input.storage_classes {
@@ -321,6 +325,19 @@ fn load_storage(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report
     }
     for n in &input.csi_nodes {
         sched.upsert_csi_node(CsiNodeModel::from_api(n), now);
+    }
+    for d in &input.csi_drivers {
+        sched.upsert_csi_driver(CsiDriverModel::from_api(d), now);
+    }
+    for c in &input.capacities {
+        let mut c = c.clone();
+        c.metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        match StorageCapacityModel::from_api(&c) {
+            Ok(c) => sched.upsert_capacity(c, now),
+            Err(e) => report.invalid.push(e),
+        }
     }
 }
 

@@ -1,18 +1,21 @@
 //! Whether a node can have the pod's claims: bound volumes reachable from it, and for each
 //! claim of a `WaitForFirstConsumer` class not bound yet, an available volume the node can
-//! reach or a class that may provision there. Filter asks it for every node; Reserve asks
+//! reach or a class that may provision there (with room for it, where the class's CSI
+//! driver reports its free storage). Filter asks it for every node; Reserve asks
 //! again for the chosen node and keeps the decisions.
 
 use std::sync::Arc;
 
 use crate::cache::VolumeDecision;
 use crate::model::Labels;
-use crate::model::volume::{ClaimModel, StorageClassModel, VolumeModel};
+use crate::model::volume::{ClaimModel, StorageCapacityModel, StorageClassModel, VolumeModel};
 
 /// A node whose bound volumes' node affinity excludes it.
 pub const ERR_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
 /// A node with no volume to bind and no way to provision one for some claim.
 pub const ERR_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+/// A node where no CSIStorageCapacity of the class has room for a claim to provision.
+pub const ERR_NOT_ENOUGH_SPACE: &str = "node(s) did not have enough free storage";
 /// A claim bound to a volume that does not exist.
 pub const ERR_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
@@ -36,6 +39,10 @@ pub struct DelayedClaim {
     pub class: Arc<StorageClassModel>,
     /// The volumes of the class, in name order.
     pub candidates: Vec<Arc<VolumeModel>>,
+    /// Where provisioning is checked against reported capacity (the claim requests storage
+    /// and the class's CSI driver reports capacity): the CSIStorageCapacities of the class
+    /// with room for the claim. `None`: provisioning always has room.
+    pub capacities: Option<Vec<Arc<StorageCapacityModel>>>,
 }
 
 /// The pod's claims, sorted out at PreFilter.
@@ -76,34 +83,38 @@ impl PodClaims {
                 Some(_) => {}
             }
         }
-        let (unbound_fit, decisions) = self.check_delayed(name, labels);
+        let delayed = self.check_delayed(name, labels);
         let mut reasons = Vec::new();
         if !bound_fit {
             reasons.push(ERR_NODE_CONFLICT);
         }
-        if !unbound_fit {
+        if matches!(delayed, Delayed::Conflict) {
             reasons.push(ERR_BIND_CONFLICT);
+        }
+        if matches!(delayed, Delayed::NoSpace) {
+            reasons.push(ERR_NOT_ENOUGH_SPACE);
         }
         if !bound_found {
             reasons.push(ERR_PV_NOT_EXIST);
         }
-        if reasons.is_empty() {
-            NodeVolumes::Fits(decisions)
-        } else {
-            NodeVolumes::Rejected(reasons)
+        match delayed {
+            Delayed::Fits(decisions) if reasons.is_empty() => NodeVolumes::Fits(decisions),
+            _ => NodeVolumes::Rejected(reasons),
         }
     }
 
     /// Matches the delayed claims on the node: a volume for each where one fits, else
-    /// provisioning where the class allows it.
-    fn check_delayed(&self, name: &str, labels: &Labels) -> (bool, Vec<VolumeDecision>) {
+    /// provisioning where the class allows it and has room. As kube-scheduler, the first
+    /// claim to provision without room ends the check (reported as lacking space, not as a
+    /// conflict).
+    fn check_delayed(&self, name: &str, labels: &Labels) -> Delayed {
         let mut decisions = Vec::new();
         let mut to_provision: Vec<&DelayedClaim> = Vec::new();
         let mut to_match: Vec<&DelayedClaim> = Vec::new();
         for d in &self.delayed {
             match &d.claim.selected_node {
                 // Provisioning was already started for another node: only that one will do.
-                Some(selected) if selected != name => return (false, Vec::new()),
+                Some(selected) if selected != name => return Delayed::Conflict,
                 Some(_) => to_provision.push(d),
                 None => to_match.push(d),
             }
@@ -125,7 +136,12 @@ impl PodClaims {
         }
         for d in to_provision {
             if !d.class.can_provision() || !d.class.allows_node(name, labels) {
-                return (false, Vec::new());
+                return Delayed::Conflict;
+            }
+            if let Some(capacities) = &d.capacities
+                && !capacities.iter().any(|c| c.topology.matches(labels))
+            {
+                return Delayed::NoSpace;
             }
             decisions.push(VolumeDecision::Provision {
                 claim: key(&d.claim),
@@ -133,8 +149,18 @@ impl PodClaims {
                 node: name.to_string(),
             });
         }
-        (true, decisions)
+        Delayed::Fits(decisions)
     }
+}
+
+/// What a node can do for the delayed claims.
+enum Delayed {
+    /// Everything: these bindings and provisionings.
+    Fits(Vec<VolumeDecision>),
+    /// Some claim has neither a volume nor provisioning there.
+    Conflict,
+    /// Some claim could be provisioned there but no reported capacity has room for it.
+    NoSpace,
 }
 
 fn key(claim: &ClaimModel) -> (String, String) {

@@ -5,10 +5,13 @@
 //! (assumed in the cache, so the next pod cannot take the same volume), and PreBind asks the
 //! front end to write it and wait for the PV controller to complete the bindings.
 //!
+//! A claim to provision whose class's CSI driver reports storage capacity
+//! (`CSIDriver.spec.storageCapacity`) needs, on the node, a CSIStorageCapacity of the class
+//! with room for its request and a topology that selects the node.
+//!
 //! As today's kube-scheduler with its default feature gates: no Score (storage capacity
-//! scoring is an alpha feature there). gantry does not read CSIStorageCapacity objects, so a
-//! class whose CSI driver reports capacity is treated as having room, and in-tree volumes
-//! are not translated to their CSI driver's topology before their node affinity is checked.
+//! scoring is an alpha feature there). In-tree volumes are not translated to their CSI
+//! driver's topology before their node affinity is checked.
 
 mod args;
 mod matching;
@@ -25,12 +28,12 @@ use crate::framework::{
     QueueingHint, ReservePlugin, ReservedVolumes, Status, VolumeBinding as Binding, decode_args,
 };
 use crate::model::PodInfo;
-use crate::model::volume::BindingMode;
+use crate::model::volume::{BindingMode, ClaimModel, StorageCapacityModel, StorageClassModel};
 
 pub use args::{DEFAULT_BIND_TIMEOUT_SECONDS, UtilizationShapePoint, VolumeBindingArgs};
 pub use matching::{
-    BoundClaim, DelayedClaim, ERR_BIND_CONFLICT, ERR_NODE_CONFLICT, ERR_PV_NOT_EXIST, NodeVolumes,
-    PodClaims, find_matching_volume,
+    BoundClaim, DelayedClaim, ERR_BIND_CONFLICT, ERR_NODE_CONFLICT, ERR_NOT_ENOUGH_SPACE,
+    ERR_PV_NOT_EXIST, NodeVolumes, PodClaims, find_matching_volume,
 };
 
 /// The name used in configuration files.
@@ -86,8 +89,38 @@ fn migrated_plugins_changed(change: &ClusterChange<'_>, _: &PodInfo) -> Queueing
     }
 }
 
+/// A CSIDriver that stopped reporting capacity: provisioning is no longer held to it.
+/// kube-scheduler asks this only for pods with an inline CSI volume of the driver; any pod
+/// this plugin rejected may have been rejected for want of reported space, so gantry asks
+/// it of all.
+fn capacity_reporting_stopped(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+    match change {
+        ClusterChange::CsiDriver {
+            old: Some(old),
+            new,
+        } if old.storage_capacity && !new.storage_capacity => QueueingHint::Queue,
+        _ => QueueingHint::Skip,
+    }
+}
+
+/// A CSIStorageCapacity that grew (or gained a size at all) may now have room.
+fn capacity_grew(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
+    match change {
+        ClusterChange::StorageCapacity {
+            old: Some(old),
+            new,
+        } => match (old.limit, new.limit) {
+            (_, None) => QueueingHint::Skip,
+            (None, Some(_)) => QueueingHint::Queue,
+            (Some(o), Some(n)) if n > o => QueueingHint::Queue,
+            _ => QueueingHint::Skip,
+        },
+        _ => QueueingHint::Queue,
+    }
+}
+
 /// kube-scheduler's registrations for VolumeBinding.
-const EVENTS: [EventHint; 9] = [
+const EVENTS: [EventHint; 13] = [
     EventHint::any(ClusterEvent::StorageClassAdd),
     EventHint::when(ClusterEvent::StorageClassUpdate, allowed_topologies_changed),
     EventHint::when(ClusterEvent::ClaimAdd, is_a_claim_of_the_pod),
@@ -96,7 +129,11 @@ const EVENTS: [EventHint; 9] = [
     EventHint::any(ClusterEvent::VolumeUpdate),
     EventHint::any(ClusterEvent::NodeAdd),
     EventHint::any(ClusterEvent::NodeUpdate),
+    EventHint::any(ClusterEvent::CsiNodeAdd),
     EventHint::when(ClusterEvent::CsiNodeUpdate, migrated_plugins_changed),
+    EventHint::when(ClusterEvent::CsiDriverUpdate, capacity_reporting_stopped),
+    EventHint::any(ClusterEvent::StorageCapacityAdd),
+    EventHint::when(ClusterEvent::StorageCapacityUpdate, capacity_grew),
 ];
 
 impl Plugin for VolumeBinding {
@@ -127,6 +164,23 @@ impl Plugin for VolumeBinding {
     fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
         Some(self)
     }
+}
+
+/// The CSIStorageCapacities of the claim's class with room for it, when provisioning it
+/// is checked against reported capacity at all: the claim requests storage and its class's
+/// provisioner is a CSIDriver that reports capacity (and the reports can be read).
+fn capacities_with_room(
+    claim: &ClaimModel,
+    class: &StorageClassModel,
+    storage: &Storage,
+) -> Option<Vec<Arc<StorageCapacityModel>>> {
+    (claim.storage_requested && storage.reports_capacity(&class.provisioner)).then(|| {
+        storage
+            .capacities_of_class(&class.name)
+            .filter(|c| c.fits(claim.request))
+            .cloned()
+            .collect()
+    })
 }
 
 /// Sorts the pod's claims out, or says why the pod cannot be scheduled anywhere.
@@ -187,6 +241,7 @@ fn sort_claims(pod: &PodInfo, storage: &Storage) -> Result<PodClaims, Status> {
                     claim: claim.clone(),
                     class: c.clone(),
                     candidates: storage.volumes_of_class(&c.name).cloned().collect(),
+                    capacities: capacities_with_room(claim, c, storage),
                 });
             }
             _ => unbound_immediate = true,

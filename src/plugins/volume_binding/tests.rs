@@ -239,3 +239,131 @@ fn a_failed_binding_gives_the_volume_back() {
     s.binding_failed(*task, now);
     assert!(!reserved(&s), "a failed binding gives the volume back");
 }
+
+/// `capped` provisions through a CSI driver; with `reports` true the driver reports its
+/// free storage, which `capacities` (each a zone and a size) describe.
+fn capped(reports: bool, capacities: &[(&str, &str)]) -> Vec<String> {
+    let mut objects = vec![format!(
+        r#"
+- apiVersion: storage.k8s.io/v1
+  kind: StorageClass
+  metadata: {{name: capped}}
+  provisioner: csi.example.com
+  volumeBindingMode: WaitForFirstConsumer
+- apiVersion: storage.k8s.io/v1
+  kind: CSIDriver
+  metadata: {{name: csi.example.com}}
+  spec: {{storageCapacity: {reports}}}
+"#
+    )];
+    for (i, (zone, size)) in capacities.iter().enumerate() {
+        objects.push(format!(
+            r#"
+- apiVersion: storage.k8s.io/v1
+  kind: CSIStorageCapacity
+  metadata: {{name: cap-{i}, namespace: kube-system}}
+  storageClassName: capped
+  capacity: {size}
+  nodeTopology: {{matchLabels: {{zone: {zone}}}}}
+"#
+        ));
+    }
+    objects
+}
+
+#[test]
+fn provisioning_needs_reported_room_where_the_driver_reports_capacity() {
+    let with = |reports, capacities: &[(&str, &str)], size| {
+        let mut objects = capped(reports, capacities);
+        objects.push(claim("data", "capped", size));
+        objects.push(pod_using("web-0", "data"));
+        let report = run(&objects);
+        let o = outcome(&report, "web-0");
+        (o.node.clone(), o.message.clone())
+    };
+    let room = [("a", "1Gi"), ("b", "10Gi")];
+    assert_eq!(with(true, &room, "5Gi").0.as_deref(), Some("n2"));
+    let (node, message) = with(true, &room, "20Gi");
+    assert_eq!(node, None);
+    assert_eq!(
+        message.as_deref(),
+        Some("0/2 nodes are available: 2 node(s) did not have enough free storage.")
+    );
+    assert!(
+        with(false, &room, "20Gi").0.is_some(),
+        "a driver that reports nothing is not held to reports"
+    );
+    assert_eq!(
+        with(true, &[], "1Gi").1.as_deref(),
+        Some("0/2 nodes are available: 2 node(s) did not have enough free storage."),
+        "a reporting driver without a report has no room"
+    );
+}
+
+#[test]
+fn a_claim_without_a_request_is_not_held_to_reported_capacity() {
+    let mut objects = capped(true, &[]);
+    objects.push(
+        r#"
+- apiVersion: v1
+  kind: PersistentVolumeClaim
+  metadata: {name: data, namespace: default, uid: uid-data}
+  spec: {storageClassName: capped, accessModes: [ReadWriteOnce]}
+"#
+        .to_string(),
+    );
+    objects.push(pod_using("web-0", "data"));
+    assert!(outcome(&run(&objects), "web-0").node.is_some());
+}
+
+#[test]
+fn reported_capacity_changes_requeue_the_pods_they_may_help() {
+    use crate::model::volume::{CsiDriverModel, StorageCapacityModel};
+    let driver = |reports| CsiDriverModel {
+        name: "csi.example.com".into(),
+        storage_capacity: reports,
+    };
+    let capacity = |limit| StorageCapacityModel {
+        namespace: "kube-system".into(),
+        name: "cap".into(),
+        class: "capped".into(),
+        topology: crate::model::selector::LabelSelector::everything(),
+        limit,
+    };
+    let pod = crate::testing::pod("web-0").build();
+    let (on, off) = (driver(true), driver(false));
+    assert_eq!(
+        capacity_reporting_stopped(
+            &ClusterChange::CsiDriver {
+                old: Some(&on),
+                new: &off
+            },
+            &pod
+        ),
+        QueueingHint::Queue
+    );
+    assert_eq!(
+        capacity_reporting_stopped(
+            &ClusterChange::CsiDriver {
+                old: Some(&off),
+                new: &on
+            },
+            &pod
+        ),
+        QueueingHint::Skip
+    );
+    let grew = |old, new| {
+        let (old, new) = (capacity(old), capacity(new));
+        capacity_grew(
+            &ClusterChange::StorageCapacity {
+                old: Some(&old),
+                new: &new,
+            },
+            &pod,
+        )
+    };
+    assert_eq!(grew(Some(1), Some(2)), QueueingHint::Queue);
+    assert_eq!(grew(None, Some(1)), QueueingHint::Queue);
+    assert_eq!(grew(Some(2), Some(1)), QueueingHint::Skip);
+    assert_eq!(grew(Some(2), None), QueueingHint::Skip);
+}
