@@ -12,8 +12,8 @@ use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
 };
 use crate::framework::{
-    BindPlan, ClusterChange, Code, CycleState, PreBindAction, Profile, ReservedAnnotations,
-    ReservedVolumes, Status,
+    BindPlan, ClusterChange, Code, CycleState, NominatedPods, Nomination, PostFilterResult,
+    PreBindAction, Profile, ReservedAnnotations, ReservedVolumes, Status,
 };
 use crate::model::load::LoadSample;
 use crate::model::volume::{
@@ -100,6 +100,8 @@ pub struct Scheduler {
     memory: CycleMemory,
     pool: Option<Arc<rayon::ThreadPool>>,
     explain: bool,
+    /// Pending pods a preemption made room for, by node.
+    nominated: NominatedPods,
 }
 
 impl Scheduler {
@@ -128,6 +130,7 @@ impl Scheduler {
             memory: CycleMemory::default(),
             pool,
             explain: false,
+            nominated: NominatedPods::default(),
         }
     }
 
@@ -156,6 +159,11 @@ impl Scheduler {
     /// The queue.
     pub fn queue(&self) -> &SchedulingQueue {
         &self.queue
+    }
+
+    /// The pending pods nominated to nodes.
+    pub fn nominated(&self) -> &NominatedPods {
+        &self.nominated
     }
 
     /// The profile serving `scheduler_name` (cloned, it can be held across changes to the
@@ -197,6 +205,7 @@ impl Scheduler {
         if pod.node_name.is_some() {
             // Bound (by us or anyone else): no longer ours to schedule.
             self.queue.delete(&pod.namespace, &pod.name);
+            self.nominated.remove(&pod.namespace, &pod.name);
             let was_placed = self
                 .cache
                 .pod_placement(&pod.namespace, &pod.name)
@@ -214,6 +223,13 @@ impl Scheduler {
             return Ok(());
         };
         let gated = gate(profile, &pod);
+        // A nomination the API reports is taken; one this scheduler made and the API does
+        // not show yet is kept (the pod's status is written after the decision).
+        if let Some(node) = &pod.nominated_node {
+            self.nominated.nominate(pod.clone(), node.clone());
+        } else if let Some(node) = self.nominated.node_of(&pod.namespace, &pod.name).cloned() {
+            self.nominated.nominate(pod.clone(), node);
+        }
         if self.queue.contains(&pod.namespace, &pod.name) {
             self.queue.update(pod, gated, now);
         } else {
@@ -225,6 +241,7 @@ impl Scheduler {
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
         self.queue.delete(namespace, name);
+        self.nominated.remove(namespace, name);
         if let Some(pod) = self.cache.remove_pod(namespace, name) {
             self.queue.on_event(&ClusterChange::PodRemoved(&pod), now);
         }
@@ -378,6 +395,7 @@ impl Scheduler {
             pool: self.pool.as_deref(),
             percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
             top_scores: TOP_SCORES,
+            nominated: Some(&self.nominated),
         };
         let result = cycle::schedule_one(
             &profile,
@@ -406,6 +424,7 @@ impl Scheduler {
                 ))
             }
             Err(CycleError::Unschedulable(diagnosis)) => {
+                self.apply_nomination(&queued.pod, &diagnosis.post_filter);
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
                     suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
@@ -434,6 +453,28 @@ impl Scheduler {
                     attempt,
                     status,
                 })
+            }
+        }
+    }
+
+    /// Records what a PostFilter run decided for `pod`'s nomination: the pod nominated to
+    /// the node a preemption makes room on (and the lower-priority pods nominated there no
+    /// longer), or its nomination dropped.
+    fn apply_nomination(&mut self, pod: &Arc<PodInfo>, result: &PostFilterResult) {
+        match &result.nomination {
+            Nomination::Keep => {}
+            Nomination::Clear => {
+                self.nominated.remove(&pod.namespace, &pod.name);
+            }
+            Nomination::Set(node) => {
+                let mut nominated = (**pod).clone();
+                nominated.nominated_node = Some(node.clone());
+                self.nominated.nominate(Arc::new(nominated), node.clone());
+            }
+        }
+        if let Some(p) = &result.preemption {
+            for d in &p.denominated {
+                self.nominated.remove(&d.namespace, &d.name);
             }
         }
     }
@@ -504,6 +545,7 @@ impl Scheduler {
             return fail(self, queued, Status::error(e));
         }
         self.cache.note_placement(&assumed, now);
+        self.nominated.remove(&assumed.namespace, &assumed.name);
         let planned = run_permit(profile, &mut state, &assumed, &node)
             .and_then(|()| plan_binding(profile, &state, &assumed, &node))
             .and_then(|mut plan| {

@@ -344,6 +344,7 @@ mod tests {
             pool: None,
             percentage_of_nodes_to_score: 0,
             top_scores: 0,
+            nominated: None,
         };
         match cycle::schedule_one(
             &profile,

@@ -16,8 +16,9 @@ use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostFilterPlugin,
-    PreFilterPlugin, PreFilterResult, PreScorePlugin, Profile, ReservePlugin, ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostFilterInput,
+    PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult, PreScorePlugin, Profile,
+    ReservePlugin, ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 
@@ -313,6 +314,9 @@ impl Plugin for Timed {
             _ => self.inner.as_pre_filter(),
         }
     }
+    fn as_pre_filter_extensions(&self) -> Option<&dyn crate::framework::PreFilterExtensions> {
+        self.inner.as_pre_filter_extensions()
+    }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         match self.point {
             Point::Filter => self.inner.as_filter().map(|_| self as _),
@@ -349,8 +353,14 @@ impl Plugin for Timed {
             _ => self.inner.as_permit(),
         }
     }
+    fn as_pre_bind(&self) -> Option<&dyn crate::framework::PreBindPlugin> {
+        self.inner.as_pre_bind()
+    }
     fn as_bind(&self) -> Option<&dyn crate::framework::BindPlugin> {
         self.inner.as_bind()
+    }
+    fn as_post_bind(&self) -> Option<&dyn crate::framework::PostBindPlugin> {
+        self.inner.as_post_bind()
     }
 }
 
@@ -422,14 +432,13 @@ impl PostFilterPlugin for Timed {
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        snapshot: &Snapshot,
-        rejections: &[(Arc<str>, Status)],
-    ) -> (Option<Arc<str>>, Status) {
+        input: &PostFilterInput<'_>,
+    ) -> (PostFilterResult, Status) {
         let Some(inner) = self.inner.as_post_filter() else {
-            return (None, missing("PostFilter"));
+            return (PostFilterResult::default(), missing("PostFilter"));
         };
         self.sequential(
-            || inner.post_filter(state, pod, snapshot, rejections),
+            || inner.post_filter(state, pod, input),
             |(_, s)| s.code(),
             |c| c == Code::Success,
         )

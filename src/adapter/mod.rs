@@ -91,6 +91,16 @@ pub enum AdapterError {
     /// The scheduling thread or the signal handlers cannot be started.
     #[error("cannot start: {0}")]
     Start(std::io::Error),
+    /// A profile enables a plugin whose decisions the adapter cannot carry out yet.
+    #[error(
+        "profile {profile:?}: plugin \"{plugin}\" runs in the simulator only; gantry run does not evict pods yet (issue #20): disable it"
+    )]
+    NotCarriedOut {
+        /// The profile's scheduler name.
+        profile: String,
+        /// The plugin.
+        plugin: &'static str,
+    },
     /// The lease could not be renewed: another replica may lead now.
     #[error("leader election lost")]
     LeadershipLost,
@@ -163,6 +173,16 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         node_load,
         decisions,
     } = options;
+    if let Some(p) = config.profiles.iter().find(|p| {
+        p.post_filter
+            .iter()
+            .any(|f| f.name() == crate::plugins::default_preemption::NAME)
+    }) {
+        return Err(AdapterError::NotCarriedOut {
+            profile: p.scheduler_name.clone(),
+            plugin: crate::plugins::default_preemption::NAME,
+        });
+    }
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
     let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;

@@ -7,9 +7,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::framework::{ArgsError, MAX_NODE_SCORE, Plugin, Profile, Registry, decode_args};
+use crate::framework::{ArgsError, MAX_NODE_SCORE, Plugin, Profile, Registry};
 use crate::model::echo::echo;
-use crate::plugins::default_preemption::{self, DefaultPreemptionArgs};
 
 use super::ConfigError;
 use super::types::{PluginRef, PluginSet, Plugins, ProfileConfig};
@@ -23,7 +22,6 @@ pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 /// arguments, is accepted (a config written for kube-scheduler keeps working); enabling them
 /// is an error.
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
-    "DefaultPreemption",
     "DynamicResources",
     "EBSLimits",
     "GCEPDLimits",
@@ -209,14 +207,10 @@ pub(super) fn build_profile(
     };
     // As in kube-scheduler, arguments of a kind it knows are decoded and validated whether or
     // not the plugin is enabled, and those of other names pass through unread. gantry knows
-    // the registered plugins' (each is built from its arguments) and DefaultPreemption's,
-    // which it reads but cannot run yet.
-    for (i, pc) in cfg.plugin_config.iter().enumerate() {
+    // the registered plugins' (each is built from its arguments).
+    for pc in &cfg.plugin_config {
         if registry.get(&pc.name).is_some() {
             instantiate(&pc.name, base)?;
-        } else if pc.name == default_preemption::NAME {
-            decode_args::<DefaultPreemptionArgs>(pc.args.as_ref())
-                .map_err(|e| args_error(&format!("{base}.pluginConfig[{i}].args"), e))?;
         }
     }
 

@@ -10,8 +10,10 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::run::{nominated_ahead, run_filters_with_nominated};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, Profile, Status,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods,
+    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status,
 };
 use crate::model::PodInfo;
 
@@ -35,6 +37,9 @@ pub struct CycleOptions<'a> {
     pub percentage_of_nodes_to_score: u32,
     /// How many of the best-scored nodes to report with their per-plugin scores.
     pub top_scores: usize,
+    /// Pods nominated to nodes (room made for them by preemption): counted on their nodes
+    /// when pods of no higher priority are filtered there, and tried first for themselves.
+    pub nominated: Option<&'a NominatedPods>,
 }
 
 /// What one cycle leaves for the next: where to start looking, so that successive cycles
@@ -113,6 +118,9 @@ pub struct Diagnosis {
     pub pre_filter_msg: Option<String>,
     /// Set when a PostFilter plugin had something to say.
     pub post_filter_msg: Option<String>,
+    /// What the PostFilter plugins decided (a nomination, evictions); boxed, as most
+    /// diagnoses carry nothing here.
+    pub post_filter: Box<PostFilterResult>,
     /// Plugins that rejected the pod (for requeueing on relevant cluster events).
     pub unschedulable_plugins: BTreeSet<&'static str>,
 }
@@ -181,7 +189,8 @@ impl Diagnosis {
             }
         }
         if let Some(post) = &self.post_filter_msg {
-            msg.push_str(&format!(" {post}."));
+            // Already ends with its own period (kube-scheduler 1.32+ adds none).
+            msg.push_str(&format!(" {post}"));
         }
         msg
     }
@@ -241,7 +250,26 @@ pub fn schedule_one(
         num_all_nodes,
         ..Default::default()
     };
-    let (pre, diagnosis) = pre_filter(profile, &mut state, pod, snapshot, diagnosis)?;
+    let (pre, diagnosis) = match pre_filter(profile, &mut state, pod, snapshot, diagnosis) {
+        Ok(pre) => pre,
+        Err(CycleError::Unschedulable(mut diagnosis)) => {
+            run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
+            return Err(CycleError::Unschedulable(diagnosis));
+        }
+        Err(e) => return Err(e),
+    };
+    state.insert(SkippedFilters(pre.skip_filter.clone()));
+    if let Some(node) = fits_nominated_node(profile, &state, pod, snapshot, options) {
+        return Ok(Placement {
+            node,
+            evaluated: 1,
+            feasible: 1,
+            score_plugins: Vec::new(),
+            scores: Vec::new(),
+            rejections: Vec::new(),
+            state,
+        });
+    }
     let Feasible {
         nodes: feasible,
         evaluated,
@@ -250,7 +278,7 @@ pub fn schedule_one(
         profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
     )?;
     if feasible.is_empty() {
-        run_post_filter(profile, &state, pod, snapshot, &mut diagnosis);
+        run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
         return Err(CycleError::Unschedulable(diagnosis));
     }
     let rejections = diagnosis.rejection_counts();
@@ -285,6 +313,24 @@ pub fn schedule_one(
         rejections,
         state,
     })
+}
+
+/// The node a preemption nominated the pod to, when it passes the filters (with the pods
+/// nominated ahead of it counted): kube-scheduler tries it before all others and takes it
+/// without scoring, since the room there was made for this pod.
+fn fits_nominated_node(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    options: &CycleOptions<'_>,
+) -> Option<Arc<str>> {
+    let nominated = options.nominated?;
+    let name = nominated.node_of(&pod.namespace, &pod.name)?;
+    let node = snapshot.get(name)?;
+    run_filters_with_nominated(profile, state, pod, node, nominated)
+        .is_success()
+        .then(|| name.clone())
 }
 
 /// What PreFilter left for Filter.
@@ -473,6 +519,16 @@ fn find_feasible_nodes<'s>(
             None => filter_block(&block, statuses),
         }
         for (node, status) in block.iter().zip(statuses.drain(..)) {
+            let status = match options.nominated {
+                Some(nominated)
+                    if nominated_ahead(nominated, pod, node.name())
+                        .next()
+                        .is_some() =>
+                {
+                    run_filters_with_nominated(profile, state, pod, node, nominated)
+                }
+                _ => status,
+            };
             progress.record(node, status)?;
             if progress.feasible.len() >= to_find {
                 break;
@@ -534,27 +590,53 @@ fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> 
     CycleError::Unschedulable(diagnosis)
 }
 
-/// Runs the PostFilter plugins after no node was found feasible, until one succeeds; the
-/// last message one gave goes into the diagnosis.
+/// Runs the PostFilter plugins after no node was found feasible, as kube-scheduler does:
+/// the first that succeeds (or finds the pod unresolvable) ends the run with its result;
+/// otherwise the last result that changes the nomination is kept, and the reasons of all go
+/// into the diagnosis's message.
 fn run_post_filter(
     profile: &Profile,
     state: &CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
+    options: &CycleOptions<'_>,
     diagnosis: &mut Diagnosis,
 ) {
+    let no_nominations = NominatedPods::default();
+    let input = PostFilterInput {
+        profile,
+        snapshot,
+        nominated: options.nominated.unwrap_or(&no_nominations),
+        rejections: &diagnosis.node_statuses,
+    };
+    let mut reasons: Vec<String> = Vec::new();
+    let mut kept = PostFilterResult::default();
     for plugin in &profile.post_filter {
         let Some(pf) = plugin.as_post_filter() else {
             continue;
         };
-        let (_, status) = pf.post_filter(state, pod, snapshot, &diagnosis.node_statuses);
-        if !status.reasons().is_empty() {
+        let (result, status) = pf.post_filter(state, pod, &input);
+        if status.is_success() || !status.is_rejected() {
+            if !status.reasons().is_empty() {
+                diagnosis.post_filter_msg = Some(status.message());
+            }
+            *diagnosis.post_filter = result;
+            return;
+        }
+        if status.code() == Code::UnschedulableAndUnresolvable {
             diagnosis.post_filter_msg = Some(status.message());
+            *diagnosis.post_filter = result;
+            return;
         }
-        if status.is_success() {
-            break;
+        if result.nomination != crate::framework::Nomination::Keep {
+            kept = result;
         }
+        reasons.extend(status.reasons().iter().map(|r| r.to_string()));
     }
+    if !reasons.is_empty() {
+        diagnosis.post_filter_msg = Some(reasons.join(", "));
+    }
+    *diagnosis.post_filter = kept;
 }
 
 impl ScoreBuffers {

@@ -116,6 +116,7 @@ const OPTS: CycleOptions<'static> = CycleOptions {
     pool: None,
     percentage_of_nodes_to_score: 0,
     top_scores: 3,
+    nominated: None,
 };
 
 #[test]
@@ -300,6 +301,7 @@ fn memory_spreads_the_search_and_parallel_matches_sequential() {
         pool: Some(&pool),
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
+        nominated: None,
     };
     let (mut r1, mut r2) = (CycleMemory::default(), CycleMemory::default());
     for i in 0..5 {

@@ -6,9 +6,41 @@ use std::any::{Any, TypeId};
 /// later extension points. Each plugin stores its own type, so keys cannot collide and reads
 /// need no downcasting by hand. A cycle holds a handful of values read for every node, so
 /// they sit in a small vector searched linearly: cheaper than hashing on every read.
-#[derive(Default)]
+///
+/// A state can be cloned (each value with it): preemption tries removing pods from a node
+/// on a copy of the cycle's state, which PreFilter extensions update as pods come and go.
+#[derive(Default, Clone)]
 pub struct CycleState {
-    values: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    values: Vec<(TypeId, Box<dyn Value>)>,
+}
+
+/// A value kept in a [`CycleState`]: any cloneable, shareable type.
+trait Value: Any + Send + Sync {
+    fn clone_box(&self) -> Box<dyn Value>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+}
+
+impl<T: Any + Send + Sync + Clone> Value for T {
+    fn clone_box(&self) -> Box<dyn Value> {
+        Box::new(self.clone())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+impl Clone for Box<dyn Value> {
+    fn clone(&self) -> Self {
+        (**self).clone_box()
+    }
 }
 
 impl CycleState {
@@ -18,7 +50,7 @@ impl CycleState {
     }
 
     /// Stores `value`, replacing any earlier value of the same type.
-    pub fn insert<T: Any + Send + Sync>(&mut self, value: T) {
+    pub fn insert<T: Any + Send + Sync + Clone>(&mut self, value: T) {
         let id = TypeId::of::<T>();
         match self.values.iter_mut().find(|(k, _)| *k == id) {
             Some((_, v)) => *v = Box::new(value),
@@ -32,14 +64,20 @@ impl CycleState {
         self.values
             .iter()
             .find(|(k, _)| *k == id)
-            .and_then(|(_, b)| b.downcast_ref())
+            .and_then(|(_, b)| (**b).as_any().downcast_ref())
     }
 
     /// Takes the stored value of type `T` out of the state.
     pub fn remove<T: Any + Send + Sync>(&mut self) -> Option<T> {
         let id = TypeId::of::<T>();
         let i = self.values.iter().position(|(k, _)| *k == id)?;
-        self.values.swap_remove(i).1.downcast().ok().map(|b| *b)
+        self.values
+            .swap_remove(i)
+            .1
+            .into_any()
+            .downcast()
+            .ok()
+            .map(|b| *b)
     }
 
     /// The stored value of type `T`, mutably.
@@ -48,7 +86,7 @@ impl CycleState {
         self.values
             .iter_mut()
             .find(|(k, _)| *k == id)
-            .and_then(|(_, b)| b.downcast_mut())
+            .and_then(|(_, b)| (**b).as_any_mut().downcast_mut())
     }
 }
 
@@ -64,7 +102,9 @@ mod tests {
 
     #[test]
     fn typed_slots() {
+        #[derive(Clone)]
         struct A(u32);
+        #[derive(Clone)]
         struct B(&'static str);
         let mut s = CycleState::new();
         s.insert(A(1));
@@ -74,5 +114,13 @@ mod tests {
         assert_eq!(s.get::<A>().map(|a| a.0), Some(2));
         assert_eq!(s.get::<B>().map(|b| b.0), Some("x"));
         assert!(s.get::<u8>().is_none());
+        let copy = s.clone();
+        s.get_mut::<A>().unwrap().0 = 3;
+        assert_eq!(
+            copy.get::<A>().map(|a| a.0),
+            Some(2),
+            "a clone owns its values"
+        );
+        assert_eq!(s.remove::<A>().map(|a| a.0), Some(3));
     }
 }

@@ -5,6 +5,7 @@ pub mod events;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
+pub mod run;
 pub mod status;
 
 pub use cycle_state::CycleState;
@@ -17,4 +18,5 @@ pub use profile::Profile;
 pub use registry::{
     ArgsError, DefaultPlace, Factory, PluginArgs, PluginSpec, Registry, decode_args,
 };
+pub use run::{NominatedPods, SkippedFilters};
 pub use status::{Code, Status};

@@ -14,6 +14,8 @@ use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
 use super::events::EventHint;
+use super::profile::Profile;
+use super::run::NominatedPods;
 use super::status::Status;
 
 /// Highest score a plugin may give a node after normalization.
@@ -36,6 +38,11 @@ pub trait Plugin: Send + Sync + 'static {
     }
     /// The PreFilter implementation, if any.
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    /// The PreFilter extensions (keeping the PreFilter state right as pods are added to or
+    /// removed from a node), if any.
+    fn as_pre_filter_extensions(&self) -> Option<&dyn PreFilterExtensions> {
         None
     }
     /// The Filter implementation, if any.
@@ -151,16 +158,87 @@ pub trait FilterPlugin: Send + Sync {
     }
 }
 
-/// Runs when no node fits (e.g. preemption). Returns a nominated node, if it made room.
+/// Keeps a PreFilter plugin's cycle state true to a node whose pods change within the
+/// cycle: a nominated pod counted on a node, a victim taken off one in preemption's dry run
+/// (kube-scheduler's `PreFilterExtensions`). The node is given as it is after the change.
+/// A plugin whose Filter reads only the node needs none.
+pub trait PreFilterExtensions: Send + Sync {
+    /// `added` now runs on `node`.
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+    /// `removed` no longer runs on `node`.
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status;
+}
+
+/// What PostFilter plugins are given when no node fits the pod.
+pub struct PostFilterInput<'a> {
+    /// The cycle's profile, whose filters a plugin may run on changed nodes.
+    pub profile: &'a Profile,
+    /// The cluster as the cycle saw it.
+    pub snapshot: &'a Snapshot,
+    /// Pods nominated to nodes.
+    pub nominated: &'a NominatedPods,
+    /// Each node the cycle rejected, with the status that rejected it.
+    pub rejections: &'a [(Arc<str>, Status)],
+}
+
+/// What the pod's nominated node becomes after a PostFilter plugin ran.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Nomination {
+    /// Unchanged.
+    #[default]
+    Keep,
+    /// None: the pod no longer waits for room on a node.
+    Clear,
+    /// This node, where room is being made for the pod.
+    Set(Arc<str>),
+}
+
+/// Pods to evict so that a pod fits on a node, as a preemption decided it.
+#[derive(Debug, Clone)]
+pub struct Preemption {
+    /// The node.
+    pub node: Arc<str>,
+    /// The pods to evict from it, most important first; those already terminating are
+    /// waited for, not evicted again.
+    pub victims: Vec<Arc<PodInfo>>,
+    /// Pods of lower priority nominated to the node, whose nomination is cleared: the room
+    /// is the preemptor's now.
+    pub denominated: Vec<Arc<PodInfo>>,
+    /// Why this node won, for the decision log.
+    pub reason: String,
+}
+
+/// What a PostFilter plugin did.
+#[derive(Debug, Clone, Default)]
+pub struct PostFilterResult {
+    /// The pod's nomination.
+    pub nomination: Nomination,
+    /// The evictions it decided, if any.
+    pub preemption: Option<Preemption>,
+}
+
+/// Runs when no node fits (e.g. preemption): may decide evictions and nominate a node.
 pub trait PostFilterPlugin: Send + Sync {
-    /// Tries to make the pod schedulable; `rejections` holds each rejected node's status.
+    /// Tries to make the pod schedulable; a success status means it did (on the nominated
+    /// node, once the evictions are done).
     fn post_filter(
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        snapshot: &Snapshot,
-        rejections: &[(Arc<str>, Status)],
-    ) -> (Option<Arc<str>>, Status);
+        input: &PostFilterInput<'_>,
+    ) -> (PostFilterResult, Status);
 }
 
 /// Runs once per cycle before scoring, with the feasible nodes; `Skip` skips this plugin's

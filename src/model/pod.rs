@@ -168,6 +168,13 @@ pub struct OwnerRef {
     pub uid: String,
 }
 
+/// `spec.preemptionPolicy` of a pod that never preempts.
+pub const PREEMPT_NEVER: &str = "Never";
+/// The pod condition a scheduler sets on a pod it evicts to make room for another.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+/// The reason of the `DisruptionTarget` condition when the scheduler preempts the pod.
+pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
 /// Everything the scheduler reads from a pod, computed once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodInfo {
@@ -226,6 +233,16 @@ pub struct PodInfo {
     pub gpu: PodGpu,
     /// The pod's volumes, as the volume plugins read them.
     pub volumes: PodVolumes,
+    /// `spec.preemptionPolicy` is `Never`: the pod waits instead of evicting others.
+    pub never_preempts: bool,
+    /// `status.startTime` as (seconds, nanoseconds) since the epoch; preemption spares
+    /// the pods that started first among those of equal priority.
+    pub start_time: Option<(i64, u32)>,
+    /// `status.nominatedNodeName`: the node a preemption made room on for the pod.
+    pub nominated_node: Option<Arc<str>>,
+    /// The pod has the `DisruptionTarget` condition a scheduler sets on a victim it
+    /// preempts (status `True`, reason `PreemptionByScheduler`).
+    pub preempted_by_scheduler: bool,
 }
 
 /// A pod's `namespace/name`: how the queue keys pods and how logs, events and the decision
@@ -282,6 +299,7 @@ impl PodInfo {
         if name.is_empty() {
             return Err(fail("metadata.name: must be set".to_string()));
         }
+        let status = pod.status.as_ref();
         let empty_spec = core::PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
         let labels = meta.labels.as_ref().map(Labels::from).unwrap_or_default();
@@ -399,6 +417,22 @@ impl PodInfo {
             terminating: meta.deletion_timestamp.is_some(),
             gpu,
             volumes,
+            never_preempts: spec.preemption_policy.as_deref() == Some(PREEMPT_NEVER),
+            start_time: status
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| (t.0.as_second(), t.0.subsec_nanosecond().unsigned_abs())),
+            nominated_node: status
+                .and_then(|s| s.nominated_node_name.as_deref())
+                .filter(|n| !n.is_empty())
+                .map(Arc::from),
+            preempted_by_scheduler: status
+                .and_then(|s| s.conditions.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == DISRUPTION_TARGET)
+                .is_some_and(|c| {
+                    c.status == "True" && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
+                }),
             namespace,
             name,
         })

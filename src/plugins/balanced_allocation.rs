@@ -133,7 +133,7 @@ fn fraction(requested: i64, allocatable: i64) -> f64 {
 }
 
 /// The pod's request of each scored resource, computed once per cycle.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreScoreState {
     pod_requests: PodRequests,
 }

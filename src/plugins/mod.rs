@@ -33,6 +33,7 @@ pub fn registry() -> Registry {
     for spec in [
         balanced_allocation::SPEC,
         default_binder::SPEC,
+        default_preemption::SPEC,
         gpu_share::SPEC,
         image_locality::SPEC,
         inter_pod_affinity::SPEC,

@@ -371,6 +371,7 @@ impl NodeResourcesFit {
 
 /// The cycle state [`delegate_cpu_memory`] leaves: the nodes on which this filter leaves cpu
 /// and memory to another plugin.
+#[derive(Clone)]
 struct CpuMemoryDelegation(Arc<dyn Fn(&NodeInfo) -> bool + Send + Sync>);
 
 /// Hands the cpu and memory check of this cycle's pod, on the nodes `checks_itself` accepts,
@@ -390,7 +391,7 @@ pub(crate) fn cpu_memory_delegated(state: &CycleState) -> bool {
 }
 
 /// The pod's requests as the filter checks them, computed once per cycle.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreFilterState {
     /// The pod requests no resource at all: only the pod count is checked.
     requests_nothing: bool,
@@ -401,7 +402,7 @@ struct PreFilterState {
     scalars: Vec<ScalarRequest>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ScalarRequest {
     name: ResourceName,
     amount: i64,
@@ -409,7 +410,7 @@ struct ScalarRequest {
 }
 
 /// The pod's request of each scored resource, computed once per cycle.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreScoreState {
     pod_requests: PodRequests,
 }
@@ -1193,6 +1194,7 @@ mod tests {
             pool: None,
             percentage_of_nodes_to_score: 0,
             top_scores: 3,
+            nominated: None,
         };
         let mut memory = CycleMemory::default();
 

@@ -14,7 +14,8 @@ use crate::cache::{NodeInfo, Snapshot, Tracked};
 use crate::framework::events::is_a_named_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
-    Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+    Plugin, PluginSpec, PreFilterExtensions, PreFilterPlugin, PreFilterResult, QueueingHint,
+    Status,
 };
 use crate::model::PodInfo;
 use crate::model::volume::{AccessModes, InlineDisk};
@@ -34,10 +35,29 @@ pub const ERR_REASON_READ_WRITE_ONCE_POD_CONFLICT: &str = "node(s) unavailable d
 pub const ERR_MISSING_STATE: &str = "cannot read \"PreFilterVolumeRestrictions\" from cycleState";
 
 /// What PreFilter found for Filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeRestrictionsState {
-    /// How many of the pod's `ReadWriteOncePod` claims placed pods use.
+    /// How many references placed pods hold to the pod's `ReadWriteOncePod` claims.
     pub claims_in_use: usize,
+    /// The pod's `ReadWriteOncePod` claims.
+    pub read_write_once_pod: Vec<String>,
+}
+
+impl VolumeRestrictionsState {
+    /// The references `other` holds to the pod's `ReadWriteOncePod` claims (kube-scheduler
+    /// counts a claim name in any namespace; a claim is namespaced, so gantry counts only
+    /// the pod's own namespace).
+    fn references(&self, pod: &PodInfo, other: &PodInfo) -> usize {
+        if other.namespace != pod.namespace {
+            return 0;
+        }
+        other
+            .volumes
+            .claims
+            .iter()
+            .filter(|c| !c.ephemeral && self.read_write_once_pod.contains(&c.name))
+            .count()
+    }
 }
 
 /// Rejects nodes where the pod's inline disks conflict with another pod's, and every node
@@ -100,8 +120,40 @@ impl Plugin for VolumeRestrictions {
         Some(self)
     }
 
+    fn as_pre_filter_extensions(&self) -> Option<&dyn PreFilterExtensions> {
+        Some(self)
+    }
+
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
+    }
+}
+
+impl PreFilterExtensions for VolumeRestrictions {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        _: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<VolumeRestrictionsState>() {
+            s.claims_in_use += s.references(pod, added);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        _: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<VolumeRestrictionsState>() {
+            s.claims_in_use = s.claims_in_use.saturating_sub(s.references(pod, removed));
+        }
+        Status::success()
     }
 }
 
@@ -139,7 +191,10 @@ impl PreFilterPlugin for VolumeRestrictions {
         if pod.volumes.disks.is_empty() && claims_in_use == 0 {
             return (PreFilterResult::default(), Status::skip());
         }
-        state.insert(VolumeRestrictionsState { claims_in_use });
+        state.insert(VolumeRestrictionsState {
+            claims_in_use,
+            read_write_once_pod: once_pod.iter().map(|n| n.to_string()).collect(),
+        });
         (PreFilterResult::default(), Status::success())
     }
 }

@@ -254,11 +254,11 @@ fn zone_and_region(node: &NodeInfo) -> (Option<&str>, Option<&str>) {
 }
 
 /// Rules whose requirement applies to this cycle's pod.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct RequiredRules(Vec<usize>);
 
 /// Rules whose preferences apply to this cycle's pod.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreferredRules(Vec<usize>);
 
 /// A node's zone and region are its labels; a rule selects pods by their namespace's labels.

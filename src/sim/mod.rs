@@ -24,7 +24,7 @@ use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
 pub use input::{ClusterInput, InputError};
-pub use report::{NodeUsage, PodOutcome, Report};
+pub use report::{NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
 /// The example cluster `gantry simulate` runs with no input.
 pub const EXAMPLE: &str = include_str!("example.yaml");
@@ -94,6 +94,7 @@ pub fn simulate_recorded(
                     running: false,
                     annotations: Default::default(),
                     volumes: Default::default(),
+                    evicted: None,
                 });
                 continue;
             }
@@ -111,6 +112,7 @@ pub fn simulate_recorded(
                 running: true,
                 annotations: Default::default(),
                 volumes: Default::default(),
+                evicted: None,
             });
         } else {
             pending.push(info);
@@ -133,6 +135,7 @@ pub fn simulate_recorded(
             running: false,
             annotations: Default::default(),
             volumes: Default::default(),
+            evicted: None,
         });
         // Pending pods carry no node, so the cache cannot refuse them.
         let _ = sched.upsert_pod(pod, now);
@@ -184,9 +187,17 @@ fn run_queue(
                         Err(e) => report.invalid.push(e.to_string()),
                     }
                 }
-                Attempt::Unschedulable { pod, message, .. } => {
+                Attempt::Unschedulable {
+                    pod,
+                    message,
+                    diagnosis,
+                    ..
+                } => {
                     if let Some(&i) = index.get(&pod.key()) {
                         report.pods[i].message = Some(message);
+                    }
+                    if let Some(p) = &diagnosis.post_filter.preemption {
+                        evict(sched, report, &pod, p, now);
                     }
                 }
                 Attempt::Failed { pod, status, .. } => {
@@ -205,6 +216,37 @@ fn run_queue(
             None => break,
         }
     }
+}
+
+/// Carries a preemption out as a cluster would: the victims go away (their deletion frees
+/// the node and wakes the preemptor, nominated there), and the report records it.
+fn evict(
+    sched: &mut Scheduler,
+    report: &mut Report,
+    preemptor: &PodInfo,
+    preemption: &crate::framework::Preemption,
+    now: Duration,
+) {
+    let by = format!("{} on {}", preemptor.key(), preemption.node);
+    for v in &preemption.victims {
+        sched.remove_pod(&v.namespace, &v.name, now);
+        if let Some(o) = report
+            .pods
+            .iter_mut()
+            .find(|o| o.namespace == v.namespace && o.name == v.name)
+        {
+            o.node = None;
+            o.message = None;
+            o.evicted = Some(by.clone());
+        }
+    }
+    report.preemptions.push(PreemptionOutcome {
+        namespace: preemptor.namespace.clone(),
+        pod: preemptor.name.clone(),
+        node: preemption.node.to_string(),
+        victims: preemption.victims.iter().map(|v| v.key()).collect(),
+        reason: preemption.reason.clone(),
+    });
 }
 
 /// The load a node's annotations describe, as a sample of the simulated moment: it never goes

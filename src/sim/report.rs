@@ -28,6 +28,24 @@ pub struct PodOutcome {
     /// to `provisioned on <node>` for a claim whose volume the class provisions.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub volumes: BTreeMap<String, String>,
+    /// Set when a preemption evicted the pod: by which pod, from which node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<String>,
+}
+
+/// One preemption the simulation carried out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PreemptionOutcome {
+    /// The preemptor's namespace.
+    pub namespace: String,
+    /// The preemptor.
+    pub pod: String,
+    /// The node it was nominated to.
+    pub node: String,
+    /// The evicted pods, `namespace/name`, most important first.
+    pub victims: Vec<String>,
+    /// Why that node won over the other candidates.
+    pub reason: String,
 }
 
 /// How much of a node is requested.
@@ -66,6 +84,9 @@ pub struct Report {
     pub invalid: Vec<String>,
     /// Objects of kinds the scheduler does not read, counted by kind.
     pub ignored: BTreeMap<String, usize>,
+    /// The preemptions, in the order they happened.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preemptions: Vec<PreemptionOutcome>,
 }
 
 fn percent(part: i64, whole: i64) -> String {
@@ -110,9 +131,11 @@ impl Report {
         self.pods.iter().filter(|p| !p.running && p.node.is_some())
     }
 
-    /// Pods left pending.
+    /// Pods left pending (evicted ones are gone, not pending).
     pub fn pending(&self) -> impl Iterator<Item = &PodOutcome> {
-        self.pods.iter().filter(|p| p.node.is_none())
+        self.pods
+            .iter()
+            .filter(|p| p.node.is_none() && p.evicted.is_none())
     }
 
     /// The report as readable tables.
@@ -158,6 +181,26 @@ impl Report {
         if !volumes.is_empty() {
             let _ = writeln!(out, "\nVolumes bound with the pods:");
             out.push_str(&table(&["NAMESPACE", "POD", "CLAIM", "VOLUME"], &volumes));
+        }
+        if !self.preemptions.is_empty() {
+            let rows: Vec<Vec<String>> = self
+                .preemptions
+                .iter()
+                .map(|p| {
+                    vec![
+                        p.namespace.clone(),
+                        p.pod.clone(),
+                        p.node.clone(),
+                        p.victims.join(", "),
+                        p.reason.clone(),
+                    ]
+                })
+                .collect();
+            let _ = writeln!(out, "\nPreemptions ({}):", rows.len());
+            out.push_str(&table(
+                &["NAMESPACE", "PREEMPTOR", "NODE", "VICTIMS", "CHOSEN FOR"],
+                &rows,
+            ));
         }
         let measured = self.nodes.iter().any(|n| n.measured_cpu_percent.is_some());
         let nodes: Vec<Vec<String>> = self

@@ -293,7 +293,7 @@ impl GpuShare {
 }
 
 /// What PreFilter learned about the pod.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PodState {
     request: GpuRequest,
     cpu: i64,
@@ -301,7 +301,7 @@ struct PodState {
 }
 
 /// Fragmentation tables for the feasible nodes' GPU models, computed at PreScore.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Tables {
     /// The one table when no typical shape depends on the model or memory.
     single: Option<Arc<ShapeTable>>,
@@ -309,7 +309,7 @@ struct Tables {
 }
 
 /// The table for nodes of one GPU model and memory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ModelTable {
     model: Option<Arc<str>>,
     memory_mib: Option<u64>,
@@ -361,7 +361,7 @@ impl Tables {
 }
 
 /// What scoring needs, computed at PreScore.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ScoreState {
     tables: Tables,
     capacity: Capacity,

@@ -3,10 +3,12 @@
 //! domain, whichever of the two arrived first).
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
+use crate::framework::{
+    CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
+};
 use crate::model::{Labels, PodInfo};
 
-use super::{IncomingTerm, InterPodAffinity, TopologyCounts};
+use super::{IncomingTerm, InterPodAffinity, NamespaceScope, TopologyCounts};
 
 /// A node in the domain of an existing pod whose required anti-affinity matches the pod.
 pub const ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH: &str =
@@ -22,7 +24,7 @@ const MISSING_STATE: &str =
     "error reading \"PreFilterInterPodAffinity\" from cycleState: not found";
 
 /// What PreFilter counts, per topology pair, for Filter.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreFilterState {
     /// Existing pods' required anti-affinity terms that match the incoming pod, counted at
     /// the pair of the existing pod's node.
@@ -34,6 +36,51 @@ struct PreFilterState {
     anti_affinity: TopologyCounts,
     /// The incoming pod matches all its own required affinity terms (it may start a group).
     matches_own_affinity: bool,
+    /// The namespaces of each of the incoming pod's required affinity terms, then of its
+    /// anti-affinity terms: pods added or removed later in the cycle are matched with them.
+    affinity_scopes: Vec<NamespaceScope>,
+    anti_scopes: Vec<NamespaceScope>,
+    /// The labels of the incoming pod's namespace, for existing pods' namespace selectors.
+    namespace_labels: Labels,
+}
+
+impl PreFilterState {
+    /// Counts `other` (running on a node with `node_labels`) `delta` times: once more when
+    /// added, once less when removed.
+    fn update_with_pod(
+        &mut self,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node_labels: &Labels,
+        delta: i64,
+    ) {
+        for term in &other.affinity.required_anti {
+            if term.matches(&pod.namespace, &pod.labels, &self.namespace_labels) {
+                self.existing_anti_affinity
+                    .update_on(node_labels, &term.topology_key, delta);
+            }
+        }
+        let in_scope = |t: &crate::model::pod::AffinityTerm, s: &NamespaceScope| {
+            s.contains(&other.namespace) && t.selector.matches(&other.labels)
+        };
+        let required = &pod.affinity.required;
+        if !required.is_empty()
+            && required
+                .iter()
+                .zip(&self.affinity_scopes)
+                .all(|(t, s)| in_scope(t, s))
+        {
+            for t in required {
+                self.affinity.update_on(node_labels, &t.topology_key, delta);
+            }
+        }
+        for (t, s) in pod.affinity.required_anti.iter().zip(&self.anti_scopes) {
+            if in_scope(t, s) {
+                self.anti_affinity
+                    .update_on(node_labels, &t.topology_key, delta);
+            }
+        }
+    }
 }
 
 impl PreFilterPlugin for InterPodAffinity {
@@ -68,6 +115,9 @@ impl PreFilterPlugin for InterPodAffinity {
             affinity: affinity_counts,
             anti_affinity: anti_counts,
             matches_own_affinity: matches_all(&affinity_terms, pod),
+            affinity_scopes: affinity_terms.into_iter().map(|t| t.namespaces).collect(),
+            anti_scopes: anti_terms.into_iter().map(|t| t.namespaces).collect(),
+            namespace_labels: snapshot.namespace_labels(&pod.namespace).clone(),
         });
         (PreFilterResult::default(), Status::success())
     }
@@ -125,6 +175,34 @@ fn incoming_counts(
 /// True when `pod` matches every term; false when there are none.
 fn matches_all(terms: &[IncomingTerm], pod: &PodInfo) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod))
+}
+
+impl PreFilterExtensions for InterPodAffinity {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<PreFilterState>() {
+            s.update_with_pod(pod, added, &node.node.labels, 1);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<PreFilterState>() {
+            s.update_with_pod(pod, removed, &node.node.labels, -1);
+        }
+        Status::success()
+    }
 }
 
 impl FilterPlugin for InterPodAffinity {

@@ -117,6 +117,9 @@ impl Plugin for InterPodAffinity {
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
+    fn as_pre_filter_extensions(&self) -> Option<&dyn crate::framework::PreFilterExtensions> {
+        Some(self)
+    }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
     }
@@ -162,6 +165,25 @@ impl TopologyCounts {
         }
     }
 
+    /// Adds `delta` to the pair (`key`, the node's value of `key`) as a pod comes to or
+    /// leaves the node within a cycle; a pair whose count comes down to zero is dropped (as
+    /// kube-scheduler drops it), so that a count emptied by removals reads as never counted.
+    fn update_on(&mut self, node_labels: &Labels, key: &str, delta: i64) {
+        let Some(value) = node_labels.get(key) else {
+            return;
+        };
+        self.add(key, value, delta);
+        if let Some(i) = self.by_key.iter().position(|(k, _)| k == key) {
+            let values = &mut self.by_key[i].1;
+            if values.get(value) == Some(&0) {
+                values.remove(value);
+            }
+            if values.is_empty() {
+                self.by_key.swap_remove(i);
+            }
+        }
+    }
+
     /// The sum for the pair (`key`, the node's value of `key`); `None` when the node lacks
     /// the label.
     fn on(&self, node_labels: &Labels, key: &str) -> Option<i64> {
@@ -192,25 +214,25 @@ impl TopologyCounts {
 /// The namespaces one of the incoming pod's terms is about. kube-scheduler resolves the
 /// incoming pod's namespace selector against the namespaces it knows, once per cycle, and
 /// merges them into the listed ones; an empty selector (`{}`) stays "every namespace".
-#[derive(Debug)]
-struct NamespaceScope<'a> {
+#[derive(Debug, Clone)]
+struct NamespaceScope {
     every: bool,
     /// Sorted, for binary search.
-    names: Vec<&'a str>,
+    names: Vec<Box<str>>,
 }
 
-impl<'a> NamespaceScope<'a> {
-    fn new(term: &'a AffinityTerm, snapshot: &'a Snapshot) -> Self {
+impl NamespaceScope {
+    fn new(term: &AffinityTerm, snapshot: &Snapshot) -> Self {
         let selector = &term.namespace_selector;
         let every = selector.is_everything();
-        let mut names: Vec<&str> = term.namespaces.iter().map(String::as_str).collect();
+        let mut names: Vec<Box<str>> = term.namespaces.iter().map(|n| n.as_str().into()).collect();
         if !every && !selector.is_nothing() {
             names.extend(
                 snapshot
                     .namespaces()
                     .iter()
                     .filter(|(_, labels)| selector.matches(labels))
-                    .map(|(name, _)| name.as_str()),
+                    .map(|(name, _)| name.as_str().into()),
             );
         }
         names.sort_unstable();
@@ -219,7 +241,11 @@ impl<'a> NamespaceScope<'a> {
     }
 
     fn contains(&self, namespace: &str) -> bool {
-        self.every || self.names.binary_search(&namespace).is_ok()
+        self.every
+            || self
+                .names
+                .binary_search_by(|n| (**n).cmp(namespace))
+                .is_ok()
     }
 }
 
@@ -227,7 +253,7 @@ impl<'a> NamespaceScope<'a> {
 #[derive(Debug)]
 struct IncomingTerm<'a> {
     term: &'a AffinityTerm,
-    namespaces: NamespaceScope<'a>,
+    namespaces: NamespaceScope,
 }
 
 impl<'a> IncomingTerm<'a> {

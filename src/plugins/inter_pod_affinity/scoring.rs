@@ -16,7 +16,7 @@ const MISSING_STATE: &str =
     "failed to read \"PreScoreInterPodAffinity\" from cycleState: not found";
 
 /// The summed weights per topology pair, for Score and NormalizeScore.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PreScoreState {
     scores: TopologyCounts,
 }

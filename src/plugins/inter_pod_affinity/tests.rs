@@ -734,6 +734,7 @@ affinity:
         pool: None,
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
+        nominated: None,
     };
     let err = schedule_one(&profile, &snap, &p, &mut CycleMemory::default(), &opts).unwrap_err();
     assert_eq!(

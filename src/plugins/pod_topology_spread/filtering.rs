@@ -4,9 +4,12 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::{CycleState, FilterPlugin, PreFilterPlugin, PreFilterResult, Status};
-use crate::model::PodInfo;
+use crate::framework::{
+    CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
+};
 use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
+use crate::model::selector::LabelSelector;
+use crate::model::{Labels, PodInfo};
 
 use super::{
     Constraint, ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH, Inclusion,
@@ -14,7 +17,7 @@ use super::{
 };
 
 /// What Filter needs of one hard constraint, computed at PreFilter.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct HardConstraint {
     topology_key: String,
     max_skew: i64,
@@ -25,10 +28,28 @@ struct HardConstraint {
     /// The global minimum: the smallest domain count, or 0 when there are fewer eligible
     /// domains than `minDomains`.
     min_match: i64,
+    /// The constraint's selector, for pods added or removed later in the cycle.
+    selector: LabelSelector,
+    /// `minDomains` (1 when unset).
+    min_domains: i32,
+}
+
+impl HardConstraint {
+    fn global_min(counts: &HashMap<Box<str>, i64>, min_domains: i32) -> i64 {
+        if counts.len() < usize::try_from(min_domains).unwrap_or(0) {
+            0
+        } else {
+            counts
+                .values()
+                .copied()
+                .min()
+                .unwrap_or(i64::from(i32::MAX))
+        }
+    }
 }
 
 /// The per-cycle state of the hard constraints.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct PreFilterState {
     constraints: Vec<HardConstraint>,
 }
@@ -55,21 +76,14 @@ impl PodTopologySpread {
             .zip(counts)
             .map(|(c, counts)| {
                 let min_domains = c.spec.min_domains.unwrap_or(1);
-                let min_match = if counts.len() < usize::try_from(min_domains).unwrap_or(0) {
-                    0
-                } else {
-                    counts
-                        .values()
-                        .copied()
-                        .min()
-                        .unwrap_or(i64::from(i32::MAX))
-                };
                 HardConstraint {
                     topology_key: c.spec.topology_key.clone(),
                     max_skew: i64::from(c.spec.max_skew),
                     self_match: i64::from(c.selector.matches(&pod.labels)),
+                    min_match: HardConstraint::global_min(&counts, min_domains),
                     counts,
-                    min_match,
+                    selector: c.selector.into_owned(),
+                    min_domains,
                 }
             })
             .collect();
@@ -181,6 +195,71 @@ fn count_pods(
         }
     };
     snapshot.for_each_candidate(&c.selector, add);
+}
+
+impl PreFilterState {
+    /// Counts `other` (on a node with `node_labels`) `delta` times in the domains it is in,
+    /// as kube-scheduler does when a pod is added to or removed from a node within a cycle:
+    /// only pods of the incoming pod's namespace, on nodes carrying every constraint's key.
+    /// Unlike kube-scheduler, a domain that was not eligible is not made one, and a
+    /// terminating pod (never counted) is not taken off.
+    fn update_with_pod(
+        &mut self,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node_labels: &Labels,
+        delta: i64,
+    ) {
+        if other.namespace != pod.namespace
+            || other.terminating
+            || !self
+                .constraints
+                .iter()
+                .all(|c| node_labels.contains_key(&c.topology_key))
+        {
+            return;
+        }
+        for c in &mut self.constraints {
+            if !c.selector.matches(&other.labels) {
+                continue;
+            }
+            let Some(value) = node_labels.get(&c.topology_key) else {
+                continue;
+            };
+            if let Some(count) = c.counts.get_mut(value) {
+                *count += delta;
+                c.min_match = HardConstraint::global_min(&c.counts, c.min_domains);
+            }
+        }
+    }
+}
+
+impl PreFilterExtensions for PodTopologySpread {
+    fn add_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        added: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<PreFilterState>() {
+            s.update_with_pod(pod, added, &node.node.labels, 1);
+        }
+        Status::success()
+    }
+
+    fn remove_pod(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        removed: &PodInfo,
+        node: &NodeInfo,
+    ) -> Status {
+        if let Some(s) = state.get_mut::<PreFilterState>() {
+            s.update_with_pod(pod, removed, &node.node.labels, -1);
+        }
+        Status::success()
+    }
 }
 
 impl PreFilterPlugin for PodTopologySpread {

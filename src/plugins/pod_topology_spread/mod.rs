@@ -376,6 +376,9 @@ impl Plugin for PodTopologySpread {
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
+    fn as_pre_filter_extensions(&self) -> Option<&dyn crate::framework::PreFilterExtensions> {
+        Some(self)
+    }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
     }

@@ -15,7 +15,7 @@ use crate::model::selector::LabelSelector;
 use super::{HOSTNAME_LABEL, Inclusion, PodTopologySpread, count_matching, has_all_keys};
 
 /// What Score needs of one soft constraint, computed at PreScore.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct SoftConstraint {
     topology_key: String,
     max_skew: i32,
@@ -33,7 +33,7 @@ struct SoftConstraint {
 }
 
 /// The per-cycle state of the soft constraints.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct PreScoreState {
     constraints: Vec<SoftConstraint>,
     /// False only for system default constraints, so that nodes without a zone label are

@@ -805,6 +805,7 @@ fn cycle_places_and_reports_as_kube_does() {
         pool: None,
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
+        nominated: None,
     };
     let s = snapshot(
         vec![

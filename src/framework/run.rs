@@ -1,0 +1,186 @@
+//! Running a profile's Filter plugins on one node outside the cycle's batched pass: with the
+//! pods nominated to the node counted as if they ran there (kube-scheduler's
+//! `RunFilterPluginsWithNominatedPods`), and with pods added to or removed from a copy of the
+//! node, the cycle state following through the PreFilter extensions (preemption's dry run).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cache::NodeInfo;
+use crate::model::PodInfo;
+
+use super::cycle_state::CycleState;
+use super::profile::Profile;
+use super::status::{Code, Status};
+
+/// The plugins whose PreFilter skipped the pod this cycle: their Filter and PreFilter
+/// extensions do not run. The cycle keeps it in the cycle state.
+#[derive(Debug, Clone, Default)]
+pub struct SkippedFilters(pub Vec<&'static str>);
+
+/// Pending pods with a nominated node (a preemption made room for them there), by node.
+/// While nominated, a pod is counted on its node when pods of no higher priority are
+/// filtered there, so that the room it made is not taken by them.
+#[derive(Debug, Clone, Default)]
+pub struct NominatedPods {
+    by_node: HashMap<Arc<str>, Vec<Arc<PodInfo>>>,
+    node_of: HashMap<(String, String), Arc<str>>,
+}
+
+impl NominatedPods {
+    /// Nominates `pod` to `node`, replacing an earlier nomination of the pod.
+    pub fn nominate(&mut self, pod: Arc<PodInfo>, node: Arc<str>) {
+        self.remove(&pod.namespace, &pod.name);
+        self.node_of
+            .insert((pod.namespace.clone(), pod.name.clone()), node.clone());
+        self.by_node.entry(node).or_default().push(pod);
+    }
+
+    /// Drops the nomination of `namespace/name`; returns the node it was nominated to.
+    pub fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<str>> {
+        let node = self
+            .node_of
+            .remove(&(namespace.to_string(), name.to_string()))?;
+        if let Some(pods) = self.by_node.get_mut(&node) {
+            pods.retain(|p| !(p.namespace == namespace && p.name == name));
+            if pods.is_empty() {
+                self.by_node.remove(&node);
+            }
+        }
+        Some(node)
+    }
+
+    /// The node `namespace/name` is nominated to.
+    pub fn node_of(&self, namespace: &str, name: &str) -> Option<&Arc<str>> {
+        self.node_of.get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// The pods nominated to `node`.
+    pub fn on(&self, node: &str) -> &[Arc<PodInfo>] {
+        self.by_node.get(node).map_or(&[], Vec::as_slice)
+    }
+
+    /// True when no pod is nominated anywhere.
+    pub fn is_empty(&self) -> bool {
+        self.by_node.is_empty()
+    }
+}
+
+/// Runs the profile's Filter plugins on `node`, the first rejection winning; plugins whose
+/// PreFilter skipped the pod are left out.
+pub fn run_filters(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Status {
+    let skipped = state.get::<SkippedFilters>();
+    for plugin in &profile.filter {
+        if skipped.is_some_and(|s| s.0.contains(&plugin.name())) {
+            continue;
+        }
+        let Some(f) = plugin.as_filter() else {
+            continue;
+        };
+        let status = f.filter(state, pod, node);
+        if !status.is_success() {
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+/// The pods nominated to `node` that `pod` must leave room for: those of its priority or
+/// higher, itself excepted.
+pub fn nominated_ahead<'a>(
+    nominated: &'a NominatedPods,
+    pod: &'a PodInfo,
+    node: &str,
+) -> impl Iterator<Item = &'a Arc<PodInfo>> + 'a {
+    nominated.on(node).iter().filter(move |p| {
+        p.priority >= pod.priority && !(p.namespace == pod.namespace && p.name == pod.name)
+    })
+}
+
+/// Runs the Filter plugins on `node` twice when pods of the same or higher priority are
+/// nominated to it: first with them counted on the node (they must keep the room made for
+/// them), then as the node is (a filter such as pod affinity may pass only with them);
+/// both must pass. Without such pods, once.
+pub fn run_filters_with_nominated(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &NominatedPods,
+) -> Status {
+    let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
+    if ahead.peek().is_some() {
+        let mut node_with = node.clone();
+        let mut state_with = state.clone();
+        for p in ahead {
+            node_with.add_pod(p.clone());
+            let status = add_pod(profile, &mut state_with, pod, p, &node_with);
+            if !status.is_success() {
+                return status;
+            }
+        }
+        let status = run_filters(profile, &state_with, pod, &node_with);
+        if !status.is_success() {
+            return status;
+        }
+    }
+    run_filters(profile, state, pod, node)
+}
+
+/// Tells the PreFilter extensions that `added` now runs on `node` (already added to it).
+pub fn add_pod(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    added: &PodInfo,
+    node: &NodeInfo,
+) -> Status {
+    run_extensions(profile, state, |e, state| {
+        e.add_pod(state, pod, added, node)
+    })
+}
+
+/// Tells the PreFilter extensions that `removed` no longer runs on `node` (already removed
+/// from it).
+pub fn remove_pod(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    removed: &PodInfo,
+    node: &NodeInfo,
+) -> Status {
+    run_extensions(profile, state, |e, state| {
+        e.remove_pod(state, pod, removed, node)
+    })
+}
+
+fn run_extensions(
+    profile: &Profile,
+    state: &mut CycleState,
+    mut call: impl FnMut(&dyn super::plugin::PreFilterExtensions, &mut CycleState) -> Status,
+) -> Status {
+    let skipped = state.get::<SkippedFilters>().cloned().unwrap_or_default();
+    for plugin in &profile.pre_filter {
+        if skipped.0.contains(&plugin.name()) {
+            continue;
+        }
+        let Some(e) = plugin.as_pre_filter_extensions() else {
+            continue;
+        };
+        let status = call(e, state);
+        if !status.is_success() {
+            let message = format!(
+                "running {} PreFilter extension: {}",
+                plugin.name(),
+                status.message()
+            );
+            return Status::new(Code::Error, message).with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}

@@ -1,0 +1,177 @@
+use super::*;
+use crate::config::Config;
+use crate::sim::{ClusterInput, Report, simulate};
+
+/// The default profile with DefaultPreemption enabled, as kube-scheduler's default is.
+const CONFIG: &str = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled: [{name: DefaultPreemption}]
+"#;
+
+fn node(name: &str, cpu: &str, extra: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}
+  spec: {{{extra}}}
+  status: {{allocatable: {{cpu: "{cpu}", memory: 16Gi, pods: "10"}}}}
+"#
+    )
+}
+
+fn running(name: &str, node: &str, cpu: &str, priority: i32, started: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: {name}, namespace: default, labels: {{app: {name}}}}}
+  spec:
+    nodeName: {node}
+    priority: {priority}
+    containers: [{{name: c, image: app:1, resources: {{requests: {{cpu: "{cpu}"}}}}}}]
+  status: {{phase: Running, startTime: "{started}"}}
+"#
+    )
+}
+
+fn pending(name: &str, cpu: &str, priority: i32, extra: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: {name}, namespace: default}}
+  spec:
+    priority: {priority}
+    {extra}
+    containers: [{{name: c, image: app:1, resources: {{requests: {{cpu: "{cpu}"}}}}}}]
+"#
+    )
+}
+
+fn run(objects: &[String]) -> Report {
+    let mut input = ClusterInput::default();
+    input
+        .add_yaml(
+            &format!("apiVersion: v1\nkind: List\nitems:{}", objects.concat()),
+            "test",
+        )
+        .expect("valid input");
+    let config = Config::parse(CONFIG, &crate::plugins::registry()).expect("valid config");
+    let report = simulate(&input, config, None);
+    assert!(report.invalid.is_empty(), "{:?}", report.invalid);
+    report
+}
+
+fn outcome<'a>(report: &'a Report, pod: &str) -> &'a crate::sim::PodOutcome {
+    report
+        .pods
+        .iter()
+        .find(|p| p.name == pod)
+        .expect("pod in report")
+}
+
+#[test]
+fn candidates_wanted_follow_kube_schedulers_bounds() {
+    let p = DefaultPreemption::new(DefaultPreemptionArgs::default());
+    assert_eq!(p.candidates_wanted(50), 50, "never more than there are");
+    assert_eq!(
+        p.candidates_wanted(500),
+        100,
+        "at least the absolute number"
+    );
+    assert_eq!(p.candidates_wanted(5000), 500, "else the percentage");
+}
+
+#[test]
+fn the_latest_started_victim_of_the_lowest_priority_is_evicted_and_the_pod_placed() {
+    let report = run(&[
+        node("n1", "4", ""),
+        running("old", "n1", "2", 0, "2026-01-01T00:00:00Z"),
+        running("new", "n1", "2", 0, "2026-06-01T00:00:00Z"),
+        pending("important", "2", 1000, ""),
+    ]);
+    assert_eq!(outcome(&report, "important").node.as_deref(), Some("n1"));
+    assert_eq!(report.preemptions.len(), 1);
+    assert_eq!(report.preemptions[0].victims, ["default/new"]);
+    assert_eq!(
+        outcome(&report, "new").evicted.as_deref(),
+        Some("default/important on n1")
+    );
+    assert_eq!(outcome(&report, "old").node.as_deref(), Some("n1"));
+}
+
+#[test]
+fn a_pod_that_never_preempts_waits() {
+    let report = run(&[
+        node("n1", "4", ""),
+        running("low", "n1", "4", 0, "2026-01-01T00:00:00Z"),
+        pending("polite", "2", 1000, "preemptionPolicy: Never"),
+    ]);
+    assert!(report.preemptions.is_empty());
+    assert_eq!(
+        outcome(&report, "polite").message.as_deref(),
+        Some(
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+        )
+    );
+}
+
+#[test]
+fn no_victims_and_unhelpful_nodes_are_told_apart() {
+    let report = run(&[
+        node("n1", "4", ""),
+        node(
+            "n2",
+            "4",
+            "taints: [{key: dedicated, value: gpu, effect: NoSchedule}]",
+        ),
+        running("peer", "n1", "4", 1000, "2026-01-01T00:00:00Z"),
+        pending("important", "2", 1000, ""),
+    ]);
+    assert!(report.preemptions.is_empty());
+    assert_eq!(
+        outcome(&report, "important").message.as_deref(),
+        Some(
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
+        )
+    );
+}
+
+#[test]
+fn the_node_whose_most_important_victim_matters_least_is_chosen() {
+    let report = run(&[
+        node("n1", "4", ""),
+        node("n2", "4", ""),
+        running("a", "n1", "4", 10, "2026-01-01T00:00:00Z"),
+        running("b", "n2", "4", 5, "2026-01-01T00:00:00Z"),
+        pending("important", "2", 1000, ""),
+    ]);
+    assert_eq!(report.preemptions.len(), 1);
+    let p = &report.preemptions[0];
+    assert_eq!(
+        (p.node.as_str(), p.victims.as_slice()),
+        ("n2", &["default/b".to_string()][..])
+    );
+    assert_eq!(p.reason, "lowest priority of its most important victim");
+    assert_eq!(outcome(&report, "important").node.as_deref(), Some("n2"));
+}
+
+#[test]
+fn fewer_victims_win_when_priorities_tie() {
+    let report = run(&[
+        node("n1", "4", ""),
+        node("n2", "4", ""),
+        running("a1", "n1", "2", 5, "2026-01-01T00:00:00Z"),
+        running("a2", "n1", "2", 5, "2026-01-01T00:00:00Z"),
+        running("b", "n2", "4", 5, "2026-01-01T00:00:00Z"),
+        pending("important", "3", 1000, ""),
+    ]);
+    let p = &report.preemptions[0];
+    assert_eq!(p.node, "n2");
+    assert_eq!(p.reason, "smallest sum of victim priorities");
+}

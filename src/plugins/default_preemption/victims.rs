@@ -1,0 +1,238 @@
+//! The victims on one node and the choice among candidate nodes, by kube-scheduler's rules
+//! (`SelectVictimsOnNode`, `filterPodsWithPDBViolation`, `pickOneNodeForPreemption`).
+
+use std::cmp::Ordering;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::run::{add_pod, remove_pod, run_filters_with_nominated};
+use crate::framework::{CycleState, PostFilterInput, Status};
+use crate::model::PodInfo;
+use crate::model::selector::LabelSelector;
+
+use super::ERR_NO_VICTIMS;
+
+/// A PodDisruptionBudget as preemption reads it.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// Namespace.
+    pub namespace: String,
+    /// The pods it covers (a budget without a selector, or with an empty one, covers none).
+    pub selector: LabelSelector,
+    /// `status.disruptionsAllowed`.
+    pub allowed: i32,
+    /// `status.disruptedPods`: evictions the API already counted against it.
+    pub disrupted: BTreeSet<String>,
+}
+
+impl Budget {
+    fn covers(&self, pod: &PodInfo) -> bool {
+        pod.namespace == self.namespace
+            && !pod.labels.is_empty()
+            && !self.selector.is_nothing()
+            && !self.selector.is_everything()
+            && self.selector.matches(&pod.labels)
+    }
+}
+
+/// The budgets of the cluster, as the snapshot holds them.
+pub fn budgets(snapshot: &Snapshot) -> Vec<Budget> {
+    let _ = snapshot;
+    Vec::new()
+}
+
+/// One node where preemption would let the pod fit.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The node.
+    pub node: Arc<str>,
+    /// The pods to evict, most important first.
+    pub victims: Vec<Arc<PodInfo>>,
+    /// How many of them are evicted against a PodDisruptionBudget.
+    pub pdb_violations: usize,
+}
+
+/// A pod's start time in nanoseconds; a pod not started yet counts as starting now, after
+/// every pod that did.
+fn start_nanos(pod: &PodInfo) -> i128 {
+    pod.start_time.map_or(i128::MAX, |(s, n)| {
+        i128::from(s) * 1_000_000_000 + i128::from(n)
+    })
+}
+
+/// kube-scheduler's `MoreImportantPod` as an ordering: higher priority first, then the
+/// earlier start.
+pub fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
+    b.priority
+        .cmp(&a.priority)
+        .then_with(|| start_nanos(a).cmp(&start_nanos(b)))
+}
+
+/// Splits `pods` (in order) into those whose eviction would violate a budget and the
+/// others: each budget covering a pod is charged for it (unless the API already counted
+/// it), and a pod that takes a budget below zero violates it.
+fn split_by_budget(
+    pods: Vec<Arc<PodInfo>>,
+    budgets: &[Budget],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = budgets.iter().map(|b| b.allowed).collect();
+    let (mut violating, mut other) = (Vec::new(), Vec::new());
+    for pod in pods {
+        let mut violates = false;
+        for (b, left) in budgets.iter().zip(allowed.iter_mut()) {
+            if !b.covers(&pod) || b.disrupted.contains(&pod.name) {
+                continue;
+            }
+            *left -= 1;
+            if *left < 0 {
+                violates = true;
+            }
+        }
+        if violates {
+            violating.push(pod);
+        } else {
+            other.push(pod);
+        }
+    }
+    (violating, other)
+}
+
+/// The fewest victims on `node` that let `pod` fit: every pod of lower priority is taken
+/// off, the pod must then fit; then they are put back one by one, most important first
+/// (those protected by a budget before the others), each staying if the pod still fits.
+/// A node where the pod fits even without them all is an error status of the filters; one
+/// without lower-priority pods is unresolvable.
+pub fn select_on_node(
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    input: &PostFilterInput<'_>,
+    budgets: &[Budget],
+) -> Result<Candidate, Status> {
+    let profile = input.profile;
+    let mut node = node.clone();
+    let mut state = state.clone();
+    let mut potential: Vec<Arc<PodInfo>> = node
+        .pods
+        .iter()
+        .filter(|p| p.priority < pod.priority)
+        .cloned()
+        .collect();
+    if potential.is_empty() {
+        return Err(Status::unresolvable(ERR_NO_VICTIMS));
+    }
+    for p in &potential {
+        node.remove_pod(&p.namespace, &p.name);
+        check(remove_pod(profile, &mut state, pod, p, &node))?;
+    }
+    let fits = |state: &CycleState, node: &NodeInfo| {
+        run_filters_with_nominated(profile, state, pod, node, input.nominated)
+    };
+    let status = fits(&state, &node);
+    if !status.is_success() {
+        return Err(status);
+    }
+    potential.sort_by(|a, b| more_important(a, b));
+    let (violating, other) = split_by_budget(potential, budgets);
+    let mixed = !violating.is_empty() && !other.is_empty();
+    let mut victims: Vec<Arc<PodInfo>> = Vec::new();
+    let mut pdb_violations = 0;
+    let mut reprieve =
+        |p: &Arc<PodInfo>, victims: &mut Vec<Arc<PodInfo>>| -> Result<bool, Status> {
+            node.add_pod(p.clone());
+            check(add_pod(profile, &mut state, pod, p, &node))?;
+            if fits(&state, &node).is_success() {
+                return Ok(true);
+            }
+            node.remove_pod(&p.namespace, &p.name);
+            check(remove_pod(profile, &mut state, pod, p, &node))?;
+            victims.push(p.clone());
+            Ok(false)
+        };
+    for p in &violating {
+        if !reprieve(p, &mut victims)? {
+            pdb_violations += 1;
+        }
+    }
+    for p in &other {
+        reprieve(p, &mut victims)?;
+    }
+    if mixed {
+        victims.sort_by(|a, b| more_important(a, b));
+    }
+    Ok(Candidate {
+        node: node.name().clone(),
+        victims,
+        pdb_violations,
+    })
+}
+
+fn check(status: Status) -> Result<(), Status> {
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(status)
+    }
+}
+
+/// The earliest start among the candidate's victims of the highest priority.
+fn earliest_start_of_highest(c: &Candidate) -> i128 {
+    let Some(first) = c.victims.first() else {
+        return i128::MIN;
+    };
+    c.victims
+        .iter()
+        .filter(|p| p.priority == first.priority)
+        .map(|p| start_nanos(p))
+        .min()
+        .unwrap_or(i128::MAX)
+}
+
+/// kube-scheduler's choice among candidates, criterion by criterion, each narrowing the
+/// ties of the one before: fewest budget violations, lowest highest victim priority,
+/// smallest sum of victim priorities, fewest victims, latest start of the most important
+/// victims; the first left wins. Returns its index and the criterion that decided.
+pub fn pick_one_node(candidates: &[Candidate]) -> (usize, String) {
+    type Criterion = (&'static str, fn(&Candidate) -> i128);
+    const CRITERIA: [Criterion; 5] = [
+        ("fewest PodDisruptionBudget violations", |c| {
+            -(c.pdb_violations as i128)
+        }),
+        ("lowest priority of its most important victim", |c| {
+            -c.victims.first().map_or(0, |p| i128::from(p.priority))
+        }),
+        ("smallest sum of victim priorities", |c| {
+            // As kube-scheduler, priorities are shifted to be non-negative first, so that
+            // more victims of a negative priority do not sum lower than fewer.
+            -c.victims
+                .iter()
+                .map(|p| i128::from(p.priority) + i128::from(i32::MAX) + 1)
+                .sum::<i128>()
+        }),
+        ("fewest victims", |c| -(c.victims.len() as i128)),
+        (
+            "latest start of its most important victims",
+            earliest_start_of_highest,
+        ),
+    ];
+    let mut left: Vec<usize> = (0..candidates.len()).collect();
+    if left.len() == 1 {
+        return (0, "the only candidate".to_string());
+    }
+    for (name, score) in CRITERIA {
+        let best = left
+            .iter()
+            .map(|&i| score(&candidates[i]))
+            .max()
+            .unwrap_or(0);
+        left.retain(|&i| score(&candidates[i]) == best);
+        if left.len() == 1 {
+            return (left[0], name.to_string());
+        }
+    }
+    (
+        left.first().copied().unwrap_or(0),
+        "first of the candidates tied on every criterion".to_string(),
+    )
+}
