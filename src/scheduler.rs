@@ -15,6 +15,7 @@ use crate::framework::{
     BindPlan, ClusterChange, Code, CycleState, NominatedPods, Nomination, PostFilterResult,
     PreBindAction, Profile, ReservedAnnotations, ReservedVolumes, Status,
 };
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::LoadSample;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -375,6 +376,18 @@ impl Scheduler {
     /// A CSIStorageCapacity was deleted.
     pub fn remove_capacity(&mut self, namespace: &str, name: &str) {
         self.cache.remove_capacity(namespace, name);
+    }
+
+    /// A PodDisruptionBudget appeared or changed. No pod is moved in the queue: a budget
+    /// limits whom preemption evicts, never where a pod fits, and kube-scheduler registers
+    /// no event for budgets either.
+    pub fn upsert_disruption_budget(&mut self, budget: DisruptionBudgetModel) {
+        self.cache.upsert_disruption_budget(budget);
+    }
+
+    /// A PodDisruptionBudget was deleted (or can no longer be read).
+    pub fn remove_disruption_budget(&mut self, namespace: &str, name: &str) {
+        self.cache.remove_disruption_budget(namespace, name);
     }
 
     /// Something else changed that may help parked pods (namespaces, workload selectors).

@@ -2,14 +2,23 @@
 //! configuration (deploy/20-configmap.yaml), running as a user bound to that role: it lists and
 //! watches, binds (a pod with a claim to bind too: it writes the volume and reads the claim
 //! back), records events and conditions, and holds and releases its lease, without a single
-//! request refused.
+//! request refused. Under the same role, gantry's PodDisruptionBudget watcher (which no
+//! plugin of the deployed configuration needs yet, so it is run from the library) finds that
+//! this 1.20 API server serves only `policy/v1beta1`, lists a budget there, and hears it
+//! change and another go.
 
 mod support;
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
 
+use gantry::adapter::driver::Input;
+use gantry::adapter::watch::{self, PodDisruptionBudgetV1beta1};
+use gantry::cache::{Tracked, TrackedSet};
+use gantry::config::ContentType;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,6 +81,30 @@ async fn the_deployed_role_is_all_gantry_needs() {
         "--namespace",
         ns,
     ]);
+
+    // PodDisruptionBudgets (there while gantry runs below, too).
+    plane
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(
+                "apiVersion: policy/v1beta1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: apps}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: policy/v1beta1
+kind: PodDisruptionBudget
+metadata: {name: gone, namespace: apps}
+spec:
+  maxUnavailable: 1
+  selector: {matchExpressions: [{key: app, operator: In, values: [db]}]}
+",
+            ),
+        )
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    the_budget_watcher_reads_v1beta1_under_the_role(&plane, &client, ns).await;
 
     let mut gantry = Gantry::start(plane.dir(), "rbac", &config, &plane.gantry_kubeconfig());
     gantry.wait_ready().await;
@@ -173,4 +206,121 @@ spec:
     assert!(log.contains("lease released"), "{log}");
     let lease = leases.get("gantry").await.expect("lease");
     assert_eq!(lease.spec.and_then(|s| s.holder_identity), None);
+}
+
+/// Runs gantry's watchers with [`Tracked::DisruptionBudgets`] as the user `gantry` (bound to
+/// the deployed role): the budgets of `namespace` (`web` and `gone`, both `policy/v1beta1`)
+/// are listed, a change of `web`'s status is heard, and `gone`'s deletion.
+async fn the_budget_watcher_reads_v1beta1_under_the_role(
+    plane: &ControlPlane,
+    admin: &kube::Client,
+    namespace: &str,
+) {
+    let as_gantry = client_for(&plane.gantry_kubeconfig()).await;
+    let (sender, inputs) = std::sync::mpsc::channel();
+    let (tasks, names) = watch::spawn_all(
+        &as_gantry,
+        BTreeSet::from(["gantry".to_string()]),
+        TrackedSet::of(&[Tracked::DisruptionBudgets]),
+        ContentType::Json,
+        &sender,
+    );
+    assert_eq!(names, ["nodes", "pods", "poddisruptionbudgets"]);
+
+    let listed = budget_inputs(&inputs, "the budgets listed", |seen| {
+        seen.iter()
+            .any(|i| matches!(i, Input::Synced("poddisruptionbudgets")))
+    })
+    .await;
+    let mut budgets: Vec<_> = listed
+        .iter()
+        .filter_map(|i| match i {
+            Input::DisruptionBudgetApplied(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    budgets.sort_by(|a, b| a.name.cmp(&b.name));
+    let summary: Vec<_> = budgets
+        .iter()
+        .map(|b| (b.namespace.as_str(), b.name.as_str(), b.disruptions_allowed))
+        .collect();
+    assert_eq!(summary, [(namespace, "gone", 0), (namespace, "web", 0)]);
+
+    // The disruption controller is not running: the admin writes the status it would.
+    let beta = Api::<PodDisruptionBudgetV1beta1>::namespaced(admin.clone(), namespace);
+    let patched = beta
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {
+                "disruptionsAllowed": 2,
+                "disruptedPods": {"w9": "2024-01-02T03:04:05Z"},
+                "currentHealthy": 3, "desiredHealthy": 1, "expectedPods": 3,
+                "observedGeneration": 1
+            }})),
+        )
+        .await
+        .expect("patch the budget's status");
+    assert_eq!(
+        patched.0.status.and_then(|s| s.disruptions_allowed),
+        Some(2)
+    );
+    let changed = budget_inputs(&inputs, "the status change heard", |seen| {
+        seen.iter().any(|i| {
+            matches!(i, Input::DisruptionBudgetApplied(b)
+                if b.name == "web" && b.disruptions_allowed == 2)
+        })
+    })
+    .await;
+    let Some(Input::DisruptionBudgetApplied(web)) = changed.last() else {
+        panic!("{changed:?}");
+    };
+    assert_eq!(web.disrupted_pods.iter().collect::<Vec<_>>(), ["w9"]);
+
+    plane.kubectl(&[
+        "delete",
+        "poddisruptionbudget",
+        "gone",
+        "--namespace",
+        namespace,
+    ]);
+    budget_inputs(&inputs, "the deletion heard", |seen| {
+        seen.iter().any(|i| {
+            matches!(i, Input::DisruptionBudgetDeleted { namespace: n, name }
+                if n == namespace && name == "gone")
+        })
+    })
+    .await;
+    drop(inputs);
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// The watchers' inputs about disruption budgets (and the budget watcher's `Synced`), the
+/// others dropped, read from `inputs` until `done` holds of those seen; panics after 20 s.
+async fn budget_inputs(
+    inputs: &Receiver<Input>,
+    what: &str,
+    done: impl Fn(&[Input]) -> bool,
+) -> Vec<Input> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        while let Ok(input) = inputs.try_recv() {
+            if matches!(
+                input,
+                Input::DisruptionBudgetApplied(_)
+                    | Input::DisruptionBudgetDeleted { .. }
+                    | Input::Synced("poddisruptionbudgets")
+            ) {
+                seen.push(input);
+            }
+        }
+        if done(&seen) {
+            return seen;
+        }
+        assert!(Instant::now() < deadline, "{what}: only {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -20,6 +20,7 @@ use super::instrument::Instrumentation;
 use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
 use crate::decision::DecisionRecorder;
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -157,6 +158,15 @@ pub enum Input {
     },
     /// A storage object appeared, changed or was deleted.
     Storage(StorageInput),
+    /// A PodDisruptionBudget was added or changed.
+    DisruptionBudgetApplied(DisruptionBudgetModel),
+    /// A PodDisruptionBudget was deleted (or can no longer be read).
+    DisruptionBudgetDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
     /// Node load a metrics source read (see [`super::node_load`]).
     NodeLoads(Vec<NodeReading>),
     /// A watcher finished a list (its first, or a relist): it has caught up with the API
@@ -447,6 +457,10 @@ impl Driver {
                     s.remove_capacity(&namespace, &name)
                 }
             },
+            Input::DisruptionBudgetApplied(budget) => s.upsert_disruption_budget(budget),
+            Input::DisruptionBudgetDeleted { namespace, name } => {
+                s.remove_disruption_budget(&namespace, &name)
+            }
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
                     return;

@@ -15,6 +15,9 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::Api;
@@ -30,6 +33,7 @@ use super::protobuf::{self, ProtoError};
 use super::reflector::{self, Format};
 use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -179,6 +183,72 @@ impl Resource for LeanPod {
     }
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
+    }
+}
+
+/// A PodDisruptionBudget of `policy/v1beta1`, read into the `policy/v1` struct. Kubernetes
+/// serves `policy/v1` from 1.21 (and `policy/v1beta1` up to 1.24), so against a 1.20 API
+/// server the beta version is the only one; k8s-openapi has no type for it any more, but the
+/// fields gantry reads (`spec.selector`, `status.disruptionsAllowed`,
+/// `status.disruptedPods`) have the same schema in both versions. The beta object is
+/// deserialized field by field (metadata, spec, status), so that its `apiVersion`, which the
+/// v1 struct's own deserializer would refuse, is not read at all.
+///
+/// A newtype rather than [`kube::api::DynamicObject`] with a serde conversion: it is listed
+/// and watched through the same typed reflector as every other kind (which has no dynamic
+/// type to carry), and decoded straight into the v1 struct instead of into a JSON tree that
+/// is converted afterwards.
+#[derive(Debug, Clone, Default)]
+pub struct PodDisruptionBudgetV1beta1(pub PodDisruptionBudget);
+
+/// The parts of a PodDisruptionBudget that both versions share, `apiVersion` and `kind` left
+/// unread.
+#[derive(Deserialize)]
+struct RawDisruptionBudget {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: Option<PodDisruptionBudgetSpec>,
+    #[serde(default)]
+    status: Option<PodDisruptionBudgetStatus>,
+}
+
+impl<'de> Deserialize<'de> for PodDisruptionBudgetV1beta1 {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let RawDisruptionBudget {
+            metadata,
+            spec,
+            status,
+        } = RawDisruptionBudget::deserialize(deserializer)?;
+        Ok(PodDisruptionBudgetV1beta1(PodDisruptionBudget {
+            metadata,
+            spec,
+            status,
+        }))
+    }
+}
+
+impl Resource for PodDisruptionBudgetV1beta1 {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        PodDisruptionBudget::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        PodDisruptionBudget::group(dt)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1beta1")
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        PodDisruptionBudget::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
     }
 }
 
@@ -332,6 +402,10 @@ pub fn spawn_all(
             "csistoragecapacities",
         ]);
     }
+    if tracked.contains(Tracked::DisruptionBudgets) {
+        tasks.push(spawn_disruption_budgets(client, inputs));
+        names.push(DISRUPTION_BUDGETS);
+    }
     (tasks, names)
 }
 
@@ -387,32 +461,88 @@ where
     let inputs = inputs.clone();
     let client = client.clone();
     tokio::spawn(async move {
-        let group_version = K::api_version(&());
-        let plural = K::plural(&());
-        let mut delay = std::time::Duration::from_millis(200);
-        let served = loop {
-            match client.list_api_group_resources(&group_version).await {
-                Ok(list) => break list.resources.iter().any(|r| r.name == plural),
-                Err(kube::Error::Api(e)) if e.code == 404 => break false,
-                Err(e) => {
-                    tracing::warn!(watcher = name, error = %e, "API discovery failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(10));
-                }
-            }
-        };
-        if served {
+        if served::<K>(&client, name).await {
             let _ = spawn::<K, C>(&client, None, Format::Json, name, convert, &inputs).await;
         } else {
             tracing::info!(
                 watcher = name,
-                "the API server does not serve {group_version} {}: none are read",
+                "the API server does not serve {} {}: none are read",
+                K::api_version(&()),
                 K::kind(&())
             );
             let _ = inputs.send(Input::Storage(not_served));
             let _ = inputs.send(Input::Synced(name));
         }
     })
+}
+
+/// The name of the PodDisruptionBudget watcher, in the readiness list.
+const DISRUPTION_BUDGETS: &str = "poddisruptionbudgets";
+
+/// The PodDisruptionBudget watcher: `policy/v1` where the API server serves it (Kubernetes
+/// 1.21 and later), else `policy/v1beta1` (through [`PodDisruptionBudgetV1beta1`]), chosen
+/// once by API discovery at start. A server that serves neither has no budgets: the watcher
+/// says so once and reports itself synced with none.
+fn spawn_disruption_budgets(
+    client: &Client,
+    inputs: &Sender<Input>,
+) -> tokio::task::JoinHandle<()> {
+    let inputs = inputs.clone();
+    let client = client.clone();
+    let name = DISRUPTION_BUDGETS;
+    tokio::spawn(async move {
+        if served::<PodDisruptionBudget>(&client, name).await {
+            let _ = spawn::<PodDisruptionBudget, _>(
+                &client,
+                None,
+                Format::Json,
+                name,
+                DisruptionBudgets,
+                &inputs,
+            )
+            .await;
+        } else if served::<PodDisruptionBudgetV1beta1>(&client, name).await {
+            tracing::info!(
+                watcher = name,
+                "the API server does not serve policy/v1 PodDisruptionBudgets: reading policy/v1beta1"
+            );
+            let _ = spawn::<PodDisruptionBudgetV1beta1, _>(
+                &client,
+                None,
+                Format::Json,
+                name,
+                DisruptionBudgets,
+                &inputs,
+            )
+            .await;
+        } else {
+            tracing::info!(
+                watcher = name,
+                "the API server serves no PodDisruptionBudgets: none are read"
+            );
+            let _ = inputs.send(Input::Synced(name));
+        }
+    })
+}
+
+/// True when the API server serves `K` (API discovery of its group version; a group
+/// version not found is not served). Other failures are retried with a backoff, logged as
+/// `watcher`'s.
+async fn served<K: Resource<DynamicType = ()>>(client: &Client, watcher: &'static str) -> bool {
+    let group_version = K::api_version(&());
+    let plural = K::plural(&());
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        match client.list_api_group_resources(&group_version).await {
+            Ok(list) => return list.resources.iter().any(|r| r.name == plural),
+            Err(kube::Error::Api(e)) if e.code == 404 => return false,
+            Err(e) => {
+                tracing::warn!(watcher, error = %e, "API discovery failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(10));
+            }
+        }
+    }
 }
 
 /// The keys a watcher reported, to turn a relist into deletions.
@@ -676,6 +806,46 @@ impl Convert<CSIStorageCapacity> for Capacities {
     }
 }
 
+/// PodDisruptionBudgets of either version; one that cannot be read (a selector that does not
+/// compile, which the API server's validation should never let through) is logged and
+/// treated as absent, so it covers no pod, as kube-scheduler skips a budget whose selector
+/// does not compile.
+struct DisruptionBudgets;
+
+impl Convert<PodDisruptionBudget> for DisruptionBudgets {
+    fn applied(&self, pdb: &PodDisruptionBudget) -> Option<Input> {
+        match DisruptionBudgetModel::from_api(pdb) {
+            Ok(b) => Some(Input::DisruptionBudgetApplied(b)),
+            Err(error) => {
+                let key = key_of(pdb);
+                tracing::warn!(
+                    kind = "poddisruptionbudget",
+                    object = %key,
+                    %error,
+                    "cannot read; treated as absent"
+                );
+                let (namespace, name) = split_key(&key);
+                Some(Input::DisruptionBudgetDeleted { namespace, name })
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        Some(Input::DisruptionBudgetDeleted { namespace, name })
+    }
+}
+
+impl Convert<PodDisruptionBudgetV1beta1> for DisruptionBudgets {
+    fn applied(&self, pdb: &PodDisruptionBudgetV1beta1) -> Option<Input> {
+        Convert::<PodDisruptionBudget>::applied(self, &pdb.0)
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        Convert::<PodDisruptionBudget>::deleted(self, key)
+    }
+}
+
 struct Services;
 
 impl Convert<Service> for Services {
@@ -885,6 +1055,81 @@ mod tests {
             LeanPod::url_path(&(), Some("shop")),
             "/api/v1/namespaces/shop/pods"
         );
+    }
+
+    #[test]
+    fn a_v1beta1_budget_is_read_at_its_own_url_into_the_v1_struct() {
+        assert_eq!(
+            PodDisruptionBudgetV1beta1::api_version(&()),
+            "policy/v1beta1"
+        );
+        assert_eq!(PodDisruptionBudgetV1beta1::kind(&()), "PodDisruptionBudget");
+        assert_eq!(
+            PodDisruptionBudgetV1beta1::url_path(&(), None),
+            "/apis/policy/v1beta1/poddisruptionbudgets"
+        );
+        assert_eq!(
+            PodDisruptionBudgetV1beta1::url_path(&(), Some("shop")),
+            "/apis/policy/v1beta1/namespaces/shop/poddisruptionbudgets"
+        );
+        assert_eq!(
+            PodDisruptionBudget::url_path(&(), None),
+            "/apis/policy/v1/poddisruptionbudgets"
+        );
+        // As a watch event carries it, with its apiVersion.
+        let json = serde_json::json!({
+            "apiVersion": "policy/v1beta1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7",
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2,
+                "expectedPods": 3, "observedGeneration": 1,
+                "disruptedPods": {"web-0": "2024-01-02T03:04:05Z"}}
+        });
+        assert!(
+            serde_json::from_value::<PodDisruptionBudget>(json.clone()).is_err(),
+            "the v1 struct refuses the beta apiVersion"
+        );
+        let beta: PodDisruptionBudgetV1beta1 = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            (beta.name_any(), beta.namespace(), beta.resource_version()),
+            (
+                "web".to_string(),
+                Some("shop".to_string()),
+                Some("7".to_string())
+            )
+        );
+        match DisruptionBudgets.applied(&beta) {
+            Some(Input::DisruptionBudgetApplied(b)) => {
+                assert_eq!((b.namespace.as_str(), b.name.as_str()), ("shop", "web"));
+                assert_eq!(b.disruptions_allowed, 1);
+                assert_eq!(b.disrupted_pods.iter().collect::<Vec<_>>(), ["web-0"]);
+                let web = testing::pod("web-1")
+                    .namespace("shop")
+                    .label("app", "web")
+                    .build();
+                assert!(b.covers(&web));
+            }
+            other => panic!("expected DisruptionBudgetApplied, got {other:?}"),
+        }
+        assert!(matches!(
+            Convert::<PodDisruptionBudgetV1beta1>::deleted(&DisruptionBudgets, "shop/web"),
+            Some(Input::DisruptionBudgetDeleted { namespace, name }) if namespace == "shop" && name == "web"
+        ));
+    }
+
+    #[test]
+    fn an_unreadable_budget_is_treated_as_absent() {
+        let bad: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bad", "namespace": "shop"},
+            "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}
+        }))
+        .unwrap();
+        assert!(matches!(
+            DisruptionBudgets.applied(&bad),
+            Some(Input::DisruptionBudgetDeleted { namespace, name }) if namespace == "shop" && name == "bad"
+        ));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The cluster state the scheduler keeps: nodes, the pods on them (bound and assumed),
-//! namespaces and workload selectors; and the snapshots cycles read.
+//! namespaces and workload selectors, storage, disruption budgets; and the snapshots cycles
+//! read.
 //!
 //! One writer (the adapter's watchers or the simulator's loader) applies changes; after each
 //! decision the scheduler *assumes* the pod on its node at once, so the next cycle sees it,
@@ -16,12 +17,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
+use snapshot::DisruptionBudgets;
 
 pub use node_info::NodeInfo;
 pub use pod_index::{IndexedPod, PodIndex};
@@ -75,6 +78,9 @@ pub struct Cache {
     workloads: Arc<Workloads>,
     image_nodes: Arc<HashMap<String, usize>>,
     storage: Storage,
+    /// PodDisruptionBudgets by namespace and name; a persistent map, so that a snapshot
+    /// shares it, and a change copies only the path to one entry.
+    disruption_budgets: DisruptionBudgets,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -111,6 +117,7 @@ impl Cache {
             workloads: Arc::default(),
             image_nodes: Arc::default(),
             storage: Storage::default(),
+            disruption_budgets: DisruptionBudgets::default(),
             generation: 0,
             dirty: HashSet::new(),
             list_changed: false,
@@ -525,6 +532,28 @@ impl Cache {
         }
     }
 
+    /// Records a PodDisruptionBudget (added or changed); ignored unless
+    /// [`Tracked::DisruptionBudgets`] is tracked.
+    pub fn upsert_disruption_budget(&mut self, budget: DisruptionBudgetModel) {
+        if !self.tracked.contains(Tracked::DisruptionBudgets) {
+            return;
+        }
+        let key = (budget.namespace.clone(), budget.name.clone());
+        self.disruption_budgets.insert(key, Arc::new(budget));
+        self.generation += 1;
+    }
+
+    /// Forgets a PodDisruptionBudget (deleted, or no longer readable).
+    pub fn remove_disruption_budget(&mut self, namespace: &str, name: &str) {
+        if !self.tracked.contains(Tracked::DisruptionBudgets) {
+            return;
+        }
+        let key = (namespace.to_string(), name.to_string());
+        if self.disruption_budgets.remove(&key).is_some() {
+            self.generation += 1;
+        }
+    }
+
     /// Assumes the volume decisions of a pod just placed (see [`Storage`]); on an error
     /// nothing stays assumed.
     pub fn assume_volumes(&mut self, decisions: &[VolumeDecision]) -> Result<(), String> {
@@ -552,6 +581,7 @@ impl Cache {
         snapshot.workloads = self.workloads.clone();
         snapshot.image_nodes = self.image_nodes.clone();
         snapshot.storage = self.storage.clone();
+        snapshot.disruption_budgets = self.disruption_budgets.clone();
         snapshot.generation = self.generation;
         snapshot.untracked = self.tracked.complement();
         if self.list_changed || snapshot.nodes.len() != self.order.len() {

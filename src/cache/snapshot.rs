@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::taint::TaintEffect;
 use crate::model::{Labels, PodInfo};
@@ -17,8 +18,8 @@ use super::tracked::{Tracked, TrackedSet};
 use super::workloads::Workloads;
 
 /// The cluster as one cycle sees it: nodes (with their pods) in a fixed order that interleaves
-/// zones, as kube-scheduler's node tree does, plus the namespace labels and workload selectors
-/// plugins need. Cheap to refresh: only nodes changed since the last refresh are replaced.
+/// zones, as kube-scheduler's node tree does, plus the namespace labels, workload selectors,
+/// storage and disruption budgets plugins need. Cheap to refresh: only nodes changed since the last refresh are replaced.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub(super) nodes: Vec<Arc<NodeInfo>>,
@@ -30,6 +31,7 @@ pub struct Snapshot {
     pub(super) image_nodes: Arc<HashMap<String, usize>>,
     pub(super) pods: PodIndex,
     pub(super) storage: Storage,
+    pub(super) disruption_budgets: DisruptionBudgets,
     /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
     /// may share it) whenever a node is added, removed or changed.
     pub(super) domains: Arc<Mutex<DomainCache>>,
@@ -189,6 +191,13 @@ impl Snapshot {
         &self.storage
     }
 
+    /// Every PodDisruptionBudget, ordered by namespace and name (read by DefaultPreemption,
+    /// #20, to prefer victims whose eviction violates no budget).
+    pub fn disruption_budgets(&self) -> impl Iterator<Item = &Arc<DisruptionBudgetModel>> {
+        self.reads(Tracked::DisruptionBudgets);
+        self.disruption_budgets.values()
+    }
+
     /// On how many nodes the image (normalized name) is present.
     pub fn nodes_with_image(&self, image: &str) -> usize {
         self.reads(Tracked::ImageSpread);
@@ -211,6 +220,10 @@ impl Snapshot {
         self.now = now;
     }
 }
+
+/// PodDisruptionBudgets by (namespace, name), as the cache and its snapshots share them: a
+/// persistent map, whose clone is a pointer copy.
+pub(super) type DisruptionBudgets = imbl::OrdMap<(String, String), Arc<DisruptionBudgetModel>>;
 
 /// The topology domains computed so far, each with the key list it was asked for.
 type DomainCache = Vec<(Vec<String>, Arc<TopologyDomains>)>;

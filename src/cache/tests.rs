@@ -180,6 +180,65 @@ fn recent_placements_follow_the_pods_life() {
     assert!(recent(&cache, "n1").is_empty());
 }
 
+fn budget(namespace: &str, name: &str) -> DisruptionBudgetModel {
+    DisruptionBudgetModel {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        selector: LabelSelector::from_map(&std::collections::BTreeMap::from([(
+            "app".to_string(),
+            name.to_string(),
+        )])),
+        disruptions_allowed: 1,
+        disrupted_pods: Default::default(),
+    }
+}
+
+#[test]
+fn disruption_budgets_are_listed_by_namespace_and_name_and_shared_by_snapshots() {
+    let mut cache = Cache::tracking(TrackedSet::of(&[Tracked::DisruptionBudgets]));
+    for (ns, name) in [("shop", "web"), ("batch", "jobs"), ("shop", "db")] {
+        cache.upsert_disruption_budget(budget(ns, name));
+    }
+    let mut snap = Snapshot::default();
+    cache.update_snapshot(&mut snap);
+    let keys = |s: &Snapshot| {
+        s.disruption_budgets()
+            .map(|b| format!("{}/{}", b.namespace, b.name))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&snap), ["batch/jobs", "shop/db", "shop/web"]);
+    let before = snap.clone();
+    let mut changed = budget("shop", "web");
+    changed.disruptions_allowed = 0;
+    cache.upsert_disruption_budget(changed);
+    cache.remove_disruption_budget("batch", "jobs");
+    cache.remove_disruption_budget("batch", "gone");
+    cache.update_snapshot(&mut snap);
+    assert_eq!(keys(&snap), ["shop/db", "shop/web"]);
+    let allowed = |s: &Snapshot| {
+        s.disruption_budgets()
+            .map(|b| b.disruptions_allowed)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(allowed(&snap), [1, 0]);
+    assert_eq!(
+        keys(&before),
+        ["batch/jobs", "shop/db", "shop/web"],
+        "an older snapshot keeps its budgets"
+    );
+    assert_eq!(allowed(&before), [1, 1, 1]);
+    let db = |s: &Snapshot| {
+        s.disruption_budgets()
+            .find(|b| b.name == "db")
+            .cloned()
+            .unwrap()
+    };
+    assert!(
+        Arc::ptr_eq(&db(&before), &db(&snap)),
+        "an unchanged budget is shared"
+    );
+}
+
 #[test]
 fn a_cache_keeps_only_the_parts_it_tracks() {
     let mut all = Cache::new();
@@ -197,6 +256,7 @@ fn a_cache_keeps_only_the_parts_it_tracks() {
             .unwrap();
         cache.set_namespace("shop", Labels::default());
         cache.set_service("default", "web", [("app", "web")].into_iter().collect());
+        cache.upsert_disruption_budget(budget("default", "web"));
     }
     let p = pod("q").label("app", "web").build();
     let (mut full, mut lean) = (Snapshot::default(), Snapshot::default());
@@ -224,6 +284,8 @@ fn a_cache_keeps_only_the_parts_it_tracks() {
     };
     assert!(all.set_node_load("n1", sample));
     assert!(!bare.set_node_load("n1", sample));
+    assert_eq!(full.disruption_budgets.len(), 1);
+    assert!(lean.disruption_budgets.is_empty());
     assert!(lean.untracked == TrackedSet::all() && full.untracked == TrackedSet::NONE);
 }
 

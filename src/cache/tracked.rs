@@ -1,7 +1,8 @@
 //! The parts of the cluster state that only some plugins read. The cache keeps one only when
 //! a plugin of some profile declares it (the framework's `Plugin::cache_state`), and the
 //! adapter watches what feeds it only then: a profile without pod affinity or spreading pays
-//! for no pod label index, one without namespace selectors watches no namespaces.
+//! for no pod label index, one without namespace selectors watches no namespaces, one
+//! without preemption no PodDisruptionBudgets.
 
 use std::fmt;
 
@@ -25,17 +26,21 @@ pub enum Tracked {
     /// Claims, volumes, storage classes and CSI nodes, and the claims placed pods use
     /// ([`crate::cache::Snapshot::storage`]).
     Volumes,
+    /// PodDisruptionBudgets, for preemption's choice of victims
+    /// ([`crate::cache::Snapshot::disruption_budgets`]).
+    DisruptionBudgets,
 }
 
 impl Tracked {
     /// Every part, in declaration order.
-    pub const ALL: [Tracked; 6] = [
+    pub const ALL: [Tracked; 7] = [
         Tracked::PodLabels,
         Tracked::ImageSpread,
         Tracked::NamespaceLabels,
         Tracked::Workloads,
         Tracked::NodeLoad,
         Tracked::Volumes,
+        Tracked::DisruptionBudgets,
     ];
 
     fn bit(self) -> u8 {
@@ -52,6 +57,7 @@ impl fmt::Display for Tracked {
             Tracked::Workloads => "workload selectors",
             Tracked::NodeLoad => "node load",
             Tracked::Volumes => "storage",
+            Tracked::DisruptionBudgets => "disruption budgets",
         })
     }
 }

@@ -2,6 +2,7 @@
 //! scheduler computes with. No full API object is kept.
 
 pub(crate) mod arc_str;
+pub mod disruption_budget;
 pub mod echo;
 pub mod gpu;
 pub mod labels;

@@ -112,6 +112,11 @@ items:
   kind: Service
   metadata: {name: web, namespace: shop}
   spec: {selector: {app: web}}
+- apiVersion: policy/v1
+  kind: PodDisruptionBudget
+  metadata: {name: db, namespace: shop}
+  spec: {minAvailable: 1, selector: {matchLabels: {app: db}}}
+  status: {disruptionsAllowed: 0, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}
 - apiVersion: v1
   kind: Node
   metadata:

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1 as storage;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -84,6 +85,9 @@ pub struct ClusterInput {
     pub csi_drivers: Vec<storage::CSIDriver>,
     /// CSIStorageCapacities.
     pub capacities: Vec<storage::CSIStorageCapacity>,
+    /// PodDisruptionBudgets, of `policy/v1` or `policy/v1beta1` (read as v1: the fields
+    /// preemption reads have the same schema).
+    pub disruption_budgets: Vec<policy::PodDisruptionBudget>,
     /// Objects of other kinds, counted by kind; the scheduler does not read them.
     pub ignored: BTreeMap<String, usize>,
     /// Where each pod (namespace, name) was read, to refuse a second one.
@@ -181,6 +185,16 @@ impl ClusterInput {
                 .csi_drivers
                 .push(decode(value, &what).map_err(invalid)?),
             "CSIStorageCapacity" => self.capacities.push(decode(value, &what).map_err(invalid)?),
+            "PodDisruptionBudget" => {
+                let mut value = value;
+                if value.get("apiVersion").and_then(|v| v.as_str()) == Some("policy/v1beta1") {
+                    // Kubernetes 1.20's only version; k8s-openapi knows only v1's struct,
+                    // whose deserializer checks the apiVersion.
+                    value["apiVersion"] = "policy/v1".into();
+                }
+                self.disruption_budgets
+                    .push(decode(value, &what).map_err(invalid)?)
+            }
             "ReplicationController" => self
                 .replication_controllers
                 .push(decode(value, &what).map_err(invalid)?),
@@ -261,6 +275,35 @@ mod tests {
         format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}{namespace}\nspec:\n  containers: []\n"
         )
+    }
+
+    #[test]
+    fn disruption_budgets_of_both_versions_are_read() {
+        let mut input = ClusterInput::default();
+        input
+            .add_yaml(
+                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: a}\nspec: {minAvailable: 1}\n---\napiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: b}\nspec: {selector: {matchLabels: {app: b}}}\nstatus: {disruptionsAllowed: 2}\n",
+                "pdbs.yaml",
+            )
+            .unwrap();
+        let names: Vec<_> = input
+            .disruption_budgets
+            .iter()
+            .map(|b| b.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, ["a", "b"]);
+        let status = input.disruption_budgets[1].status.as_ref().unwrap();
+        assert_eq!(status.disruptions_allowed, Some(2));
+        let e = ClusterInput::default()
+            .add_yaml(
+                "apiVersion: policy/v2\nkind: PodDisruptionBudget\nmetadata: {name: c}\n",
+                "pdbs.yaml",
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pdbs.yaml: document 1: PodDisruptionBudget \"c\": .: invalid value: string \"policy/v2\", expected policy/v1"
+        );
     }
 
     #[test]

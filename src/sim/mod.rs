@@ -14,6 +14,7 @@ use crate::cache::VolumeDecision;
 use crate::config::Config;
 use crate::decision::DecisionRecorder;
 use crate::framework::PreBindAction;
+use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
@@ -56,6 +57,7 @@ pub fn simulate_recorded(
 
     load_workloads(sched.cache_mut(), input);
     load_storage(&mut sched, input, &mut report, now);
+    load_disruption_budgets(&mut sched, input, &mut report);
     let mut loads = Vec::new();
     for node in &input.nodes {
         match NodeModel::from_api(node) {
@@ -383,6 +385,22 @@ fn load_storage(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report
     }
 }
 
+/// PodDisruptionBudgets (for preemption); unreadable ones are reported as invalid and left
+/// out, so they cover no pod.
+fn load_disruption_budgets(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report) {
+    for b in &input.disruption_budgets {
+        let mut b = b.clone();
+        // Hand-written input may leave the namespace out, as kubectl would fill it in.
+        b.metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        match DisruptionBudgetModel::from_api(&b) {
+            Ok(b) => sched.upsert_disruption_budget(b),
+            Err(e) => report.invalid.push(e),
+        }
+    }
+}
+
 fn load_workloads(cache: &mut Cache, input: &ClusterInput) {
     for ns in &input.namespaces {
         if let Some(name) = &ns.metadata.name {
@@ -552,6 +570,108 @@ profiles:
         assert!(
             table.contains("gantry.io/overcommit=cpu: 1100m committed"),
             "{table}"
+        );
+    }
+
+    /// A PreFilter plugin that rejects every pod a disruption budget covers, naming the
+    /// budgets: the budgets the simulator loads are in the snapshot a plugin reads.
+    struct Budgeted;
+
+    impl crate::framework::Plugin for Budgeted {
+        fn name(&self) -> &'static str {
+            "Budgeted"
+        }
+
+        fn as_pre_filter(&self) -> Option<&dyn crate::framework::PreFilterPlugin> {
+            Some(self)
+        }
+
+        fn cache_state(&self) -> &'static [crate::cache::Tracked] {
+            &[crate::cache::Tracked::DisruptionBudgets]
+        }
+    }
+
+    impl crate::framework::PreFilterPlugin for Budgeted {
+        fn pre_filter(
+            &self,
+            _: &mut crate::framework::CycleState,
+            pod: &PodInfo,
+            snapshot: &crate::cache::Snapshot,
+        ) -> (crate::framework::PreFilterResult, crate::framework::Status) {
+            let covering: Vec<String> = snapshot
+                .disruption_budgets()
+                .filter(|b| b.covers(pod))
+                .map(|b| {
+                    format!(
+                        "{}/{} allows {}",
+                        b.namespace, b.name, b.disruptions_allowed
+                    )
+                })
+                .collect();
+            let status = if covering.is_empty() {
+                crate::framework::Status::success()
+            } else {
+                crate::framework::Status::unresolvable(covering.join(", "))
+            };
+            (Default::default(), status)
+        }
+    }
+
+    #[test]
+    fn disruption_budgets_are_loaded_into_the_snapshot_and_unreadable_ones_reported() {
+        let mut registry = crate::plugins::registry();
+        registry.register(crate::framework::PluginSpec {
+            name: "Budgeted",
+            factory: |_| Ok(std::sync::Arc::new(Budgeted)),
+            default: None,
+        });
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             profiles:\n- plugins:\n    preFilter:\n      enabled: [{name: Budgeted}]\n",
+            &registry,
+        )
+        .expect("a configuration with the budget plugin");
+        let mut input = ClusterInput::default();
+        input
+            .add_yaml(
+                r#"
+{apiVersion: v1, kind: Node, metadata: {name: n}, status: {allocatable: {cpu: '1', pods: '9'}}}
+---
+{apiVersion: policy/v1beta1, kind: PodDisruptionBudget, metadata: {name: web}, spec: {selector: {matchLabels: {app: web}}}, status: {disruptionsAllowed: 1}}
+---
+{apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: all, namespace: default}, spec: {selector: {}}}
+---
+{apiVersion: policy/v1, kind: PodDisruptionBudget, metadata: {name: bad, namespace: shop}, spec: {selector: {matchExpressions: [{key: app, operator: Near}]}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {name: web-0, labels: {app: web}}, spec: {containers: [{name: c, image: i}]}}
+---
+{apiVersion: v1, kind: Pod, metadata: {name: db-0, labels: {app: db}}, spec: {containers: [{name: c, image: i}]}}
+"#,
+                "test",
+            )
+            .expect("the cluster");
+        let report = simulate(&input, config, None);
+        assert_eq!(
+            report.invalid,
+            [
+                "poddisruptionbudget shop/bad: spec.selector.matchExpressions[0]: unsupported operator \"Near\""
+            ]
+        );
+        let outcome = |name: &str| report.pods.iter().find(|p| p.name == name).unwrap();
+        let web = outcome("web-0");
+        assert_eq!(web.node, None);
+        assert!(
+            web.message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("default/web allows 1"),
+            "the budget's namespace defaults to default: {:?}",
+            web.message
+        );
+        assert_eq!(
+            outcome("db-0").node.as_deref(),
+            Some("n"),
+            "an empty selector covers no pod"
         );
     }
 
