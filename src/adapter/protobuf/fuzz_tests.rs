@@ -235,6 +235,7 @@ fn pod() -> impl Strategy<Value = Pod> {
                         .collect(),
                     ..Default::default()
                 }),
+                status: None,
             },
         )
 }

@@ -1,13 +1,14 @@
-//! `core/v1` Pod, as far as scheduling reads it: metadata, and the spec's volumes,
-//! containers, overhead, placement rules and priority. The status is not read (the scheduler
-//! derives nothing from it). Tags are those of `k8s.io/api`'s `core/v1/generated.proto`.
+//! `core/v1` Pod, as far as scheduling reads it: metadata, the spec's volumes, containers,
+//! overhead, placement rules, priority and preemption policy, and of the status what
+//! preemption reads (start time, nominated node, conditions). Tags are those of
+//! `k8s.io/api`'s `core/v1/generated.proto`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as api;
 
 use super::meta::{
-    LabelSelector, ObjectMeta, Quantity, Requirement, quantities, some_map, some_vec, text,
+    LabelSelector, ObjectMeta, Quantity, Requirement, Time, quantities, some_map, some_vec, text,
 };
 use super::volume::Volume;
 
@@ -20,6 +21,9 @@ pub struct Pod {
     /// `spec`.
     #[prost(message, optional, tag = "2")]
     pub spec: Option<PodSpec>,
+    /// `status`.
+    #[prost(message, optional, tag = "3")]
+    pub status: Option<PodStatus>,
 }
 
 impl From<Pod> for api::Pod {
@@ -27,7 +31,57 @@ impl From<Pod> for api::Pod {
         api::Pod {
             metadata: p.metadata.map(Into::into).unwrap_or_default(),
             spec: p.spec.map(Into::into),
-            status: None,
+            status: p.status.map(Into::into),
+        }
+    }
+}
+
+/// `PodStatus`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodStatus {
+    /// `conditions`.
+    #[prost(message, repeated, tag = "2")]
+    pub conditions: Vec<PodCondition>,
+    /// `startTime`.
+    #[prost(message, optional, tag = "7")]
+    pub start_time: Option<Time>,
+    /// `nominatedNodeName`.
+    #[prost(string, optional, tag = "11")]
+    pub nominated_node_name: Option<String>,
+}
+
+impl From<PodStatus> for api::PodStatus {
+    fn from(s: PodStatus) -> Self {
+        api::PodStatus {
+            conditions: some_vec(s.conditions),
+            start_time: s.start_time.and_then(Time::into_api),
+            nominated_node_name: text(s.nominated_node_name),
+            ..Default::default()
+        }
+    }
+}
+
+/// `PodCondition`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodCondition {
+    /// `type`.
+    #[prost(string, optional, tag = "1")]
+    pub type_: Option<String>,
+    /// `status`.
+    #[prost(string, optional, tag = "2")]
+    pub status: Option<String>,
+    /// `reason`.
+    #[prost(string, optional, tag = "5")]
+    pub reason: Option<String>,
+}
+
+impl From<PodCondition> for api::PodCondition {
+    fn from(c: PodCondition) -> Self {
+        api::PodCondition {
+            type_: c.type_.unwrap_or_default(),
+            status: c.status.unwrap_or_default(),
+            reason: text(c.reason),
+            ..Default::default()
         }
     }
 }
@@ -65,6 +119,9 @@ pub struct PodSpec {
     /// `priority`.
     #[prost(int32, optional, tag = "25")]
     pub priority: Option<i32>,
+    /// `preemptionPolicy`.
+    #[prost(string, optional, tag = "31")]
+    pub preemption_policy: Option<String>,
     /// `overhead`.
     #[prost(btree_map = "string, message", tag = "32")]
     pub overhead: BTreeMap<String, Quantity>,
@@ -89,6 +146,7 @@ impl From<PodSpec> for api::PodSpec {
             tolerations: some_vec(s.tolerations),
             priority_class_name: text(s.priority_class_name),
             priority: s.priority,
+            preemption_policy: text(s.preemption_policy),
             overhead: quantities(s.overhead),
             topology_spread_constraints: some_vec(s.topology_spread_constraints),
             scheduling_gates: some_vec(s.scheduling_gates),

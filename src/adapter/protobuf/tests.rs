@@ -49,6 +49,7 @@ fn pod(name: &str, cpu: &str) -> Pod {
             }],
             ..Default::default()
         }),
+        status: None,
     }
 }
 
@@ -436,4 +437,32 @@ fn volumes_read_as_protobuf_equal_what_json_gives() {
         "{proto:#?}"
     );
     assert_eq!(proto.claims[1].name, "web-scratch");
+}
+
+#[test]
+fn what_preemption_reads_of_a_pod_is_decoded() {
+    use super::meta::Time;
+    use super::pod::{PodCondition, PodStatus};
+    let mut p = pod("a", "1");
+    if let Some(spec) = p.spec.as_mut() {
+        spec.preemption_policy = Some("Never".to_string());
+    }
+    p.status = Some(PodStatus {
+        conditions: vec![PodCondition {
+            type_: Some("DisruptionTarget".to_string()),
+            status: Some("True".to_string()),
+            reason: Some("PreemptionByScheduler".to_string()),
+        }],
+        start_time: Some(Time {
+            seconds: Some(1_700_000_000),
+            nanos: Some(5),
+        }),
+        nominated_node_name: Some("n1".to_string()),
+    });
+    let api: k8s_openapi::api::core::v1::Pod =
+        Pod::decode(p.encode_to_vec().as_slice()).unwrap().into();
+    let info = crate::model::PodInfo::from_api(&api).unwrap();
+    assert!(info.never_preempts && info.preempted_by_scheduler);
+    assert_eq!(info.start_time, Some((1_700_000_000, 5)));
+    assert_eq!(info.nominated_node.as_deref(), Some("n1"));
 }

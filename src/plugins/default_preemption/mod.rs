@@ -13,7 +13,7 @@ mod tests;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crate::cache::NodeInfo;
+use crate::cache::{NodeInfo, Tracked};
 use crate::framework::{
     ArgsError, Code, CycleState, Nomination, Plugin, PluginSpec, PostFilterInput, PostFilterPlugin,
     PostFilterResult, Preemption, Status, decode_args,
@@ -21,7 +21,7 @@ use crate::framework::{
 use crate::model::PodInfo;
 
 pub use args::DefaultPreemptionArgs;
-pub use victims::{Budget, Candidate, more_important, pick_one_node};
+pub use victims::{Candidate, more_important, pick_one_node};
 
 /// The name used in configuration files.
 pub const NAME: &str = "DefaultPreemption";
@@ -94,6 +94,10 @@ impl DefaultPreemption {
 impl Plugin for DefaultPreemption {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn cache_state(&self) -> &'static [Tracked] {
+        &[Tracked::DisruptionBudgets]
     }
 
     fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {

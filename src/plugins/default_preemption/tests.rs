@@ -175,3 +175,78 @@ fn fewer_victims_win_when_priorities_tie() {
     assert_eq!(p.node, "n2");
     assert_eq!(p.reason, "smallest sum of victim priorities");
 }
+
+fn budget(name: &str, app: &str, allowed: i32) -> String {
+    format!(
+        r#"
+- apiVersion: policy/v1
+  kind: PodDisruptionBudget
+  metadata: {{name: {name}, namespace: default}}
+  spec: {{selector: {{matchLabels: {{app: {app}}}}}}}
+  status: {{disruptionsAllowed: {allowed}, currentHealthy: 1, desiredHealthy: 1, expectedPods: 1}}
+"#
+    )
+}
+
+#[test]
+fn a_pod_protected_by_a_budget_is_spared_when_another_victim_will_do() {
+    let report = run(&[
+        node("n1", "4", ""),
+        node("n2", "4", ""),
+        running("guarded", "n1", "4", 0, "2026-06-01T00:00:00Z"),
+        running("free", "n2", "4", 0, "2026-01-01T00:00:00Z"),
+        budget("keep", "guarded", 0),
+        pending("important", "2", 1000, ""),
+    ]);
+    let p = &report.preemptions[0];
+    assert_eq!(p.victims, ["default/free"]);
+    assert_eq!(p.reason, "fewest PodDisruptionBudget violations");
+}
+
+#[test]
+fn a_budget_does_not_stop_the_only_preemption_that_helps() {
+    let report = run(&[
+        node("n1", "4", ""),
+        running("guarded", "n1", "4", 0, "2026-06-01T00:00:00Z"),
+        budget("keep", "guarded", 0),
+        pending("important", "2", 1000, ""),
+    ]);
+    assert_eq!(report.preemptions[0].victims, ["default/guarded"]);
+    assert_eq!(outcome(&report, "important").node.as_deref(), Some("n1"));
+}
+
+#[test]
+fn room_made_for_a_nominated_pod_is_kept_from_pods_of_lower_priority() {
+    let nominated = r#"
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: waiting, namespace: default}
+  spec:
+    priority: 1000
+    schedulingGates: [{name: example.com/hold}]
+    containers: [{name: c, image: app:1, resources: {requests: {cpu: "2"}}}]
+  status: {nominatedNodeName: n1}
+"#;
+    let report = run(&[
+        node("n1", "2", ""),
+        nominated.to_string(),
+        pending("low", "2", 0, ""),
+    ]);
+    assert_eq!(outcome(&report, "low").node, None);
+    assert_eq!(
+        outcome(&report, "low").message.as_deref(),
+        Some(
+            "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        )
+    );
+    let report = run(&[
+        node("n1", "2", ""),
+        nominated.to_string(),
+        pending("higher", "2", 2000, ""),
+    ]);
+    assert_eq!(
+        outcome(&report, "higher").node.as_deref(),
+        Some("n1"),
+        "a pod of higher priority need not leave the room"
+    );
+}

@@ -2,44 +2,19 @@
 //! (`SelectVictimsOnNode`, `filterPodsWithPDBViolation`, `pickOneNodeForPreemption`).
 
 use std::cmp::Ordering;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::run::{add_pod, remove_pod, run_filters_with_nominated};
 use crate::framework::{CycleState, PostFilterInput, Status};
 use crate::model::PodInfo;
-use crate::model::selector::LabelSelector;
+use crate::model::disruption_budget::DisruptionBudgetModel;
 
 use super::ERR_NO_VICTIMS;
 
-/// A PodDisruptionBudget as preemption reads it.
-#[derive(Debug, Clone)]
-pub struct Budget {
-    /// Namespace.
-    pub namespace: String,
-    /// The pods it covers (a budget without a selector, or with an empty one, covers none).
-    pub selector: LabelSelector,
-    /// `status.disruptionsAllowed`.
-    pub allowed: i32,
-    /// `status.disruptedPods`: evictions the API already counted against it.
-    pub disrupted: BTreeSet<String>,
-}
-
-impl Budget {
-    fn covers(&self, pod: &PodInfo) -> bool {
-        pod.namespace == self.namespace
-            && !pod.labels.is_empty()
-            && !self.selector.is_nothing()
-            && !self.selector.is_everything()
-            && self.selector.matches(&pod.labels)
-    }
-}
-
-/// The budgets of the cluster, as the snapshot holds them.
-pub fn budgets(snapshot: &Snapshot) -> Vec<Budget> {
-    let _ = snapshot;
-    Vec::new()
+/// The cluster's PodDisruptionBudgets, as the snapshot holds them.
+pub fn budgets(snapshot: &Snapshot) -> Vec<Arc<DisruptionBudgetModel>> {
+    snapshot.disruption_budgets().cloned().collect()
 }
 
 /// One node where preemption would let the pod fit.
@@ -74,14 +49,14 @@ pub fn more_important(a: &PodInfo, b: &PodInfo) -> Ordering {
 /// it), and a pod that takes a budget below zero violates it.
 fn split_by_budget(
     pods: Vec<Arc<PodInfo>>,
-    budgets: &[Budget],
+    budgets: &[Arc<DisruptionBudgetModel>],
 ) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
-    let mut allowed: Vec<i32> = budgets.iter().map(|b| b.allowed).collect();
+    let mut allowed: Vec<i32> = budgets.iter().map(|b| b.disruptions_allowed).collect();
     let (mut violating, mut other) = (Vec::new(), Vec::new());
     for pod in pods {
         let mut violates = false;
         for (b, left) in budgets.iter().zip(allowed.iter_mut()) {
-            if !b.covers(&pod) || b.disrupted.contains(&pod.name) {
+            if !b.covers(&pod) || b.disrupted_pods.contains(&pod.name) {
                 continue;
             }
             *left -= 1;
@@ -108,7 +83,7 @@ pub fn select_on_node(
     pod: &PodInfo,
     node: &NodeInfo,
     input: &PostFilterInput<'_>,
-    budgets: &[Budget],
+    budgets: &[Arc<DisruptionBudgetModel>],
 ) -> Result<Candidate, Status> {
     let profile = input.profile;
     let mut node = node.clone();
