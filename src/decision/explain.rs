@@ -121,6 +121,20 @@ pub fn explain_record(r: &DecisionRecord, out: &mut String) {
         }
         t.render(out, "    ");
     }
+    if let Some(p) = &r.preemption {
+        let _ = writeln!(
+            out,
+            "  Preemption: nominated to {} once {} evicted: {} (chosen for: {})",
+            p.node,
+            if p.victims.len() == 1 {
+                "this pod is"
+            } else {
+                "these pods are"
+            },
+            p.victims.join(", "),
+            p.reason
+        );
+    }
     if r.result == Outcome::Unschedulable {
         if r.suggestions.is_empty() {
             let _ = writeln!(
@@ -242,8 +256,27 @@ mod tests {
             score_plugins: Vec::new(),
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
+            preemption: None,
             duration_micros: 1_234,
         }
+    }
+
+    #[test]
+    fn a_preemption_names_its_node_victims_and_why() {
+        let mut r = base(Outcome::Unschedulable);
+        r.preemption = Some(super::super::record::PreemptionRecord {
+            node: "n2".to_string(),
+            victims: vec!["shop/batch-1".to_string()],
+            reason: "fewest victims".to_string(),
+        });
+        let mut out = String::new();
+        explain_record(&r, &mut out);
+        assert!(
+            out.contains(
+                "  Preemption: nominated to n2 once this pod is evicted: shop/batch-1 (chosen for: fewest victims)"
+            ),
+            "{out}"
+        );
     }
 
     #[test]

@@ -317,6 +317,7 @@ mod tests {
             score_plugins: Vec::new(),
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
+            preemption: None,
             duration_micros: 10,
         })
     }

@@ -63,6 +63,20 @@ pub struct TopNode {
     pub total: i64,
 }
 
+/// A preemption an unschedulable attempt decided: the pod is nominated to the node once
+/// the victims are evicted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionRecord {
+    /// The node the pod is nominated to.
+    pub node: String,
+    /// The pods evicted from it, `namespace/name`, most important first.
+    pub victims: Vec<String>,
+    /// Why this node won over the other candidates (kube-scheduler's criterion that
+    /// decided).
+    pub reason: String,
+}
+
 /// What one scheduling attempt decided, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -108,6 +122,9 @@ pub struct DecisionRecord {
     /// For an unschedulable pod, single changes that would let it fit.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suggestions: Vec<Suggestion>,
+    /// For an unschedulable pod, the preemption decided for it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionRecord>,
     /// How long the attempt took, in microseconds, as measured by the caller.
     pub duration_micros: u64,
 }
@@ -158,6 +175,7 @@ impl DecisionRecord {
                     })
                     .collect(),
                 suggestions: Vec::new(),
+                preemption: None,
                 duration_micros,
             },
             Attempt::Unschedulable {
@@ -166,29 +184,38 @@ impl DecisionRecord {
                 diagnosis,
                 message,
                 suggestions,
-            } => DecisionRecord {
-                timestamp_ms,
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
-                profile: pod.scheduler_name.clone(),
-                attempt: *attempt,
-                result: Outcome::Unschedulable,
-                node: None,
-                message: Some(message.clone()),
-                nodes_total: diagnosis.num_all_nodes,
-                // A PreFilter rejection rules every node out before any is examined.
-                nodes_evaluated: if diagnosis.pre_filter_msg.is_some() {
-                    0
-                } else {
-                    diagnosis.node_statuses.len()
-                },
-                nodes_feasible: 0,
-                rejections: rejections(&diagnosis.rejection_counts()),
-                score_plugins: Vec::new(),
-                top_nodes: Vec::new(),
-                suggestions: std::mem::take(suggestions),
-                duration_micros,
-            },
+            } => {
+                DecisionRecord {
+                    timestamp_ms,
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    profile: pod.scheduler_name.clone(),
+                    attempt: *attempt,
+                    result: Outcome::Unschedulable,
+                    node: None,
+                    message: Some(message.clone()),
+                    nodes_total: diagnosis.num_all_nodes,
+                    // A PreFilter rejection rules every node out before any is examined.
+                    nodes_evaluated: if diagnosis.pre_filter_msg.is_some() {
+                        0
+                    } else {
+                        diagnosis.node_statuses.len()
+                    },
+                    nodes_feasible: 0,
+                    rejections: rejections(&diagnosis.rejection_counts()),
+                    score_plugins: Vec::new(),
+                    top_nodes: Vec::new(),
+                    suggestions: std::mem::take(suggestions),
+                    preemption: diagnosis.post_filter.preemption.as_ref().map(|p| {
+                        PreemptionRecord {
+                            node: p.node.to_string(),
+                            victims: p.victims.iter().map(|v| v.key()).collect(),
+                            reason: p.reason.clone(),
+                        }
+                    }),
+                    duration_micros,
+                }
+            }
             Attempt::Failed {
                 pod,
                 attempt,
@@ -209,6 +236,7 @@ impl DecisionRecord {
                 score_plugins: Vec::new(),
                 top_nodes: Vec::new(),
                 suggestions: Vec::new(),
+                preemption: None,
                 duration_micros,
             },
         }

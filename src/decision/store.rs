@@ -146,6 +146,7 @@ mod tests {
             score_plugins: Vec::new(),
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
+            preemption: None,
             duration_micros: 0,
         })
     }
