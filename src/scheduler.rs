@@ -700,6 +700,16 @@ impl Scheduler {
         }
     }
 
+    /// Moves a pod waiting in the queue (backing off, or parked as unschedulable) to the
+    /// active queue, as kube-scheduler's `Activate` does: the front end asks for it when
+    /// what it carries out for the pod (a preemption's evictions) failed, so that the pod is
+    /// tried again at once rather than left waiting for a cluster event that may never come.
+    /// A gated pod, or one that is active, in flight or unknown, is left alone; returns
+    /// whether the pod moved.
+    pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
+        self.queue.activate(namespace, name, now)
+    }
+
     /// How many pods entered each sub-queue, by event, since the last call (for metrics).
     pub fn take_queue_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
         self.queue.take_incoming()
@@ -877,6 +887,27 @@ mod tests {
         s.binding_failed(*b, Duration::ZERO);
         s.binding_succeeded(&a, Duration::ZERO).unwrap();
         assert_eq!(*counter.0.lock().unwrap(), ["a@n1"]);
+    }
+
+    #[test]
+    fn an_activated_pod_is_tried_again_at_once() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("big").req("cpu", "2").build(), Duration::ZERO)
+            .unwrap();
+        assert!(matches!(
+            s.schedule_next(Duration::ZERO),
+            Some(Attempt::Unschedulable { .. })
+        ));
+        assert!(s.schedule_next(Duration::ZERO).is_none(), "parked");
+        assert!(s.activate("default", "big", Duration::ZERO));
+        match s.schedule_next(Duration::ZERO) {
+            Some(Attempt::Unschedulable { pod, attempt, .. }) => {
+                assert_eq!((pod.name.as_str(), attempt), ("big", 2));
+            }
+            other => panic!("expected a second attempt, got {other:?}"),
+        }
+        assert!(!s.activate("default", "missing", Duration::ZERO));
     }
 
     #[test]

@@ -76,6 +76,9 @@ pub const EVENT_SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
 pub const EVENT_BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// Event label of a pod parked longer than [`MAX_UNSCHEDULABLE_DURATION`].
 pub const EVENT_UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
+/// Event label of a waiting pod moved to the active queue on request
+/// ([`SchedulingQueue::activate`]).
+pub const EVENT_FORCE_ACTIVATE: &str = "ForceActivate";
 
 /// The cluster events each plugin declared, by plugin name (see [`crate::framework::events`]).
 pub type PluginEvents = HashMap<&'static str, &'static [EventHint]>;
@@ -272,6 +275,23 @@ impl SchedulingQueue {
             self.push_active(key, now);
             self.count_incoming(QueueName::Active, event);
         }
+    }
+
+    /// Moves a pod that waits (backing off, or parked as unschedulable) to the active queue
+    /// at once, as kube-scheduler's `Activate` does. A gated pod stays gated, and a pod that
+    /// is active, in flight or not queued is left alone. Returns whether the pod moved.
+    pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
+        let key = PodKey::new(namespace, name).to_string();
+        let Some((key, e)) = self.entries.get_key_value(key.as_str()) else {
+            return false;
+        };
+        if e.queue == QueueName::Active || e.queued.gated.is_some() {
+            return false;
+        }
+        let key = key.clone();
+        self.push_active(key, now);
+        self.count_incoming(QueueName::Active, EVENT_FORCE_ACTIVATE);
+        true
     }
 
     /// The next pod to schedule, after flushing what is due. The pod stays tracked as in

@@ -277,3 +277,33 @@ fn a_plugin_the_queue_does_not_know_is_helped_by_anything() {
     q.on_event(&ClusterChange::Other, secs(5));
     assert!(q.pop(secs(5)).is_some());
 }
+
+#[test]
+fn activation_moves_a_waiting_pod_to_the_active_queue_at_once() {
+    let mut q = queue();
+    q.add(pod("parked").build(), None, T0);
+    q.add(pod("backing-off").build(), None, T0);
+    let parked = q.pop(T0).unwrap();
+    q.requeue_unschedulable(parked, BTreeSet::from(["NodeResourcesFit"]), T0);
+    let backing_off = q.pop(T0).unwrap();
+    q.requeue_backoff(backing_off, T0);
+    assert!(q.pop(T0).is_none(), "both wait");
+    assert!(q.activate("default", "parked", T0));
+    assert!(q.activate("default", "backing-off", T0));
+    assert!(!q.activate("default", "parked", T0), "already active");
+    let order: Vec<String> = std::iter::from_fn(|| q.pop(T0))
+        .map(|p| p.pod.name.clone())
+        .collect();
+    assert_eq!(order, ["parked", "backing-off"]);
+    let incoming = q.take_incoming();
+    assert!(incoming.contains(&(QueueName::Active, EVENT_FORCE_ACTIVATE, 2)));
+    // In flight, gated or unknown: nothing to move.
+    assert!(!q.activate("default", "parked", T0), "in flight");
+    q.add(
+        pod("gated").build(),
+        Some(Status::unresolvable("gated")),
+        T0,
+    );
+    assert!(!q.activate("default", "gated", T0));
+    assert!(!q.activate("default", "unknown", T0));
+}
