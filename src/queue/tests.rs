@@ -307,3 +307,26 @@ fn activation_moves_a_waiting_pod_to_the_active_queue_at_once() {
     assert!(!q.activate("default", "gated", T0));
     assert!(!q.activate("default", "unknown", T0));
 }
+
+#[test]
+fn a_change_of_its_status_alone_does_not_wake_a_parked_pod() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, BTreeSet::from(["NodeResourcesFit"]), T0);
+    // The scheduler's own write comes back: the pod nominated to a node.
+    let mut nominated = (*pod("a").build()).clone();
+    nominated.nominated_node = Some(Arc::from("n1"));
+    q.update(Arc::new(nominated), None, secs(5));
+    assert!(q.pop(secs(5)).is_none(), "still parked");
+    assert_eq!(
+        q.waiting()
+            .next()
+            .and_then(|(p, _)| p.pod.nominated_node.clone()),
+        Some(Arc::from("n1")),
+        "with the pod as it is now"
+    );
+    // A change of the spec may help.
+    q.update(pod("a").label("app", "web").build(), None, secs(6));
+    assert!(q.pop(secs(6)).is_some());
+}
