@@ -700,12 +700,12 @@ impl Scheduler {
         }
     }
 
-    /// Moves a pod waiting in the queue (backing off, or parked as unschedulable) to the
-    /// active queue, as kube-scheduler's `Activate` does: the front end asks for it when
-    /// what it carries out for the pod (a preemption's evictions) failed, so that the pod is
-    /// tried again at once rather than left waiting for a cluster event that may never come.
-    /// A gated pod, or one that is active, in flight or unknown, is left alone; returns
-    /// whether the pod moved.
+    /// Retries a parked pod without waiting for a cluster event, as kube-scheduler's
+    /// `Activate` does: the front end asks for it when what it carries out for the pod (a
+    /// preemption's evictions) failed, so that the pod does not wait for an event that may
+    /// never come. Unlike kube-scheduler, the pod's backoff still holds (see
+    /// [`SchedulingQueue::activate`]): a failure that repeats is not retried in a loop.
+    /// Returns whether the pod moved.
     pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
         self.queue.activate(namespace, name, now)
     }
@@ -890,7 +890,7 @@ mod tests {
     }
 
     #[test]
-    fn an_activated_pod_is_tried_again_at_once() {
+    fn an_activated_pod_is_tried_again_once_its_backoff_is_over() {
         let mut s = scheduler();
         s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
         s.upsert_pod(pod("big").req("cpu", "2").build(), Duration::ZERO)
@@ -899,15 +899,16 @@ mod tests {
             s.schedule_next(Duration::ZERO),
             Some(Attempt::Unschedulable { .. })
         ));
-        assert!(s.schedule_next(Duration::ZERO).is_none(), "parked");
-        assert!(s.activate("default", "big", Duration::ZERO));
-        match s.schedule_next(Duration::ZERO) {
+        let later = Duration::from_secs(2);
+        assert!(s.schedule_next(later).is_none(), "parked");
+        assert!(s.activate("default", "big", later));
+        match s.schedule_next(later) {
             Some(Attempt::Unschedulable { pod, attempt, .. }) => {
                 assert_eq!((pod.name.as_str(), attempt), ("big", 2));
             }
             other => panic!("expected a second attempt, got {other:?}"),
         }
-        assert!(!s.activate("default", "missing", Duration::ZERO));
+        assert!(!s.activate("default", "missing", later));
     }
 
     #[test]

@@ -180,8 +180,8 @@ pub enum Input {
     Stale(&'static str),
     /// A binding finished.
     Bound(Box<BindRequest>, BindOutcome),
-    /// What was carried out for a pod failed (a preemption's evictions): try it again at
-    /// once rather than wait for a cluster event.
+    /// What was carried out for a pod failed (a preemption's evictions): try it again once
+    /// its backoff allows, rather than wait for a cluster event.
     Activate {
         /// Namespace.
         namespace: String,
@@ -519,7 +519,7 @@ impl Driver {
             }
             Input::Activate { namespace, name } => {
                 if s.activate(&namespace, &name, now) {
-                    tracing::debug!(pod = %PodKey::new(&namespace, &name), "tried again at once");
+                    tracing::debug!(pod = %PodKey::new(&namespace, &name), "activated");
                 }
             }
             Input::Lead => run.leading = true,

@@ -11,8 +11,9 @@
 //! or replaced by a pod of the same name) is not an error. A call that fails for a reason
 //! that may pass (the API server unreachable, a 5xx, a 429) is tried again, [`MAX_TRIES`]
 //! times in all; a call that fails for good is logged with the pod, and the preemptor is
-//! handed back to the scheduler to be tried again at once (kube-scheduler's `Activate`),
-//! since it may otherwise wait for a victim's deletion that never comes.
+//! handed back to the scheduler to be tried again once its backoff allows
+//! (kube-scheduler's `Activate`), since it may otherwise wait for a victim's deletion that
+//! never comes.
 //!
 //! The preemptor's own nomination is written with its `PodScheduled` condition, by the
 //! event writer.

@@ -282,20 +282,30 @@ impl SchedulingQueue {
         }
     }
 
-    /// Moves a pod that waits (backing off, or parked as unschedulable) to the active queue
-    /// at once, as kube-scheduler's `Activate` does. A gated pod stays gated, and a pod that
-    /// is active, in flight or not queued is left alone. Returns whether the pod moved.
+    /// Retries a parked pod without waiting for a cluster event, as kube-scheduler's
+    /// `Activate` does, but within its backoff: to the active queue if its backoff is over,
+    /// else to the backoff queue, so that a pod whose activation keeps coming (what is done
+    /// for it keeps failing) is retried as its backoff allows, not over and over. A pod
+    /// backing off already, gated, active, in flight or not queued is left alone. Returns
+    /// whether the pod moved.
     pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
         let key = PodKey::new(namespace, name).to_string();
         let Some((key, e)) = self.entries.get_key_value(key.as_str()) else {
             return false;
         };
-        if e.queue == QueueName::Active || e.queued.gated.is_some() {
+        if e.queue != QueueName::Unschedulable || e.queued.gated.is_some() {
             return false;
         }
         let key = key.clone();
-        self.push_active(key, now);
-        self.count_incoming(QueueName::Active, EVENT_FORCE_ACTIVATE);
+        if e.backoff_until > now {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.queue = QueueName::Backoff;
+            }
+            self.count_incoming(QueueName::Backoff, EVENT_FORCE_ACTIVATE);
+        } else {
+            self.push_active(key, now);
+            self.count_incoming(QueueName::Active, EVENT_FORCE_ACTIVATE);
+        }
         true
     }
 

@@ -279,33 +279,40 @@ fn a_plugin_the_queue_does_not_know_is_helped_by_anything() {
 }
 
 #[test]
-fn activation_moves_a_waiting_pod_to_the_active_queue_at_once() {
+fn activation_retries_a_parked_pod_within_its_backoff() {
     let mut q = queue();
-    q.add(pod("parked").build(), None, T0);
-    q.add(pod("backing-off").build(), None, T0);
-    let parked = q.pop(T0).unwrap();
-    q.requeue_unschedulable(parked, BTreeSet::from(["NodeResourcesFit"]), T0);
-    let backing_off = q.pop(T0).unwrap();
-    q.requeue_backoff(backing_off, T0);
-    assert!(q.pop(T0).is_none(), "both wait");
-    assert!(q.activate("default", "parked", T0));
-    assert!(q.activate("default", "backing-off", T0));
-    assert!(!q.activate("default", "parked", T0), "already active");
-    let order: Vec<String> = std::iter::from_fn(|| q.pop(T0))
-        .map(|p| p.pod.name.clone())
-        .collect();
-    assert_eq!(order, ["parked", "backing-off"]);
+    q.add(pod("early").build(), None, T0);
+    q.add(pod("late").build(), None, T0);
+    for _ in 0..2 {
+        let p = q.pop(T0).unwrap();
+        q.requeue_unschedulable(p, BTreeSet::from(["NodeResourcesFit"]), T0);
+    }
+    // Backing off for a second after its first attempt: activated at once, it waits that out.
+    assert!(q.activate("default", "early", T0));
+    assert!(!q.activate("default", "early", T0), "backing off already");
+    assert!(q.pop(T0).is_none());
+    assert_eq!(
+        q.pop(secs(1)).map(|p| p.pod.name.clone()).as_deref(),
+        Some("early")
+    );
+    // Activated after its backoff: tried at once.
+    assert!(q.activate("default", "late", secs(2)));
+    assert_eq!(
+        q.pop(secs(2)).map(|p| p.pod.name.clone()).as_deref(),
+        Some("late")
+    );
     let incoming = q.take_incoming();
-    assert!(incoming.contains(&(QueueName::Active, EVENT_FORCE_ACTIVATE, 2)));
+    assert!(incoming.contains(&(QueueName::Backoff, EVENT_FORCE_ACTIVATE, 1)));
+    assert!(incoming.contains(&(QueueName::Active, EVENT_FORCE_ACTIVATE, 1)));
     // In flight, gated or unknown: nothing to move.
-    assert!(!q.activate("default", "parked", T0), "in flight");
+    assert!(!q.activate("default", "late", secs(2)), "in flight");
     q.add(
         pod("gated").build(),
         Some(Status::unresolvable("gated")),
         T0,
     );
-    assert!(!q.activate("default", "gated", T0));
-    assert!(!q.activate("default", "unknown", T0));
+    assert!(!q.activate("default", "gated", secs(2)));
+    assert!(!q.activate("default", "unknown", secs(2)));
 }
 
 #[test]
