@@ -700,6 +700,16 @@ impl Scheduler {
         }
     }
 
+    /// Retries a parked pod without waiting for a cluster event, as kube-scheduler's
+    /// `Activate` does: the front end asks for it when what it carries out for the pod (a
+    /// preemption's evictions) failed, so that the pod does not wait for an event that may
+    /// never come. Unlike kube-scheduler, the pod's backoff still holds (see
+    /// [`SchedulingQueue::activate`]): a failure that repeats is not retried in a loop.
+    /// Returns whether the pod moved.
+    pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
+        self.queue.activate(namespace, name, now)
+    }
+
     /// How many pods entered each sub-queue, by event, since the last call (for metrics).
     pub fn take_queue_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
         self.queue.take_incoming()
@@ -877,6 +887,28 @@ mod tests {
         s.binding_failed(*b, Duration::ZERO);
         s.binding_succeeded(&a, Duration::ZERO).unwrap();
         assert_eq!(*counter.0.lock().unwrap(), ["a@n1"]);
+    }
+
+    #[test]
+    fn an_activated_pod_is_tried_again_once_its_backoff_is_over() {
+        let mut s = scheduler();
+        s.upsert_node(node("n1").capacity("1", "1Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("big").req("cpu", "2").build(), Duration::ZERO)
+            .unwrap();
+        assert!(matches!(
+            s.schedule_next(Duration::ZERO),
+            Some(Attempt::Unschedulable { .. })
+        ));
+        let later = Duration::from_secs(2);
+        assert!(s.schedule_next(later).is_none(), "parked");
+        assert!(s.activate("default", "big", later));
+        match s.schedule_next(later) {
+            Some(Attempt::Unschedulable { pod, attempt, .. }) => {
+                assert_eq!((pod.name.as_str(), attempt), ("big", 2));
+            }
+            other => panic!("expected a second attempt, got {other:?}"),
+        }
+        assert!(!s.activate("default", "missing", later));
     }
 
     #[test]

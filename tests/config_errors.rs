@@ -1,7 +1,8 @@
 //! The built `gantry` binary refuses invalid input before it does anything with it: `gantry
 //! run` with a configuration that fails validation exits non-zero, names the field on
 //! stderr, and never contacts the API server its kubeconfig points to; `gantry webhook` and
-//! `gantry simulate` refuse theirs the same way.
+//! `gantry simulate` refuse theirs the same way. The configuration kube-scheduler writes out
+//! is taken whole.
 
 use std::io::ErrorKind;
 use std::net::TcpListener;
@@ -119,13 +120,6 @@ fn gantry_run_refuses_an_invalid_configuration_before_contacting_the_api_server(
             "parallelism.yaml",
             format!("{HEADER}parallelism: 0\n"),
             "parallelism: must be between 1 and 1024, got 0",
-        ),
-        (
-            "preemption.yaml",
-            format!(
-                "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n"
-            ),
-            "profile \"default-scheduler\": plugin \"DefaultPreemption\" runs in the simulator only; gantry run does not evict pods yet",
         ),
         (
             "preemption_args.yaml",
@@ -260,45 +254,50 @@ fn an_error_names_its_cause_once() {
 const KUBE_SCHEDULER_DEFAULTS: &str =
     include_str!("../src/config/testdata/kube_scheduler_defaults.yaml");
 
-/// The kube-scheduler plugins of that profile `gantry run` does not carry out yet.
-const NOT_IMPLEMENTED: [&str; 1] = ["DefaultPreemption"];
-
 #[test]
-fn kube_schedulers_written_defaults_are_refused_until_its_missing_plugins_are_removed() {
+fn kube_schedulers_written_defaults_are_accepted_entirely() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let server = Server::start();
     let kubeconfig = server.kubeconfig(dir.path());
     let written = write(dir.path(), "written.yaml", KUBE_SCHEDULER_DEFAULTS);
-    let out = gantry(&[
-        "run".as_ref(),
-        "--config".as_ref(),
-        written.as_os_str(),
-        "--kubeconfig".as_ref(),
-        kubeconfig.as_os_str(),
-        "--address".as_ref(),
-        "127.0.0.1:0".as_ref(),
-    ]);
-    let err = stderr(&out);
-    assert!(!out.status.success(), "gantry run succeeded: {err}");
     assert!(
-        NOT_IMPLEMENTED.iter().any(|name| err.contains(&format!(
-            "plugin \"{name}\" runs in the simulator only; gantry run does not evict pods yet"
-        ))),
-        "{err}"
+        KUBE_SCHEDULER_DEFAULTS.contains("      - name: DefaultPreemption\n"),
+        "DefaultPreemption is enabled"
     );
+    // gantry run takes it, DefaultPreemption included, and goes on to the API server.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["run".as_ref(), "--config".as_ref(), written.as_os_str()])
+        .args(["--kubeconfig".as_ref(), kubeconfig.as_os_str()])
+        .args(["--address", "127.0.0.1:0"])
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start gantry");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let contacted = loop {
+        if server.was_contacted() {
+            break true;
+        }
+        if child.try_wait().expect("wait for gantry").is_some() || Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("gantry's output");
     assert!(
-        !server.was_contacted(),
-        "gantry run contacted the API server"
+        contacted,
+        "gantry run did not get past the configuration: {}",
+        stderr(&out)
     );
 
-    // Without those multiPoint entries (so no longer enabled), the rest is accepted.
-    let mut text = KUBE_SCHEDULER_DEFAULTS.to_string();
-    for name in NOT_IMPLEMENTED {
-        let entry = format!("      - name: {name}\n        weight: 0\n");
-        assert!(text.contains(&entry), "{name} is enabled");
-        text = text.replacen(&entry, "", 1);
-    }
-    let edited = write(dir.path(), "edited.yaml", &text);
-    let out = gantry(&["simulate".as_ref(), "--config".as_ref(), edited.as_os_str()]);
+    // gantry simulate runs with it too.
+    let out = gantry(&[
+        "simulate".as_ref(),
+        "--config".as_ref(),
+        written.as_os_str(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

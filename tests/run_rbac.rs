@@ -1,8 +1,9 @@
 //! gantry with only the permissions of its own RBAC role (deploy/10-rbac.yaml) and its own
-//! configuration (deploy/20-configmap.yaml), running as a user bound to that role: it lists and
-//! watches, binds (a pod with a claim to bind too: it writes the volume and reads the claim
-//! back), records events and conditions, and holds and releases its lease, without a single
-//! request refused. Under the same role, gantry's PodDisruptionBudget watcher (which no
+//! configuration (deploy/20-configmap.yaml, with DefaultPreemption enabled), running as a user
+//! bound to that role: it lists and watches, binds (a pod with a claim to bind too: it writes
+//! the volume and reads the claim back), records events and conditions, preempts (marks and
+//! deletes its victims, reports them, nominates the preemptor), and holds and releases its
+//! lease, without a single request refused. Under the same role, gantry's PodDisruptionBudget watcher (which no
 //! plugin of the deployed configuration needs yet, so it is run from the library) finds that
 //! this 1.20 API server serves only `policy/v1beta1`, lists a budget there, and hears it
 //! change and another go.
@@ -31,10 +32,15 @@ async fn the_deployed_role_is_all_gantry_needs() {
             .expect("deploy/20-configmap.yaml"),
     )
     .expect("ConfigMap YAML");
-    let config = configmap["data"]["config.yaml"]
+    let deployed = configmap["data"]["config.yaml"]
         .as_str()
-        .expect("data.config.yaml")
-        .to_string();
+        .expect("data.config.yaml");
+    // The deployed profile, preempting too (not in the default profile yet).
+    let profile = "- schedulerName: gantry\n";
+    assert!(deployed.ends_with(profile), "{deployed}");
+    let config = format!(
+        "{deployed}  plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n"
+    );
 
     // Without the role, the user "gantry" can do nothing: gantry never gets ready.
     let mut denied = Gantry::start(plane.dir(), "denied", &config, &plane.gantry_kubeconfig());
@@ -109,11 +115,13 @@ spec:
     let mut gantry = Gantry::start(plane.dir(), "rbac", &config, &plane.gantry_kubeconfig());
     gantry.wait_ready().await;
     for i in 0..6 {
-        create_pod(
-            &client,
-            &pod(ns, &format!("w{i}"), "gantry", "500m", "128Mi"),
-        )
-        .await;
+        let mut p = pod(ns, &format!("w{i}"), "gantry", "500m", "128Mi");
+        // Deleted at once when preempted below (no kubelet stops them).
+        p.spec
+            .as_mut()
+            .expect("spec")
+            .termination_grace_period_seconds = Some(0);
+        create_pod(&client, &p).await;
     }
     create_pod(&client, &pod(ns, "too-big", "gantry", "3", "128Mi")).await;
     eventually(
@@ -192,6 +200,40 @@ spec:
         },
     )
     .await;
+    // A pod of higher priority that fits nowhere: some of the 500m pods are evicted for it.
+    plane
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: rbac-high}\nvalue: 1000\n"),
+        )
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    let mut vip = pod(ns, "vip", "gantry", "1500m", "128Mi");
+    vip.spec.as_mut().expect("spec").priority_class_name = Some("rbac-high".to_string());
+    create_pod(&client, &vip).await;
+    eventually(
+        Duration::from_secs(30),
+        "the preemptor bound where it was nominated, its victims gone and reported",
+        || async {
+            let p = get_pod(&client, ns, "vip").await;
+            let node = node_of(&p)?;
+            let nominated = p.status.as_ref()?.nominated_node_name.as_deref();
+            let victims: BTreeSet<String> = events(&client, ns)
+                .await
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("Preempted"))
+                .filter_map(|e| e.regarding?.name)
+                .collect();
+            let names: BTreeSet<String> = pods(&client, ns)
+                .await
+                .into_iter()
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            let gone = !victims.is_empty() && victims.iter().all(|v| !names.contains(v));
+            (nominated == Some(node) && gone).then_some(())
+        },
+    )
+    .await;
+
     let leases = Api::<Lease>::namespaced(client.clone(), "gantry-system");
     let lease = leases.get("gantry").await.expect("lease");
     let holder = lease.spec.and_then(|s| s.holder_identity);

@@ -1,7 +1,8 @@
 //! The scheduling thread: it owns the [`Scheduler`], applies the cluster changes the
-//! watchers send, schedules whenever a pod is due, and hands decisions to the binder and
-//! records to the event writer. It never touches the network: everything it sends goes
-//! through channels that do not block, and everything it hears arrives on one channel.
+//! watchers send, schedules whenever a pod is due, and hands decisions to the binder,
+//! preemptions to their tasks ([`super::preemption`]) and records to the event writer. It
+//! never touches the network: everything it sends goes through channels that do not block,
+//! and everything it hears arrives on one channel.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -19,13 +20,15 @@ use super::events::{
 use super::instrument::Instrumentation;
 use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
 use super::node_load::{NodeLoadSettings, NodeReading};
+use super::preemption::{PreemptRequest, Victim};
 use crate::decision::DecisionRecorder;
+use crate::framework::{Nomination, Preemption};
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
-use crate::model::{Labels, NodeModel, PodInfo};
+use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
 use crate::scheduler::{Attempt, Scheduler};
@@ -177,6 +180,14 @@ pub enum Input {
     Stale(&'static str),
     /// A binding finished.
     Bound(Box<BindRequest>, BindOutcome),
+    /// What was carried out for a pod failed (a preemption's evictions): try it again once
+    /// its backoff allows, rather than wait for a cluster event.
+    Activate {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
     /// This replica leads: start scheduling.
     Lead,
     /// Stop scheduling, wait for bindings in flight, and return.
@@ -191,6 +202,8 @@ pub struct Driver {
     pub inputs: Receiver<Input>,
     /// Where decisions go.
     pub binder: UnboundedSender<BindRequest>,
+    /// Where preemptions go.
+    pub preemptions: UnboundedSender<PreemptRequest>,
     /// Where events and conditions go.
     pub recorder: Recorder,
     /// Metrics.
@@ -321,18 +334,30 @@ impl Driver {
                         .binding_failed(*e.0.task, run.start.elapsed());
                 }
             }
-            Attempt::Unschedulable { pod, message, .. } => {
+            Attempt::Unschedulable {
+                pod,
+                message,
+                diagnosis,
+                ..
+            } => {
                 self.metrics.attempt(
                     RESULT_UNSCHEDULABLE,
                     &pod.scheduler_name,
                     attempt_start.elapsed(),
                 );
                 tracing::debug!(pod = %pod.key(), %message, "unschedulable");
+                let post_filter = *diagnosis.post_filter;
+                if let Some(preemption) = post_filter.preemption {
+                    self.preempt(&pod, preemption);
+                }
+                // As kube-scheduler: the nomination goes with the condition, in one patch.
                 self.recorder.record(Record::Failed {
                     pod: pod_ref(&pod),
                     profile: pod.scheduler_name.clone(),
                     condition_reason: CONDITION_UNSCHEDULABLE,
                     message,
+                    nomination: post_filter.nomination,
+                    nominated: pod.nominated_node.clone(),
                 });
             }
             Attempt::Failed { pod, status, .. } => {
@@ -344,6 +369,8 @@ impl Driver {
                     profile: pod.scheduler_name.clone(),
                     condition_reason: CONDITION_SCHEDULER_ERROR,
                     message: format!("error: {status}"),
+                    nomination: Nomination::Keep,
+                    nominated: None,
                 });
             }
         }
@@ -403,6 +430,8 @@ impl Driver {
                     profile: scheduler_name,
                     condition_reason: CONDITION_SCHEDULER_ERROR,
                     message,
+                    nomination: Nomination::Keep,
+                    nominated: None,
                 });
             }
             Input::NamespaceApplied(name, labels) => {
@@ -488,6 +517,11 @@ impl Driver {
                 self.set_in_flight(run.in_flight);
                 self.bound(*request, outcome, now);
             }
+            Input::Activate { namespace, name } => {
+                if s.activate(&namespace, &name, now) {
+                    tracing::debug!(pod = %PodKey::new(&namespace, &name), "activated");
+                }
+            }
             Input::Lead => run.leading = true,
             Input::Shutdown => {
                 if run.stopping.is_none() {
@@ -569,9 +603,38 @@ impl Driver {
                     profile,
                     condition_reason: CONDITION_SCHEDULER_ERROR,
                     message: failure.unwrap_or_default(),
+                    nomination: Nomination::Keep,
+                    nominated: None,
                 });
             }
         }
+    }
+
+    /// Hands a preemption's evictions to their task; the victims already terminating are
+    /// waited for, not evicted again.
+    fn preempt(&self, preemptor: &PodInfo, preemption: Preemption) {
+        self.metrics.preemption_victims(preemption.victims.len());
+        let victims: Vec<Victim> = preemption
+            .victims
+            .iter()
+            .filter(|v| !v.terminating)
+            .map(|v| Victim {
+                pod: pod_ref(v),
+                marked: v.preempted_by_scheduler,
+            })
+            .collect();
+        tracing::debug!(preemptor = %preemptor.key(), node = %preemption.node, victims = preemption.victims.len(), to_evict = victims.len(), reason = %preemption.reason, "preempting");
+        if victims.is_empty() && preemption.denominated.is_empty() {
+            return;
+        }
+        // Dropped only when shutting down: the next leader decides again.
+        let _ = self.preemptions.send(PreemptRequest {
+            preemptor: pod_ref(preemptor),
+            profile: preemptor.scheduler_name.clone(),
+            node: preemption.node,
+            victims,
+            denominated: preemption.denominated.iter().map(|p| pod_ref(p)).collect(),
+        });
     }
 
     /// Bindings decided and not finished: for the metric, and for the event writer, which
@@ -624,6 +687,7 @@ mod tests {
     struct Harness {
         inputs: Sender<Input>,
         binds: UnboundedReceiver<BindRequest>,
+        preemptions: UnboundedReceiver<PreemptRequest>,
         records: UnboundedReceiver<Record>,
         ready: Arc<AtomicBool>,
         decisions: crate::decision::SharedStore,
@@ -639,6 +703,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let (inputs, rx) = channel();
         let (bind_tx, binds) = unbounded_channel();
+        let (preempt_tx, preemptions) = unbounded_channel();
         let (recorder, records) = Recorder::channel();
         let ready = Arc::new(AtomicBool::new(false));
         let decisions = DecisionStore::shared(100);
@@ -646,6 +711,7 @@ mod tests {
             scheduler: Scheduler::new(config, None),
             inputs: rx,
             binder: bind_tx,
+            preemptions: preempt_tx,
             recorder,
             instrumentation: Instrumentation::new(metrics.clone()),
             metrics,
@@ -658,6 +724,7 @@ mod tests {
         Harness {
             inputs,
             binds,
+            preemptions,
             records,
             ready,
             decisions,
@@ -873,6 +940,80 @@ profiles:
         assert_eq!(&*bind.task.plan.node, "cool");
         h.inputs.send(Input::Shutdown).unwrap();
         drop(h.inputs);
+        h.thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_preemption_goes_to_its_task_and_the_nomination_with_the_condition() {
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled: [{name: DefaultPreemption}]
+",
+            &plugins::registry(),
+        )
+        .expect("config");
+        let mut h = start_with(config, NodeLoadSettings::default());
+        let mut terminating = (*pod("leaving").req("cpu", "1").on("n1").build()).clone();
+        terminating.terminating = true;
+        let mut marked = (*pod("marked").req("cpu", "1").on("n1").build()).clone();
+        marked.preempted_by_scheduler = true;
+        send(
+            &h,
+            [
+                Input::NodeApplied(node("n1").capacity("3", "4Gi").build()),
+                Input::PodApplied(pod("low").req("cpu", "1").on("n1").build()),
+                Input::PodApplied(Arc::new(terminating)),
+                Input::PodApplied(Arc::new(marked)),
+                Input::PodApplied(pod("vip").req("cpu", "3").priority(100).build()),
+            ],
+        );
+        warm_and_lead(&h);
+        let request = next(&mut h.preemptions).expect("a preemption");
+        assert_eq!(
+            (request.preemptor.name.as_str(), &*request.node),
+            ("vip", "n1")
+        );
+        let mut victims: Vec<(&str, bool)> = request
+            .victims
+            .iter()
+            .map(|v| (v.pod.name.as_str(), v.marked))
+            .collect();
+        victims.sort();
+        assert_eq!(
+            victims,
+            [("low", false), ("marked", true)],
+            "the terminating victim is waited for"
+        );
+        match next(&mut h.records) {
+            Some(Record::Failed {
+                pod,
+                nomination,
+                nominated,
+                message,
+                ..
+            }) => {
+                assert_eq!(pod.name, "vip");
+                assert_eq!(nomination, Nomination::Set("n1".into()));
+                assert_eq!(nominated, None);
+                assert_eq!(message, "0/1 nodes are available: 1 Insufficient cpu.");
+            }
+            other => panic!("expected a Failed record, got {other:?}"),
+        }
+        // The evictions failed: the preemptor is tried again at once, and preempts again.
+        send(
+            &h,
+            [Input::Activate {
+                namespace: "default".to_string(),
+                name: "vip".to_string(),
+            }],
+        );
+        let again = next(&mut h.preemptions).expect("a second preemption");
+        assert_eq!(again.preemptor.name, "vip");
+        h.inputs.send(Input::Shutdown).unwrap();
         h.thread.join().unwrap();
     }
 

@@ -4,8 +4,10 @@
 //!
 //! Like kube-scheduler, a failed attempt records a `FailedScheduling` warning event
 //! (events.k8s.io/v1) and sets the pod's `PodScheduled` condition to `False` with the same
-//! message; a binding records a `Scheduled` event. A failure repeated with the same message
-//! is written once a minute at most, and an unchanged condition is not rewritten.
+//! message, and in the same patch the pod's `status.nominatedNodeName` when a preemption
+//! nominated it to a node (or no longer does); a binding records a `Scheduled` event, and a
+//! pod a preemption evicted a `Preempted` one. A failure repeated with the same message is
+//! written once a minute at most, and an unchanged condition is not rewritten.
 //!
 //! Bindings come first: on a busy API server an event costs it as much as a binding, so
 //! while bindings are outstanding the writer holds its records back, and writes only those
@@ -34,12 +36,15 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use super::metrics::Metrics;
+use crate::framework::Nomination;
 use crate::model::PodKey;
 
 /// The reason of the warning event for a failed attempt.
 pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
 /// The reason of the event for a bound pod.
 pub const REASON_SCHEDULED: &str = "Scheduled";
+/// The reason of the event for a pod a preemption evicted.
+pub const REASON_PREEMPTED: &str = "Preempted";
 /// The reason of the event for a pod placed beyond its node's allocatable (Overcommit).
 pub const REASON_OVERCOMMITTED: &str = "Overcommitted";
 /// The `PodScheduled` condition reason when no node fits.
@@ -106,6 +111,11 @@ pub enum Record {
         condition_reason: &'static str,
         /// kube-scheduler's message.
         message: String,
+        /// What the attempt's PostFilter decided for the pod's nominated node.
+        nomination: Nomination,
+        /// The pod's `status.nominatedNodeName` as last read: a nomination it already shows
+        /// is not written again, nor one it does not show cleared.
+        nominated: Option<Arc<str>>,
     },
     /// The pod was bound: a `Scheduled` event.
     Scheduled {
@@ -126,6 +136,18 @@ pub enum Record {
         reason: &'static str,
         /// What was decided.
         note: String,
+    },
+    /// The pod was evicted to make room for `preemptor` on `node`: a `Preempted` event
+    /// regarding the pod, related to the preemptor. Written even once the pod is gone.
+    Preempted {
+        /// The evicted pod.
+        pod: PodRef,
+        /// The pod it made room for.
+        preemptor: PodRef,
+        /// The preemptor's profile.
+        profile: String,
+        /// The node.
+        node: Arc<str>,
     },
     /// A binding of the pod started: a condition update still waiting is stale.
     Binding {
@@ -196,6 +218,8 @@ struct EventSpec {
     reason: &'static str,
     action: &'static str,
     note: Note,
+    /// The event's `related` object (a preemptor), if any.
+    related: Option<Box<PodRef>>,
     /// When it was recorded: its `eventTime`, and part of its name.
     at: Timestamp,
 }
@@ -227,6 +251,8 @@ struct ConditionSpec {
     reason: &'static str,
     message: String,
     transition: Timestamp,
+    /// `status.nominatedNodeName` to write in the same patch: set, cleared, or left alone.
+    nomination: Nomination,
 }
 
 /// One pod's writes waiting. Kept small: during a burst every bound pod has one.
@@ -284,6 +310,10 @@ struct Seen {
     last_failure: Option<(String, Instant)>,
     /// The `PodScheduled=False` condition last recorded: reason, message, transition time.
     condition: Option<(&'static str, String, Timestamp)>,
+    /// The last nomination recorded to be written (set or cleared; `Keep`: none): a
+    /// clearing is written even while the pod's status, as last read, shows none yet, and
+    /// a failed write of an older one is not retried.
+    nomination: Nomination,
 }
 
 /// What is waiting to be written, coalesced per pod, and what was written.
@@ -353,10 +383,23 @@ impl State {
             .min(MAX_RETRY_WAIT);
         retry.not_before = now + wait;
         // A condition is written only while it is still the pod's latest (not after the pod
-        // was bound, or failed again differently).
-        let current = self.seen.get(&key).and_then(|s| s.condition.as_ref());
-        let condition = unwritten.condition.take().filter(|c| {
-            current.is_some_and(|(reason, message, _)| *reason == c.reason && *message == c.message)
+        // was bound, or failed again differently), and a nomination only while no other was
+        // recorded since; a nomination still to be made goes with the latest condition.
+        let seen = self.seen.get(&key);
+        let current = seen.and_then(|s| s.condition.clone());
+        let last_nomination = seen.map_or(Nomination::Keep, |s| s.nomination.clone());
+        let condition = unwritten.condition.take().and_then(|mut c| {
+            let (reason, message, transition) = current?;
+            if c.nomination != last_nomination {
+                c.nomination = Nomination::Keep;
+            }
+            if c.reason != reason || c.message != message {
+                if c.nomination == Nomination::Keep {
+                    return None;
+                }
+                (c.reason, c.message, c.transition) = (reason, message, transition);
+            }
+            Some(c)
         });
         if condition.is_none() && unwritten.events.is_empty() {
             return;
@@ -366,8 +409,13 @@ impl State {
             self.drop_oldest();
         }
         let pending = self.pending.entry(key.clone()).or_default();
-        if pending.condition.is_none() {
-            pending.condition = condition;
+        match (&mut pending.condition, condition) {
+            (None, c) => pending.condition = c,
+            // The newer condition wins; a nomination it leaves alone is still the older one's.
+            (Some(newer), Some(older)) if newer.nomination == Nomination::Keep => {
+                newer.nomination = older.nomination;
+            }
+            _ => {}
         }
         while let Some(e) = unwritten.events.pop_back() {
             if pending.events.len() == MAX_PENDING_EVENTS {
@@ -419,9 +467,27 @@ impl State {
                 profile,
                 condition_reason,
                 message,
+                nomination,
+                nominated,
             } => {
                 let key = pod.key();
                 let seen = self.seen.entry(key.clone()).or_default();
+                // As kube-scheduler's updatePod: a nomination is written when it changes
+                // what the pod shows.
+                let nomination = match nomination {
+                    Nomination::Set(node) if nominated.as_deref() != Some(&*node) => {
+                        Nomination::Set(node)
+                    }
+                    Nomination::Clear
+                        if nominated.is_some() || matches!(seen.nomination, Nomination::Set(_)) =>
+                    {
+                        Nomination::Clear
+                    }
+                    _ => Nomination::Keep,
+                };
+                if nomination != Nomination::Keep {
+                    seen.nomination = nomination.clone();
+                }
                 let repeat = seen.last_failure.as_ref().is_some_and(|(note, at)| {
                     *note == message && now.duration_since(*at) < REPEAT_INTERVAL
                 });
@@ -434,11 +500,18 @@ impl State {
                         reason: REASON_FAILED_SCHEDULING,
                         action: "Scheduling",
                         note: Note::Text(message.clone()),
+                        related: None,
                         at: wall,
                     }
                 });
                 let condition = match &seen.condition {
-                    Some((r, m, _)) if *r == condition_reason && *m == message => None,
+                    Some((r, m, _))
+                        if *r == condition_reason
+                            && *m == message
+                            && nomination == Nomination::Keep =>
+                    {
+                        None
+                    }
                     previous => {
                         let transition = previous.as_ref().map_or(wall, |(_, _, t)| *t);
                         seen.condition = Some((condition_reason, message.clone(), transition));
@@ -447,6 +520,7 @@ impl State {
                             reason: condition_reason,
                             message,
                             transition,
+                            nomination,
                         }))
                     }
                 };
@@ -454,7 +528,13 @@ impl State {
                     return;
                 }
                 let pending = self.pending_for(key, now);
-                if let Some(c) = condition {
+                if let Some(mut c) = condition {
+                    // A nomination still unwritten is kept unless this one changes it.
+                    if c.nomination == Nomination::Keep
+                        && let Some(older) = pending.condition.take()
+                    {
+                        c.nomination = older.nomination;
+                    }
                     pending.condition = Some(c);
                 }
                 if let Some(e) = event {
@@ -477,6 +557,7 @@ impl State {
                         reason: REASON_SCHEDULED,
                         action: "Binding",
                         note: Note::AssignedTo(node),
+                        related: None,
                         at: wall,
                     },
                 );
@@ -497,6 +578,29 @@ impl State {
                         reason,
                         action: "Binding",
                         note: Note::Text(note),
+                        related: None,
+                        at: wall,
+                    },
+                );
+            }
+            Record::Preempted {
+                pod,
+                preemptor,
+                profile,
+                node,
+            } => {
+                let note = format!("Preempted by pod {} on node {node}", preemptor.uid);
+                let pending = self.pending_for(pod.key(), now);
+                push_event(
+                    pending,
+                    EventSpec {
+                        pod,
+                        profile,
+                        type_: "Normal",
+                        reason: REASON_PREEMPTED,
+                        action: "Preempting",
+                        note: Note::Text(note),
+                        related: Some(Box::new(preemptor)),
                         at: wall,
                     },
                 );
@@ -514,7 +618,14 @@ impl State {
             }
             Record::Forget { namespace, name } => {
                 let key = (namespace, name);
-                self.pending.remove(&key);
+                if let Some(mut p) = self.pending.remove(&key) {
+                    // A victim's `Preempted` event reports the deletion that made it go.
+                    p.condition = None;
+                    p.events.retain(|e| e.reason == REASON_PREEMPTED);
+                    if !p.events.is_empty() {
+                        self.pending.insert(key.clone(), p);
+                    }
+                }
                 self.seen.remove(&key);
             }
         }
@@ -653,16 +764,7 @@ async fn write(client: Client, identity: String, work: Pending) -> Pending {
     };
     if let Some(c) = work.condition {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &c.pod.namespace);
-        let patch = serde_json::json!({
-            "status": {"conditions": [{
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": c.reason,
-                "message": c.message,
-                "lastProbeTime": null,
-                "lastTransitionTime": Time(c.transition),
-            }]}
-        });
+        let patch = condition_patch(&c);
         let result = pods
             .patch_status(
                 &c.pod.name,
@@ -719,6 +821,36 @@ fn judge(result: Result<(), kube::Error>, what: &str, pod: &PodRef) -> Written {
     }
 }
 
+/// The status patch (strategic merge) of a condition: `PodScheduled=False`, and the
+/// nominated node when it changes (`null` clears it).
+fn condition_patch(c: &ConditionSpec) -> serde_json::Value {
+    let mut status = serde_json::json!({"conditions": [{
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": c.reason,
+        "message": c.message,
+        "lastProbeTime": null,
+        "lastTransitionTime": Time(c.transition),
+    }]});
+    match &c.nomination {
+        Nomination::Set(node) => status["nominatedNodeName"] = serde_json::json!(&**node),
+        Nomination::Clear => status["nominatedNodeName"] = serde_json::Value::Null,
+        Nomination::Keep => {}
+    }
+    serde_json::json!({ "status": status })
+}
+
+fn pod_reference(pod: &PodRef) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_string()),
+        kind: Some("Pod".to_string()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
+        ..Default::default()
+    }
+}
+
 fn build_event(e: &EventSpec, identity: &str) -> Event {
     Event {
         metadata: ObjectMeta {
@@ -731,14 +863,8 @@ fn build_event(e: &EventSpec, identity: &str) -> Event {
         reason: Some(e.reason.to_string()),
         note: Some(truncate(&e.note(), MAX_NOTE_BYTES)),
         type_: Some(e.type_.to_string()),
-        regarding: Some(ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Pod".to_string()),
-            namespace: Some(e.pod.namespace.clone()),
-            name: Some(e.pod.name.clone()),
-            uid: (!e.pod.uid.is_empty()).then(|| e.pod.uid.clone()),
-            ..Default::default()
-        }),
+        regarding: Some(pod_reference(&e.pod)),
+        related: e.related.as_deref().map(pod_reference),
         reporting_controller: Some(e.profile.clone()),
         reporting_instance: Some(identity.to_string()),
         ..Default::default()
@@ -770,11 +896,22 @@ mod tests {
     }
 
     fn failed(name: &str, message: &str) -> Record {
+        nominating(name, message, Nomination::Keep, None)
+    }
+
+    fn nominating(
+        name: &str,
+        message: &str,
+        nomination: Nomination,
+        nominated: Option<&str>,
+    ) -> Record {
         Record::Failed {
             pod: pod(name),
             profile: "gantry".to_string(),
             condition_reason: CONDITION_UNSCHEDULABLE,
             message: message.to_string(),
+            nomination,
+            nominated: nominated.map(Arc::from),
         }
     }
 
@@ -814,6 +951,143 @@ mod tests {
         let p = s.next(Instant::now()).expect("pending");
         assert_eq!(p.events.len(), 1);
         assert!(p.condition.is_none());
+    }
+
+    #[test]
+    fn a_nomination_goes_with_the_condition_when_it_changes_what_the_pod_shows() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        let w0 = Timestamp::from_second(1_000).unwrap();
+        let msg = "0/1 nodes are available: 1 Insufficient cpu.";
+        s.merge(
+            nominating("a", msg, Nomination::Set("n1".into()), None),
+            t0,
+            w0,
+        );
+        let c = s.next(t0).unwrap().condition.unwrap();
+        assert_eq!(c.nomination, Nomination::Set("n1".into()));
+        assert_eq!(
+            condition_patch(&c),
+            serde_json::json!({"status": {
+                "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": msg, "lastProbeTime": null,
+                    "lastTransitionTime": "1970-01-01T00:16:40Z",
+                }],
+                "nominatedNodeName": "n1",
+            }})
+        );
+        // The same failure, the pod showing the nomination: nothing to write.
+        let t1 = t0 + Duration::from_secs(1);
+        s.merge(
+            nominating("a", msg, Nomination::Set("n1".into()), Some("n1")),
+            t1,
+            w0,
+        );
+        assert!(s.next(t1).is_none());
+        // Cleared: the unchanged condition is written again, to carry the clearing.
+        s.merge(nominating("a", msg, Nomination::Clear, Some("n1")), t1, w0);
+        let c = s.next(t1).unwrap().condition.unwrap();
+        assert_eq!(c.nomination, Nomination::Clear);
+        assert_eq!(c.transition, w0, "the condition did not change");
+        assert_eq!(
+            condition_patch(&c)["status"]["nominatedNodeName"],
+            serde_json::Value::Null
+        );
+        // Nothing to clear: the pod shows none and none was recorded since.
+        s.merge(nominating("a", msg, Nomination::Clear, None), t1, w0);
+        assert!(s.next(t1).is_none());
+    }
+
+    #[test]
+    fn a_nomination_recorded_but_not_yet_read_back_is_cleared_and_kept_through_coalescing() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        let w0 = Timestamp::now();
+        s.merge(
+            nominating("a", "first", Nomination::Set("n1".into()), None),
+            t0,
+            w0,
+        );
+        // A newer failure that leaves the nomination alone keeps it in the write.
+        s.merge(failed("a", "second"), t0, w0);
+        let p = s.next(t0).unwrap();
+        let c = p.condition.unwrap();
+        assert_eq!(
+            (c.message.as_str(), &c.nomination),
+            ("second", &Nomination::Set("n1".into()))
+        );
+        // The pod does not show the nomination yet; a clearing is written all the same.
+        s.merge(nominating("a", "second", Nomination::Clear, None), t0, w0);
+        assert_eq!(
+            s.next(t0).unwrap().condition.unwrap().nomination,
+            Nomination::Clear
+        );
+        // A failed write of a nomination is retried with the newer condition recorded
+        // meanwhile.
+        s.merge(
+            nominating("a", "third", Nomination::Set("n2".into()), None),
+            t0,
+            w0,
+        );
+        let p = s.next(t0).unwrap();
+        s.merge(failed("a", "fourth"), t0, w0);
+        s.failed(p, t0);
+        let c = s.next(t0 + FIRST_RETRY_WAIT).unwrap().condition.unwrap();
+        assert_eq!(
+            (c.message.as_str(), &c.nomination),
+            ("fourth", &Nomination::Set("n2".into()))
+        );
+    }
+
+    #[test]
+    fn a_preempted_event_names_the_preemptor_and_outlives_its_pod() {
+        let mut s = State::default();
+        let t0 = Instant::now();
+        s.merge(failed("victim", "no"), t0, Timestamp::now());
+        s.merge(
+            Record::Preempted {
+                pod: pod("victim"),
+                preemptor: pod("vip"),
+                profile: "gantry".to_string(),
+                node: "n1".into(),
+            },
+            t0,
+            Timestamp::now(),
+        );
+        s.merge(
+            Record::Forget {
+                namespace: "ns".to_string(),
+                name: "victim".to_string(),
+            },
+            t0,
+            Timestamp::now(),
+        );
+        let p = s.next(t0).expect("the Preempted event stays");
+        assert!(p.condition.is_none());
+        assert_eq!(p.events.len(), 1, "the FailedScheduling event is dropped");
+        let e = build_event(&p.events[0], "host_1");
+        assert_eq!(
+            (
+                e.type_.as_deref(),
+                e.reason.as_deref(),
+                e.action.as_deref(),
+                e.note.as_deref()
+            ),
+            (
+                Some("Normal"),
+                Some(REASON_PREEMPTED),
+                Some("Preempting"),
+                Some("Preempted by pod uid-vip on node n1")
+            )
+        );
+        assert_eq!(e.regarding.unwrap().name.as_deref(), Some("victim"));
+        let related = e.related.unwrap();
+        assert_eq!(
+            (related.name.as_deref(), related.uid.as_deref()),
+            (Some("vip"), Some("uid-vip"))
+        );
+        assert!(s.next(t0).is_none());
     }
 
     #[test]
@@ -1015,6 +1289,7 @@ mod tests {
             reason: REASON_FAILED_SCHEDULING,
             action: "Scheduling",
             note: Note::Text("é".repeat(600)),
+            related: None,
             at: Timestamp::from_second(1).unwrap(),
         };
         let e = build_event(&spec, "host_1");

@@ -437,6 +437,10 @@ impl PostFilterPlugin for Timed {
         let Some(inner) = self.inner.as_post_filter() else {
             return (PostFilterResult::default(), missing("PostFilter"));
         };
+        // kube-scheduler counts every run of its PostFilter, whatever it finds.
+        if self.inner.name() == crate::plugins::default_preemption::NAME {
+            self.instr.metrics.preemption_attempt();
+        }
         self.sequential(
             || inner.post_filter(state, pod, input),
             |(_, s)| s.code(),
@@ -637,6 +641,56 @@ mod tests {
         // The filters after NodeResourcesFit saw the node already rejected: no call, and
         // so no series (not one with a count of zero).
         assert!(counts.iter().all(|l| !l.ends_with(" 0")), "{text}");
+    }
+
+    #[test]
+    fn every_run_of_default_preemption_counts_as_a_preemption_attempt() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled: [{name: DefaultPreemption}]
+",
+            &plugins::registry(),
+        )
+        .expect("config");
+        let mut config = config;
+        config.profiles = config
+            .profiles
+            .iter()
+            .map(|p| instr.instrument(p))
+            .collect();
+        let mut s = Scheduler::new(config, None);
+        s.upsert_node(node("n0").capacity("1", "4Gi").build(), Duration::ZERO);
+        s.upsert_pod(pod("low").req("cpu", "1").on("n0").build(), Duration::ZERO)
+            .unwrap();
+        // One that can preempt, one too big for any node: both runs count.
+        s.upsert_pod(
+            pod("high").req("cpu", "1").priority(10).build(),
+            Duration::ZERO,
+        )
+        .unwrap();
+        s.upsert_pod(
+            pod("huge").req("cpu", "2").priority(10).build(),
+            Duration::ZERO,
+        )
+        .unwrap();
+        for _ in 0..2 {
+            instr.begin_cycle();
+            assert!(matches!(
+                s.schedule_next(Duration::ZERO),
+                Some(Attempt::Unschedulable { .. })
+            ));
+        }
+        let text = metrics.render();
+        assert!(
+            text.contains("scheduler_preemption_attempts_total 2"),
+            "{text}"
+        );
     }
 
     /// The count line of the plugin duration histogram for these labels.

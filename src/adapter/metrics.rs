@@ -75,6 +75,18 @@ pub struct PluginLabels {
     pub status: &'static str,
 }
 
+/// `result` label value of a preemption whose API calls all succeeded.
+pub const GOROUTINE_SUCCESS: &str = "success";
+/// `result` label value of a preemption with an API call that failed.
+pub const GOROUTINE_ERROR: &str = "error";
+
+/// Label `result` alone.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// [`GOROUTINE_SUCCESS`] or [`GOROUTINE_ERROR`].
+    pub result: &'static str,
+}
+
 /// Label `operation`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OperationLabels {
@@ -94,6 +106,10 @@ fn sli_buckets() -> Histogram {
 
 fn extension_point_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 12))
+}
+
+fn preemption_goroutine_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 20))
 }
 
 fn plugin_buckets() -> BatchHistogram {
@@ -125,6 +141,10 @@ pub struct Metrics {
     extension_point_duration: HistogramFamily<ExtensionPointLabels>,
     plugin_duration: Family<PluginLabels, BatchHistogram, fn() -> BatchHistogram>,
     goroutines: Family<OperationLabels, Gauge>,
+    preemption_attempts: Counter,
+    preemption_victims: Histogram,
+    preemption_duration: HistogramFamily<OutcomeLabels>,
+    preemption_executions: Family<OutcomeLabels, Counter>,
     decision_log_dropped: Counter,
     bindings_unconfirmed: Counter,
     records_dropped: Counter,
@@ -198,6 +218,32 @@ impl Metrics {
             "Number of running goroutines split by the work they do such as binding",
             goroutines.clone(),
         );
+        let preemption_attempts = Counter::default();
+        registry.register(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            preemption_attempts.clone(),
+        );
+        // kube-scheduler's: more than 64 victims is rare, [64, +Inf) is one bucket.
+        let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
+        registry.register(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            preemption_victims.clone(),
+        );
+        let preemption_duration: HistogramFamily<OutcomeLabels> =
+            Family::new_with_constructor(preemption_goroutine_buckets);
+        registry.register(
+            "scheduler_preemption_goroutines_duration_seconds",
+            "Duration in seconds for running goroutines for the preemption",
+            preemption_duration.clone(),
+        );
+        let preemption_executions = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "scheduler_preemption_goroutines_execution",
+            "Number of preemption goroutines executed",
+            preemption_executions.clone(),
+        );
         let decision_log_dropped = Counter::default();
         registry.register(
             "gantry_decision_log_dropped_records",
@@ -227,6 +273,10 @@ impl Metrics {
             extension_point_duration,
             plugin_duration,
             goroutines,
+            preemption_attempts,
+            preemption_victims,
+            preemption_duration,
+            preemption_executions,
             decision_log_dropped,
             bindings_unconfirmed,
             records_dropped,
@@ -351,6 +401,26 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// DefaultPreemption's PostFilter ran (whatever it found).
+    pub fn preemption_attempt(&self) {
+        self.preemption_attempts.inc();
+    }
+
+    /// A preemption chose `n` victims.
+    pub fn preemption_victims(&self, n: usize) {
+        self.preemption_victims.observe(n as f64);
+    }
+
+    /// The API calls of one preemption (kube-scheduler's preemption goroutine) ended with
+    /// `result` ([`GOROUTINE_SUCCESS`] or [`GOROUTINE_ERROR`]) after `d`.
+    pub fn preemption_carried_out(&self, result: &'static str, d: Duration) {
+        let labels = OutcomeLabels { result };
+        self.preemption_duration
+            .get_or_create(&labels)
+            .observe(d.as_secs_f64());
+        self.preemption_executions.get_or_create(&labels).inc();
+    }
+
     /// A decision record did not reach the decision log file.
     pub fn decision_log_dropped(&self) {
         self.decision_log_dropped.inc();
@@ -407,6 +477,10 @@ mod tests {
             .observe_many(0.001, 1);
         m.decision_log_dropped();
         m.binding_unconfirmed();
+        m.preemption_attempt();
+        m.preemption_attempt();
+        m.preemption_victims(3);
+        m.preemption_carried_out(GOROUTINE_ERROR, Duration::from_millis(30));
         m.records_dropped(2);
         let text = m.render();
         for line in [
@@ -419,6 +493,14 @@ mod tests {
             "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",
+            "scheduler_preemption_attempts_total 2",
+            "scheduler_preemption_victims_bucket{le=\"2.0\"} 0",
+            "scheduler_preemption_victims_bucket{le=\"4.0\"} 1",
+            "scheduler_preemption_victims_bucket{le=\"64.0\"} 1",
+            "scheduler_preemption_victims_sum 3.0",
+            "scheduler_preemption_goroutines_duration_seconds_bucket{le=\"0.04\",result=\"error\"} 1",
+            "scheduler_preemption_goroutines_duration_seconds_bucket{le=\"0.02\",result=\"error\"} 0",
+            "scheduler_preemption_goroutines_execution_total{result=\"error\"} 1",
             "gantry_bindings_unconfirmed_total 1",
             "gantry_event_records_dropped_total 2",
             "gantry_decision_log_dropped_records_total 1",

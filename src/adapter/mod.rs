@@ -2,9 +2,10 @@
 //!
 //! ```text
 //!  watchers (async) --Input--> scheduling thread (owns the Scheduler) --BindRequest--> binder
-//!        ^                            |        ^                                         |
-//!        |                            |        +-------------- Input::Bound -------------+
-//!   kube-apiserver <---- events ---- Record ---+
+//!        ^                          |  |       ^                                         |
+//!        |                          |  |       +-------------- Input::Bound -------------+
+//!        |                          |  +--PreemptRequest--> preemption --Input::Activate--^
+//!   kube-apiserver <---- events ---- Record <------------------- (Preempted events)
 //! ```
 //!
 //! - [`watch`]: one watcher per kind; objects become the compact model at the edge.
@@ -13,6 +14,7 @@
 //!   nodes (`clientConnection.contentType`).
 //! - [`driver`]: the scheduling thread; never blocks on the network.
 //! - [`binder`]: many bindings in flight over one client.
+//! - [`preemption`]: the evictions DefaultPreemption decides, a task per preemption.
 //! - [`client`]: the API client, over HTTP/2 when the API server offers it.
 //! - [`events`]: events and `PodScheduled` conditions, coalesced, off the critical path.
 //! - [`leader`]: Lease-based leader election.
@@ -33,6 +35,7 @@ pub mod leader;
 pub mod metrics;
 pub mod node_load;
 pub mod pre_bind;
+pub mod preemption;
 pub mod protobuf;
 pub mod reflector;
 pub mod throttle;
@@ -91,16 +94,6 @@ pub enum AdapterError {
     /// The scheduling thread or the signal handlers cannot be started.
     #[error("cannot start: {0}")]
     Start(std::io::Error),
-    /// A profile enables a plugin whose decisions the adapter cannot carry out yet.
-    #[error(
-        "profile {profile:?}: plugin \"{plugin}\" runs in the simulator only; gantry run does not evict pods yet (issue #20): disable it"
-    )]
-    NotCarriedOut {
-        /// The profile's scheduler name.
-        profile: String,
-        /// The plugin.
-        plugin: &'static str,
-    },
     /// The lease could not be renewed: another replica may lead now.
     #[error("leader election lost")]
     LeadershipLost,
@@ -173,16 +166,6 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         node_load,
         decisions,
     } = options;
-    if let Some(p) = config.profiles.iter().find(|p| {
-        p.post_filter
-            .iter()
-            .any(|f| f.name() == crate::plugins::default_preemption::NAME)
-    }) {
-        return Err(AdapterError::NotCarriedOut {
-            profile: p.scheduler_name.clone(),
-            plugin: crate::plugins::default_preemption::NAME,
-        });
-    }
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
     let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;
@@ -225,6 +208,20 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         },
         metrics.clone(),
     ));
+    let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();
+    let activate = inputs.clone();
+    let preemption_task = tokio::spawn(preemption::run(
+        client.clone(),
+        preempt_rx,
+        recorder.clone(),
+        move |pod: &events::PodRef| {
+            let _ = activate.send(Input::Activate {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            });
+        },
+        metrics.clone(),
+    ));
     let election = config.leader_election.clone();
     let runner = pool.clone();
     let content_type = config.client_connection.content_type;
@@ -257,6 +254,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         scheduler,
         inputs: inputs_rx,
         binder: bind_tx,
+        preemptions: preempt_tx,
         recorder,
         metrics,
         instrumentation,
@@ -312,6 +310,8 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         w.abort();
     }
     let _ = binder_task.await;
+    // Evictions under way are finished before a standby may take over and decide again.
+    let _ = preemption_task.await;
     // Nothing is scheduled or bound any more: a standby may take over while events drain.
     if let Some(e) = &mut elector
         && leading

@@ -76,6 +76,9 @@ pub const EVENT_SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
 pub const EVENT_BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// Event label of a pod parked longer than [`MAX_UNSCHEDULABLE_DURATION`].
 pub const EVENT_UNSCHEDULABLE_TIMEOUT: &str = "UnschedulableTimeout";
+/// Event label of a waiting pod moved to the active queue on request
+/// ([`SchedulingQueue::activate`]).
+pub const EVENT_FORCE_ACTIVATE: &str = "ForceActivate";
 
 /// The cluster events each plugin declared, by plugin name (see [`crate::framework::events`]).
 pub type PluginEvents = HashMap<&'static str, &'static [EventHint]>;
@@ -209,21 +212,26 @@ impl SchedulingQueue {
     }
 
     /// A queued pod changed (e.g. gates removed, labels edited): requeue it if it may now
-    /// fit. `gated` is the pod's PreEnqueue verdict, as for [`add`](Self::add).
+    /// fit. `gated` is the pod's PreEnqueue verdict, as for [`add`](Self::add). As in
+    /// kube-scheduler (its `isPodUpdated`), a change of the pod's status alone (a condition
+    /// or nominated node the scheduler wrote itself) does not wake a parked pod: it cannot
+    /// make the pod fit, and waking it would retry, and a preemptor preempt again, before
+    /// what it waits for has happened.
     pub fn update(&mut self, pod: Arc<PodInfo>, gated: Option<Status>, now: Duration) {
         let key: Arc<str> = Arc::from(pod.key());
         let Some(e) = self.entries.get_mut(&key) else {
             self.add(pod, gated, now);
             return;
         };
-        e.queued.pod = pod.clone();
+        let old = std::mem::replace(&mut e.queued.pod, pod.clone());
         let was_parked = e.queue == QueueName::Unschedulable;
+        let was_gated = e.queued.gated.is_some();
         let ungated = gated.is_none();
         e.queued.gated = gated;
         if e.queue == QueueName::Active && ungated {
             let sort = self.sort.as_queue_sort();
             self.active.update(&key, pod, |a, b| compare(sort, a, b));
-        } else if was_parked && ungated {
+        } else if was_parked && ungated && (was_gated || !equal_but_status(&old, &pod)) {
             self.push_active(key, now);
             self.count_incoming(QueueName::Active, EVENT_POD_UPDATE);
         } else if !ungated && e.queue == QueueName::Active {
@@ -272,6 +280,33 @@ impl SchedulingQueue {
             self.push_active(key, now);
             self.count_incoming(QueueName::Active, event);
         }
+    }
+
+    /// Retries a parked pod without waiting for a cluster event, as kube-scheduler's
+    /// `Activate` does, but within its backoff: to the active queue if its backoff is over,
+    /// else to the backoff queue, so that a pod whose activation keeps coming (what is done
+    /// for it keeps failing) is retried as its backoff allows, not over and over. A pod
+    /// backing off already, gated, active, in flight or not queued is left alone. Returns
+    /// whether the pod moved.
+    pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
+        let key = PodKey::new(namespace, name).to_string();
+        let Some((key, e)) = self.entries.get_key_value(key.as_str()) else {
+            return false;
+        };
+        if e.queue != QueueName::Unschedulable || e.queued.gated.is_some() {
+            return false;
+        }
+        let key = key.clone();
+        if e.backoff_until > now {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.queue = QueueName::Backoff;
+            }
+            self.count_incoming(QueueName::Backoff, EVENT_FORCE_ACTIVATE);
+        } else {
+            self.push_active(key, now);
+            self.count_incoming(QueueName::Active, EVENT_FORCE_ACTIVATE);
+        }
+        true
     }
 
     /// The next pod to schedule, after flushing what is due. The pod stays tracked as in
@@ -435,6 +470,20 @@ impl SchedulingQueue {
     fn waiting_entries(&self) -> impl Iterator<Item = &Entry> {
         self.waiting.iter().filter_map(|k| self.entries.get(k))
     }
+}
+
+/// True when `a` and `b` differ in nothing but what is read from the pod's status.
+fn equal_but_status(a: &PodInfo, b: &PodInfo) -> bool {
+    if a == b {
+        return true;
+    }
+    let stripped = |p: &PodInfo| PodInfo {
+        start_time: None,
+        nominated_node: None,
+        preempted_by_scheduler: false,
+        ..p.clone()
+    };
+    stripped(a) == stripped(b)
 }
 
 /// The QueueSort plugin's order; arrival order where the plugin is not one.

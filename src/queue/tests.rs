@@ -277,3 +277,63 @@ fn a_plugin_the_queue_does_not_know_is_helped_by_anything() {
     q.on_event(&ClusterChange::Other, secs(5));
     assert!(q.pop(secs(5)).is_some());
 }
+
+#[test]
+fn activation_retries_a_parked_pod_within_its_backoff() {
+    let mut q = queue();
+    q.add(pod("early").build(), None, T0);
+    q.add(pod("late").build(), None, T0);
+    for _ in 0..2 {
+        let p = q.pop(T0).unwrap();
+        q.requeue_unschedulable(p, BTreeSet::from(["NodeResourcesFit"]), T0);
+    }
+    // Backing off for a second after its first attempt: activated at once, it waits that out.
+    assert!(q.activate("default", "early", T0));
+    assert!(!q.activate("default", "early", T0), "backing off already");
+    assert!(q.pop(T0).is_none());
+    assert_eq!(
+        q.pop(secs(1)).map(|p| p.pod.name.clone()).as_deref(),
+        Some("early")
+    );
+    // Activated after its backoff: tried at once.
+    assert!(q.activate("default", "late", secs(2)));
+    assert_eq!(
+        q.pop(secs(2)).map(|p| p.pod.name.clone()).as_deref(),
+        Some("late")
+    );
+    let incoming = q.take_incoming();
+    assert!(incoming.contains(&(QueueName::Backoff, EVENT_FORCE_ACTIVATE, 1)));
+    assert!(incoming.contains(&(QueueName::Active, EVENT_FORCE_ACTIVATE, 1)));
+    // In flight, gated or unknown: nothing to move.
+    assert!(!q.activate("default", "late", secs(2)), "in flight");
+    q.add(
+        pod("gated").build(),
+        Some(Status::unresolvable("gated")),
+        T0,
+    );
+    assert!(!q.activate("default", "gated", secs(2)));
+    assert!(!q.activate("default", "unknown", secs(2)));
+}
+
+#[test]
+fn a_change_of_its_status_alone_does_not_wake_a_parked_pod() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, BTreeSet::from(["NodeResourcesFit"]), T0);
+    // The scheduler's own write comes back: the pod nominated to a node.
+    let mut nominated = (*pod("a").build()).clone();
+    nominated.nominated_node = Some(Arc::from("n1"));
+    q.update(Arc::new(nominated), None, secs(5));
+    assert!(q.pop(secs(5)).is_none(), "still parked");
+    assert_eq!(
+        q.waiting()
+            .next()
+            .and_then(|(p, _)| p.pod.nominated_node.clone()),
+        Some(Arc::from("n1")),
+        "with the pod as it is now"
+    );
+    // A change of the spec may help.
+    q.update(pod("a").label("app", "web").build(), None, secs(6));
+    assert!(q.pop(secs(6)).is_some());
+}

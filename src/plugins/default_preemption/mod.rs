@@ -236,9 +236,9 @@ impl PostFilterPlugin for DefaultPreemption {
     }
 }
 
-/// The plugin for the registry. Not in the default profile yet: the simulator carries its
-/// decisions out, `gantry run` does not yet (issue #20), and refuses a profile that enables
-/// it.
+/// The plugin for the registry. Not in the default profile yet; a profile that enables it
+/// has its decisions carried out by the simulator and by `gantry run`, which evicts the
+/// victims and writes the nominations (`adapter::preemption`).
 pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,

@@ -1,0 +1,545 @@
+//! Preemption carried out: the evictions a DefaultPreemption run decided, made off the
+//! scheduling thread as kube-scheduler makes them with asynchronous preemption (its
+//! `prepareCandidateAsync`), one task per preemption while the next pods are scheduled.
+//!
+//! A preemption's task first clears the `status.nominatedNodeName` of the pods of lower
+//! priority nominated to the node (the room is the preemptor's now), then evicts the
+//! victims, [`MAX_PARALLEL_EVICTIONS`] at a time. Evicting a pod is three calls: the
+//! `DisruptionTarget` condition on its status (unless it has it already), its deletion on
+//! the condition that it is still the same pod (a uid precondition), and a `Preempted`
+//! event, written by the event writer ([`Record::Preempted`]). A victim found gone (deleted,
+//! or replaced by a pod of the same name) is not an error. A call that fails for a reason
+//! that may pass (the API server unreachable, a 5xx, a 429) is tried again, [`MAX_TRIES`]
+//! times in all; a call that fails for good is logged with the pod, and the preemptor is
+//! handed back to the scheduler to be tried again once its backoff allows
+//! (kube-scheduler's `Activate`), since it may otherwise wait for a victim's deletion that
+//! never comes.
+//!
+//! The preemptor's own nomination is written with its `PodScheduled` condition, by the
+//! event writer.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use super::events::{PodRef, Record, Recorder};
+use super::metrics::{GOROUTINE_ERROR, GOROUTINE_SUCCESS, Metrics};
+use crate::model::pod::{DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER};
+
+/// Victims evicted at once by one preemption (kube-scheduler's parallelism).
+pub const MAX_PARALLEL_EVICTIONS: usize = 16;
+/// Tries of one call that keeps failing for a reason that may pass.
+pub const MAX_TRIES: u32 = 4;
+/// Wait before the second try; each later wait is [`RETRY_FACTOR`] times longer.
+pub const FIRST_RETRY_WAIT: Duration = Duration::from_millis(100);
+const RETRY_FACTOR: u32 = 5;
+/// How long a shutdown waits for preemptions still being carried out.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// A pod to evict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    /// The pod.
+    pub pod: PodRef,
+    /// It carries the `DisruptionTarget` condition of a preemption already.
+    pub marked: bool,
+}
+
+/// What one preemption decided, to carry out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreemptRequest {
+    /// The pod the room is made for.
+    pub preemptor: PodRef,
+    /// Its profile (scheduler name): the condition's message and the events' reporter.
+    pub profile: String,
+    /// The node.
+    pub node: Arc<str>,
+    /// The pods to evict, those already terminating left out.
+    pub victims: Vec<Victim>,
+    /// The pods of lower priority nominated to the node, whose nomination is cleared.
+    pub denominated: Vec<PodRef>,
+}
+
+/// Carries out every request from `requests`, each in a task of its own, until the channel
+/// closes and the tasks are done (at most [`SHUTDOWN_WAIT`] longer). `activate` is called
+/// with the preemptor of a preemption whose calls failed.
+pub async fn run(
+    client: Client,
+    mut requests: mpsc::UnboundedReceiver<PreemptRequest>,
+    recorder: Recorder,
+    activate: impl Fn(&PodRef) + Clone + Send + 'static,
+    metrics: Arc<Metrics>,
+) {
+    let mut tasks = JoinSet::new();
+    while let Some(request) = requests.recv().await {
+        while tasks.try_join_next().is_some() {}
+        let (client, recorder, activate, metrics) = (
+            client.clone(),
+            recorder.clone(),
+            activate.clone(),
+            metrics.clone(),
+        );
+        tasks.spawn(async move {
+            let start = Instant::now();
+            let api = PodApi(client);
+            let ok = carry_out(&api, &request, &recorder, FIRST_RETRY_WAIT).await;
+            let result = if ok {
+                GOROUTINE_SUCCESS
+            } else {
+                GOROUTINE_ERROR
+            };
+            metrics.preemption_carried_out(result, start.elapsed());
+            if !ok {
+                activate(&request.preemptor);
+            }
+        });
+    }
+    let all = async { while tasks.join_next().await.is_some() {} };
+    if tokio::time::timeout(SHUTDOWN_WAIT, all).await.is_err() {
+        tracing::warn!("stopping with preemptions still being carried out");
+    }
+}
+
+/// The calls a preemption makes, so that tests can answer them.
+pub trait Calls: Sync {
+    /// Merges `patch` into the pod's status (strategic merge patch of `pods/status`).
+    fn patch_status(
+        &self,
+        pod: &PodRef,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<(), kube::Error>> + Send;
+    /// Deletes the pod, on the condition that its uid is still `pod.uid`.
+    fn delete(&self, pod: &PodRef) -> impl Future<Output = Result<(), kube::Error>> + Send;
+}
+
+/// The calls, made to the API server.
+struct PodApi(Client);
+
+impl Calls for PodApi {
+    async fn patch_status(
+        &self,
+        pod: &PodRef,
+        patch: &serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        Api::<Pod>::namespaced(self.0.clone(), &pod.namespace)
+            .patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map(drop)
+    }
+
+    async fn delete(&self, pod: &PodRef) -> Result<(), kube::Error> {
+        let params = DeleteParams {
+            preconditions: (!pod.uid.is_empty()).then(|| Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        Api::<Pod>::namespaced(self.0.clone(), &pod.namespace)
+            .delete(&pod.name, &params)
+            .await
+            .map(drop)
+    }
+}
+
+/// Clears the nominations, then evicts the victims; true when every call succeeded (or
+/// found its pod gone). A call that fails for a reason that may pass is tried again after
+/// `first_wait` ([`FIRST_RETRY_WAIT`]), then after waits [`RETRY_FACTOR`] times longer.
+pub async fn carry_out(
+    calls: &impl Calls,
+    request: &PreemptRequest,
+    recorder: &Recorder,
+    first_wait: Duration,
+) -> bool {
+    let preemptor = request.preemptor.display();
+    tracing::debug!(%preemptor, node = %request.node, victims = request.victims.len(), "carrying a preemption out");
+    let mut ok = true;
+    for pod in &request.denominated {
+        let clear = json!({"status": {"nominatedNodeName": null}});
+        match retried(first_wait, || calls.patch_status(pod, &clear)).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                tracing::warn!(pod = %pod.display(), %preemptor, node = %request.node, error = %e, "cannot clear the nominated node of a pod of lower priority");
+                ok = false;
+            }
+        }
+    }
+    // The futures are made before the stream, not by a closure of its (whose borrow the
+    // compiler cannot prove general enough for a spawned task).
+    let evictions: Vec<_> = request
+        .victims
+        .iter()
+        .map(|victim| evict(calls, request, victim, recorder, first_wait))
+        .collect();
+    let evictions = futures::stream::iter(evictions)
+        .buffer_unordered(MAX_PARALLEL_EVICTIONS)
+        .collect::<Vec<bool>>()
+        .await;
+    ok && evictions.into_iter().all(|evicted| evicted)
+}
+
+/// Evicts one victim: its `DisruptionTarget` condition, its deletion, its `Preempted`
+/// event. True when it is gone or going.
+async fn evict(
+    calls: &impl Calls,
+    request: &PreemptRequest,
+    victim: &Victim,
+    recorder: &Recorder,
+    first_wait: Duration,
+) -> bool {
+    let (pod, preemptor) = (&victim.pod, request.preemptor.display());
+    if !victim.marked {
+        let patch = disruption_target(pod, &request.profile, Timestamp::now());
+        match retried(first_wait, || calls.patch_status(pod, &patch)).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) || is_replaced(&e) => {
+                tracing::debug!(victim = %pod.display(), %preemptor, "victim already gone");
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!(victim = %pod.display(), %preemptor, node = %request.node, error = %e, "cannot set the DisruptionTarget condition of a victim; not evicted");
+                return false;
+            }
+        }
+    }
+    match retried(first_wait, || calls.delete(pod)).await {
+        Ok(()) => {}
+        // A conflict: the uid precondition failed, the pod was replaced.
+        Err(e) if is_not_found(&e) || status_code(&e) == Some(409) => {
+            tracing::debug!(victim = %pod.display(), %preemptor, "victim already gone");
+            return true;
+        }
+        Err(e) => {
+            tracing::warn!(victim = %pod.display(), %preemptor, node = %request.node, error = %e, "cannot delete a victim");
+            return false;
+        }
+    }
+    tracing::info!(victim = %pod.display(), %preemptor, node = %request.node, "preempted");
+    recorder.record(Record::Preempted {
+        pod: pod.clone(),
+        preemptor: request.preemptor.clone(),
+        profile: request.profile.clone(),
+        node: request.node.clone(),
+    });
+    true
+}
+
+/// The status patch that marks `pod` as a victim of a preemption by `profile`, as
+/// kube-scheduler words it. It names the pod's uid, which the API server refuses to change
+/// (so a pod of the same name that replaced the victim is not marked).
+pub fn disruption_target(pod: &PodRef, profile: &str, now: Timestamp) -> serde_json::Value {
+    let mut patch = json!({"status": {"conditions": [{
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": PREEMPTION_BY_SCHEDULER,
+        "message": format!("{profile}: preempting to accommodate a higher priority pod"),
+        "lastTransitionTime": Time(now),
+    }]}});
+    if !pod.uid.is_empty() {
+        patch["metadata"] = json!({"uid": pod.uid});
+    }
+    patch
+}
+
+/// Runs `call` until it succeeds, fails for good, or has been tried [`MAX_TRIES`] times,
+/// waiting `first_wait` before the second try.
+async fn retried<F, Fut>(first_wait: Duration, mut call: F) -> Result<(), kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), kube::Error>>,
+{
+    let mut wait = first_wait;
+    let mut tries = 1;
+    loop {
+        match call().await {
+            Err(e) if tries < MAX_TRIES && may_pass(&e) => {
+                tracing::debug!(error = %e, tries, "preemption call failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait *= RETRY_FACTOR;
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+fn status_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    status_code(e) == Some(404)
+}
+
+/// The API server refused a patch naming another uid than the pod's: the pod of that name
+/// is another one now.
+fn is_replaced(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) if s.code == 422 => s
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")),
+        _ => false,
+    }
+}
+
+/// A failure that may pass: the API server overloaded or failing, or no answer from it.
+fn may_pass(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code == 429 || s.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Retries a millisecond apart.
+    const FAST: Duration = Duration::from_millis(1);
+
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "ns".to_string(),
+            name: name.to_string(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn api_error(code: u16, field: Option<&str>) -> kube::Error {
+        let details = field.map(|f| kube::core::response::StatusDetails {
+            name: String::new(),
+            group: String::new(),
+            kind: "Pod".to_string(),
+            uid: String::new(),
+            causes: vec![kube::core::response::StatusCause {
+                reason: "FieldValueInvalid".to_string(),
+                message: "field is immutable".to_string(),
+                field: f.to_string(),
+            }],
+            retry_after_seconds: 0,
+        });
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            message: format!("code {code}"),
+            details,
+            ..Default::default()
+        }))
+    }
+
+    /// A call: the pod's name and the kind of call.
+    type Call = (String, &'static str);
+
+    /// Answers calls from a script per pod and call kind (the last answer repeats), and
+    /// records every call.
+    #[derive(Default)]
+    struct Script {
+        /// Per call, the status codes to answer in turn (None: success).
+        answers: Mutex<HashMap<Call, Vec<Option<u16>>>>,
+        calls: Mutex<Vec<(String, &'static str)>>,
+    }
+
+    impl Script {
+        /// `pod`'s `kind` calls answer `codes` in turn (None: success).
+        fn answer(self, pod: &str, kind: &'static str, codes: &[Option<u16>]) -> Self {
+            self.answers
+                .lock()
+                .unwrap()
+                .insert((pod.to_string(), kind), codes.to_vec());
+            self
+        }
+
+        fn next(
+            &self,
+            pod: &PodRef,
+            kind: &'static str,
+            field: Option<&str>,
+        ) -> Result<(), kube::Error> {
+            self.calls.lock().unwrap().push((pod.name.clone(), kind));
+            let mut answers = self.answers.lock().unwrap();
+            let script = answers.entry((pod.name.clone(), kind)).or_default();
+            let code = if script.len() > 1 {
+                script.remove(0)
+            } else {
+                script.first().copied().flatten()
+            };
+            match code {
+                None => Ok(()),
+                Some(code) => Err(api_error(code, field)),
+            }
+        }
+
+        fn calls(&self) -> Vec<(String, &'static str)> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    impl Calls for Script {
+        async fn patch_status(
+            &self,
+            pod: &PodRef,
+            patch: &serde_json::Value,
+        ) -> Result<(), kube::Error> {
+            let kind = if patch["status"]["conditions"].is_array() {
+                "mark"
+            } else {
+                assert_eq!(patch, &json!({"status": {"nominatedNodeName": null}}));
+                "denominate"
+            };
+            self.next(pod, kind, Some("metadata.uid"))
+        }
+
+        async fn delete(&self, pod: &PodRef) -> Result<(), kube::Error> {
+            self.next(pod, "delete", None)
+        }
+    }
+
+    fn request(victims: &[(&str, bool)], denominated: &[&str]) -> PreemptRequest {
+        PreemptRequest {
+            preemptor: pod("vip"),
+            profile: "gantry".to_string(),
+            node: "n1".into(),
+            victims: victims
+                .iter()
+                .map(|(name, marked)| Victim {
+                    pod: pod(name),
+                    marked: *marked,
+                })
+                .collect(),
+            denominated: denominated.iter().map(|n| pod(n)).collect(),
+        }
+    }
+
+    fn preempted(records: &mut mpsc::UnboundedReceiver<Record>) -> Vec<String> {
+        let mut names = Vec::new();
+        while let Ok(r) = records.try_recv() {
+            match r {
+                Record::Preempted {
+                    pod,
+                    preemptor,
+                    node,
+                    ..
+                } => {
+                    assert_eq!((preemptor.name.as_str(), &*node), ("vip", "n1"));
+                    names.push(pod.name);
+                }
+                other => panic!("unexpected record {other:?}"),
+            }
+        }
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn nominations_are_cleared_then_each_victim_is_marked_deleted_and_reported() {
+        let script = Script::default();
+        let (recorder, mut records) = Recorder::channel();
+        let req = request(&[("a", false), ("b", true)], &["low"]);
+        assert!(carry_out(&script, &req, &recorder, FAST).await);
+        let calls = script.calls();
+        assert_eq!(calls[0], ("low".to_string(), "denominate"));
+        let of = |name: &str| -> Vec<&'static str> {
+            calls
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, k)| *k)
+                .collect()
+        };
+        assert_eq!(of("a"), ["mark", "delete"]);
+        assert_eq!(of("b"), ["delete"], "already marked");
+        assert_eq!(preempted(&mut records), ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn victims_found_gone_are_no_error_and_get_no_event() {
+        let script = Script::default()
+            .answer("deleted", "mark", &[Some(404)])
+            .answer("replaced", "mark", &[Some(422)])
+            .answer("gone-since", "delete", &[Some(404)])
+            .answer("recreated", "delete", &[Some(409)])
+            .answer("flaky", "delete", &[Some(503), Some(429), None]);
+        let (recorder, mut records) = Recorder::channel();
+        let req = request(
+            &[
+                ("deleted", false),
+                ("replaced", false),
+                ("gone-since", false),
+                ("recreated", false),
+                ("flaky", false),
+            ],
+            &["gone"],
+        );
+        let script = script.answer("gone", "denominate", &[Some(404)]);
+        assert!(carry_out(&script, &req, &recorder, FAST).await);
+        assert_eq!(preempted(&mut records), ["flaky"]);
+        let deletes = script
+            .calls()
+            .iter()
+            .filter(|c| c == &&("flaky".to_string(), "delete"))
+            .count();
+        assert_eq!(deletes, 3, "retried while the failure may pass");
+        let calls = script.calls();
+        assert!(!calls.contains(&("deleted".to_string(), "delete")));
+        assert!(!calls.contains(&("replaced".to_string(), "delete")));
+    }
+
+    #[tokio::test]
+    async fn a_call_failing_for_good_fails_the_preemption_but_not_the_other_victims() {
+        let script = Script::default()
+            .answer("forbidden", "delete", &[Some(403)])
+            .answer("down", "mark", &[Some(500)])
+            .answer("low", "denominate", &[Some(500)]);
+        let (recorder, mut records) = Recorder::channel();
+        let req = request(
+            &[("forbidden", false), ("down", false), ("ok", false)],
+            &["low"],
+        );
+        assert!(!carry_out(&script, &req, &recorder, FAST).await);
+        assert_eq!(preempted(&mut records), ["ok"]);
+        let calls = script.calls();
+        let count = |name: &str, kind| calls.iter().filter(|c| c.0 == name && c.1 == kind).count();
+        assert_eq!(count("forbidden", "delete"), 1, "a refusal is not retried");
+        assert_eq!(count("down", "mark"), MAX_TRIES as usize);
+        assert_eq!(count("down", "delete"), 0, "not deleted unmarked");
+        assert_eq!(count("low", "denominate"), MAX_TRIES as usize);
+    }
+
+    #[test]
+    fn the_condition_is_kube_schedulers_and_names_the_uid() {
+        let at = Timestamp::from_second(1_000).unwrap();
+        assert_eq!(
+            disruption_target(&pod("a"), "gantry", at),
+            json!({
+                "metadata": {"uid": "uid-a"},
+                "status": {"conditions": [{
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "PreemptionByScheduler",
+                    "message": "gantry: preempting to accommodate a higher priority pod",
+                    "lastTransitionTime": "1970-01-01T00:16:40Z",
+                }]}
+            })
+        );
+        assert!(is_replaced(&api_error(422, Some("metadata.uid"))));
+        assert!(!is_replaced(&api_error(422, Some("status.conditions"))));
+        assert!(may_pass(&api_error(503, None)) && may_pass(&api_error(429, None)));
+        assert!(!may_pass(&api_error(403, None)));
+    }
+}
