@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Tracked};
 use crate::framework::{
-    ArgsError, Code, CycleState, Nomination, Plugin, PluginSpec, PostFilterInput, PostFilterPlugin,
-    PostFilterResult, Preemption, Status, decode_args,
+    ArgsError, Code, CycleState, DefaultPlace, Nomination, Plugin, PluginSpec, PostFilterInput,
+    PostFilterPlugin, PostFilterResult, Preemption, Status, decode_args,
 };
 use crate::model::PodInfo;
 
@@ -236,13 +236,14 @@ impl PostFilterPlugin for DefaultPreemption {
     }
 }
 
-/// The plugin for the registry. Not in the default profile yet: the simulator carries its
-/// decisions out, `gantry run` does not yet (issue #20), and refuses a profile that enables
-/// it.
+/// The plugin for the registry, with its place in kube-scheduler's default profile.
 pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
-    default: None,
+    default: Some(DefaultPlace {
+        order: 105,
+        weight: None,
+    }),
 };
 
 /// Builds the plugin from its arguments.
