@@ -1022,7 +1022,7 @@ profiles:
         match s.schedule_next(Duration::from_secs(37)) {
             Some(Attempt::Unschedulable { message, .. }) => assert_eq!(
                 message,
-                "0/1 nodes are available: 1 node(s) had no fresh load metrics."
+                "0/1 nodes are available: 1 node(s) had no fresh load metrics. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
             ),
             other => panic!("expected unschedulable, got {other:?}"),
         }

@@ -267,9 +267,15 @@ async fn gpu_pods_get_devices_without_over_sharing_and_bad_annotations_are_repor
         .note
         .clone()
         .unwrap_or_default();
-    // (The other tests' nodes share the control plane, hence no fixed node count.)
+    // (The other tests' nodes share the control plane, hence no fixed node count.) What
+    // preemption found follows: nothing, as the pod is refused before any node.
+    let (head, preemption) = note.split_once(" preemption: ").unwrap_or((&note, ""));
     assert!(
-        note.starts_with("0/") && note.ends_with(&format!(" nodes are available: {expected}.")),
+        head.starts_with("0/") && head.ends_with(&format!(" nodes are available: {expected}.")),
+        "{note}"
+    );
+    assert!(
+        preemption.ends_with(" Preemption is not helpful for scheduling."),
         "{note}"
     );
     let (status, reason, message) =

@@ -82,12 +82,14 @@ fn run(path: &Path) -> Vec<String> {
             problems.push(format!("{pod}: not in the cluster"));
             continue;
         };
-        let got_desc = match (&got.node, &got.message) {
-            (Some(n), _) => format!("on {n}"),
-            (None, Some(m)) => format!("pending: {m}"),
-            (None, None) => "pending".to_string(),
+        let got_desc = match (&got.node, &got.message, &got.evicted) {
+            (_, _, Some(by)) => format!("evicted by {by}"),
+            (Some(n), _, _) => format!("on {n}"),
+            (None, Some(m), _) => format!("pending: {m}"),
+            (None, None, _) => "pending".to_string(),
         };
         let ok = match want {
+            Expect::Evicted(e) => got.evicted.as_deref() == Some(e.evicted.as_str()),
             Expect::Node(n) => got.node.as_deref() == Some(n.as_str()),
             Expect::Detailed(Detailed {
                 one_of: Some(nodes),

@@ -864,7 +864,9 @@ profiles:
         assert_eq!(stuck[0].result, crate::decision::Outcome::Unschedulable);
         assert_eq!(
             stuck[0].message.as_deref(),
-            Some("0/1 nodes are available: 1 Insufficient cpu.")
+            Some(
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+            )
         );
         h.inputs
             .send(Input::Bound(Box::new(bind), BindOutcome::Bound))
@@ -892,7 +894,7 @@ profiles:
         };
         assert_eq!(
             failed,
-            "0/1 nodes are available: 1 node(s) had no fresh load metrics."
+            "0/1 nodes are available: 1 node(s) had no fresh load metrics. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
         );
         h.inputs
             .send(Input::NodeLoads(vec![NodeReading {
@@ -1070,7 +1072,7 @@ profiles:
             [(
                 "big".to_string(),
                 CONDITION_UNSCHEDULABLE,
-                "0/1 nodes are available: 1 Insufficient cpu.".to_string()
+                "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.".to_string()
             )]
         );
         // "small" was deleted meanwhile: dropped, no retry, no record.

@@ -331,7 +331,9 @@ mod tests {
         assert_eq!(r.result, Outcome::Unschedulable);
         assert_eq!(
             r.message.as_deref(),
-            Some("0/2 nodes are available: 2 Insufficient cpu.")
+            Some(
+                "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+            )
         );
         assert_eq!(
             (r.nodes_total, r.nodes_evaluated, r.nodes_feasible),

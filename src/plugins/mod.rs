@@ -280,6 +280,7 @@ profiles:
                 (volume_zone::NAME, None),
                 (pod_topology_spread::NAME, Some(2)),
                 (inter_pod_affinity::NAME, Some(2)),
+                (default_preemption::NAME, None),
                 (balanced_allocation::NAME, Some(1)),
                 (image_locality::NAME, Some(1)),
                 (default_binder::NAME, None),

@@ -42,6 +42,16 @@ pub enum Expect {
     Node(String),
     /// On one of some nodes, or pending with a message.
     Detailed(Detailed),
+    /// Evicted by a preemption.
+    Evicted(Evicted),
+}
+
+/// A pod a preemption evicted: `namespace/preemptor on node`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evicted {
+    /// The preemptor and the node, as the simulator reports them.
+    pub evicted: String,
 }
 
 /// One of some nodes, or pending with a message: exactly one of the two.

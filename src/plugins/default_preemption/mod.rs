@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Tracked};
 use crate::framework::{
-    ArgsError, Code, CycleState, Nomination, Plugin, PluginSpec, PostFilterInput, PostFilterPlugin,
-    PostFilterResult, Preemption, Status, decode_args,
+    ArgsError, Code, CycleState, DefaultPlace, Nomination, Plugin, PluginSpec, PostFilterInput,
+    PostFilterPlugin, PostFilterResult, Preemption, Status, decode_args,
 };
 use crate::model::PodInfo;
 
@@ -236,13 +236,16 @@ impl PostFilterPlugin for DefaultPreemption {
     }
 }
 
-/// The plugin for the registry. Not in the default profile yet; a profile that enables it
-/// has its decisions carried out by the simulator and by `gantry run`, which evicts the
-/// victims and writes the nominations (`adapter::preemption`).
+/// The plugin for the registry, with its place in kube-scheduler's default profile. The
+/// simulator and `gantry run` (`adapter::preemption`: evictions and nominations) carry its
+/// decisions out.
 pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
-    default: None,
+    default: Some(DefaultPlace {
+        order: 105,
+        weight: None,
+    }),
 };
 
 /// Builds the plugin from its arguments.

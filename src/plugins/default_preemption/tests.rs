@@ -250,3 +250,108 @@ fn room_made_for_a_nominated_pod_is_kept_from_pods_of_lower_priority() {
         "a pod of higher priority need not leave the room"
     );
 }
+
+fn run_with(config: &str, objects: &[String]) -> Report {
+    let mut input = ClusterInput::default();
+    input
+        .add_yaml(
+            &format!("apiVersion: v1\nkind: List\nitems:{}", objects.concat()),
+            "test",
+        )
+        .expect("valid input");
+    let config = Config::parse(config, &crate::plugins::registry()).expect("valid config");
+    let report = simulate(&input, config, None);
+    assert!(report.invalid.is_empty(), "{:?}", report.invalid);
+    report
+}
+
+fn gpu_node(name: &str) -> String {
+    format!(
+        r#"
+- apiVersion: v1
+  kind: Node
+  metadata: {{name: {name}, labels: {{kubernetes.io/hostname: {name}}}}}
+  status: {{allocatable: {{cpu: "16", memory: 64Gi, pods: "10", nvidia.com/gpu: "1"}}}}
+"#
+    )
+}
+
+#[test]
+fn gpu_shares_are_taken_from_pods_of_lower_priority() {
+    const GPU_CONFIG: &str = r#"
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled: [{name: GpuShare}, {name: DefaultPreemption}]
+"#;
+    let share = |name: &str, priority: i32, milli: u32, held: bool| {
+        let (node, status, assignment) = if held {
+            (
+                "nodeName: g1",
+                "status: {phase: Running, startTime: \"2026-01-01T00:00:00Z\"}",
+                format!(", gantry.io/gpu-assignment: \"0:{milli}\""),
+            )
+        } else {
+            ("", "", String::new())
+        };
+        format!(
+            r#"
+- apiVersion: v1
+  kind: Pod
+  metadata: {{name: {name}, namespace: default, annotations: {{gantry.io/gpu-milli: "{milli}"{assignment}}}}}
+  spec:
+    {node}
+    priority: {priority}
+    containers: [{{name: c, image: app:1, resources: {{requests: {{cpu: "1"}}}}}}]
+  {status}
+"#
+        )
+    };
+    let report = run_with(
+        GPU_CONFIG,
+        &[
+            gpu_node("g1"),
+            share("notebook-a", 0, 400, true),
+            share("notebook-b", 0, 400, true),
+            share("training", 1000, 600, false),
+        ],
+    );
+    assert_eq!(outcome(&report, "training").node.as_deref(), Some("g1"));
+    assert_eq!(report.preemptions.len(), 1);
+    assert_eq!(
+        report.preemptions[0].victims.len(),
+        1,
+        "one share is enough: {:?}",
+        report.preemptions[0]
+    );
+}
+
+#[test]
+fn a_pod_whose_anti_affinity_keeps_the_preemptor_out_is_a_victim() {
+    let guard = r#"
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: loner, namespace: default, labels: {app: loner}}
+  spec:
+    nodeName: n1
+    priority: 0
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app: web}}
+          topologyKey: kubernetes.io/hostname
+    containers: [{name: c, image: app:1, resources: {requests: {cpu: 100m}}}]
+  status: {phase: Running, startTime: "2026-01-01T00:00:00Z"}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: web, namespace: default, labels: {app: web}}
+  spec:
+    priority: 1000
+    containers: [{name: c, image: app:1, resources: {requests: {cpu: 100m}}}]
+"#;
+    let report = run(&[node("n1", "4", ""), guard.to_string()]);
+    assert_eq!(outcome(&report, "web").node.as_deref(), Some("n1"));
+    assert_eq!(report.preemptions[0].victims, ["default/loner"]);
+}

@@ -513,7 +513,7 @@ fn two_half_gpu_pods_share_one_gpu_and_a_restart_sees_it() {
     match restarted.schedule_next(Duration::ZERO) {
         Some(Attempt::Unschedulable { message, .. }) => assert_eq!(
             message,
-            "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share."
+            "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
         ),
         other => panic!("expected no room, got {other:?}"),
     }

@@ -126,7 +126,7 @@ fn each_replica_lands_on_the_node_of_the_volume_it_gets() {
     assert_eq!(
         last.message.as_deref(),
         Some(
-            "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind."
+            "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
         )
     );
 }
@@ -138,7 +138,9 @@ fn a_missing_claim_leaves_the_pod_pending_with_kube_schedulers_message() {
     assert_eq!(o.node, None);
     assert_eq!(
         o.message.as_deref(),
-        Some("0/2 nodes are available: persistentvolumeclaim \"missing\" not found.")
+        Some(
+            "0/2 nodes are available: persistentvolumeclaim \"missing\" not found. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        )
     );
 }
 
@@ -147,7 +149,9 @@ fn an_unbound_claim_of_an_immediate_class_waits_for_the_pv_controller() {
     let report = run(&[claim("data", "fast", "1Gi"), pod_using("web-0", "data")]);
     assert_eq!(
         outcome(&report, "web-0").message.as_deref(),
-        Some("0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims.")
+        Some(
+            "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        )
     );
 }
 
@@ -287,7 +291,9 @@ fn provisioning_needs_reported_room_where_the_driver_reports_capacity() {
     assert_eq!(node, None);
     assert_eq!(
         message.as_deref(),
-        Some("0/2 nodes are available: 2 node(s) did not have enough free storage.")
+        Some(
+            "0/2 nodes are available: 2 node(s) did not have enough free storage. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        )
     );
     assert!(
         with(false, &room, "20Gi").0.is_some(),
@@ -295,7 +301,9 @@ fn provisioning_needs_reported_room_where_the_driver_reports_capacity() {
     );
     assert_eq!(
         with(true, &[], "1Gi").1.as_deref(),
-        Some("0/2 nodes are available: 2 node(s) did not have enough free storage."),
+        Some(
+            "0/2 nodes are available: 2 node(s) did not have enough free storage. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+        ),
         "a reporting driver without a report has no room"
     );
 }
