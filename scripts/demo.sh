@@ -70,12 +70,9 @@ log "created $(k get nodes --no-headers | wc -l) nodes and $(k get pods -A --no-
 
 # The PersistentVolume controller completes the volume bindings gantry makes for the
 # example's StatefulSet (kube-controller-manager with that controller only; no HTTP port).
-kcm=$(kube_bin kube-controller-manager) || die "kube-controller-manager missing: run scripts/install-kube.sh"
 log "starting the PersistentVolume controller (log: ${STATE}/kube-controller-manager.log)"
-"${kcm}" --kubeconfig "${KUBECONFIG}" --controllers=persistentvolume-binder \
-  --leader-elect=false --port=0 --secure-port=0 --pvclaimbinder-sync-period=1s \
-  2>"${STATE}/kube-controller-manager.log" &
-KCM_PID=$!
+start_pv_controller "${KUBECONFIG}" "${STATE}/kube-controller-manager.log" --pvclaimbinder-sync-period=1s
+KCM_PID=${PV_CONTROLLER_PID}
 # A new volume is Pending until the controller has looked at it; gantry binds Available ones.
 deadline=$((SECONDS + 30))
 until [[ -z "$(k get pv -o jsonpath='{range .items[?(@.status.phase!="Available")]}{.metadata.name}{"\n"}{end}')" ]]; do

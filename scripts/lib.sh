@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for scripts/install-kube.sh and scripts/control-plane.sh.
+# Shared helpers of the scripts (install-kube.sh, control-plane.sh, demo.sh, the benchmarks).
 # Sourced, never executed: the callers set `set -euo pipefail` themselves.
 
 # The repository root, found from this file's own location so the scripts
@@ -47,4 +47,17 @@ kube_bin() {
   else
     return 1
   fi
+}
+
+# start_pv_controller KUBECONFIG LOG [ARG...]: the PersistentVolume controller in the
+# background: kube-controller-manager running that controller only, without leader election
+# or an HTTP port, all its output in LOG, ARGs added to its command line. Sets
+# PV_CONTROLLER_PID.
+start_pv_controller() {
+  local kubeconfig=$1 logfile=$2 kcm
+  shift 2
+  kcm=$(kube_bin kube-controller-manager) || die "kube-controller-manager missing: run scripts/install-kube.sh"
+  "${kcm}" --kubeconfig "${kubeconfig}" --controllers=persistentvolume-binder \
+    --leader-elect=false --port=0 --secure-port=0 "$@" >"${logfile}" 2>&1 &
+  PV_CONTROLLER_PID=$!
 }

@@ -1,11 +1,12 @@
 //! The correctness check after a run: no node holds more than its allocatable cpu, memory or
-//! pods, and every pod is bound, to a node that exists. Requests are computed here from the
-//! API objects (not with gantry's model), so that the check does not share gantry's bugs.
+//! pods, and every pod is bound, to a node that exists; and with volumes, every claim of a pod
+//! is bound to its volume both ways. Requests are computed here from the API objects (not
+//! with gantry's model), so that the check does not share gantry's bugs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use gantry::model::quantity::Quantity;
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +150,99 @@ pub fn check(nodes: &[Node], pods: &[Pod]) -> Result<Findings, String> {
     Ok(findings)
 }
 
+/// What the volume check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeFindings {
+    /// Claims the pods use.
+    pub claims: usize,
+    /// Of those, bound to their volume: the claim is Bound and names its volume
+    /// (`spec.volumeName`), and the volume is Bound and names the claim back (`claimRef`,
+    /// with the claim's uid).
+    pub bound: usize,
+    /// The first claim that is not, and why.
+    pub first_problem: Option<String>,
+}
+
+impl VolumeFindings {
+    /// Every claim bound to its volume.
+    pub fn ok(&self) -> bool {
+        self.bound == self.claims
+    }
+}
+
+fn phase_is_bound(phase: Option<&str>) -> bool {
+    phase == Some("Bound")
+}
+
+/// Why the claim `name` (of `claims`) is not bound to its volume (of `volumes`), if it is not.
+fn claim_problem(
+    namespace: &str,
+    name: &str,
+    claims: &HashMap<&str, &PersistentVolumeClaim>,
+    volumes: &HashMap<&str, &PersistentVolume>,
+) -> Option<String> {
+    let Some(claim) = claims.get(name) else {
+        return Some(format!("claim {namespace}/{name} does not exist"));
+    };
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !phase_is_bound(phase) {
+        return Some(format!("claim {namespace}/{name} is {phase:?}, not Bound"));
+    }
+    let Some(volume_name) = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) else {
+        return Some(format!("claim {namespace}/{name} names no volume"));
+    };
+    let Some(volume) = volumes.get(volume_name) else {
+        return Some(format!(
+            "claim {namespace}/{name}: its volume {volume_name} does not exist"
+        ));
+    };
+    let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !phase_is_bound(phase) {
+        return Some(format!("volume {volume_name} is {phase:?}, not Bound"));
+    }
+    let claim_ref = volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
+    let back = claim_ref.map(|r| (r.namespace.as_deref(), r.name.as_deref(), r.uid.as_deref()));
+    let uid = claim.metadata.uid.as_deref();
+    if back != Some((Some(namespace), Some(name), uid)) || uid.is_none() {
+        return Some(format!(
+            "volume {volume_name} is bound to {back:?}, not to claim {namespace}/{name} (uid {uid:?})"
+        ));
+    }
+    None
+}
+
+/// Checks the claims of `pods` (all of one namespace) against `claims` (that namespace's)
+/// and `volumes`; `None` when no pod has a claim.
+pub fn volumes(
+    pods: &[Pod],
+    claims: &[PersistentVolumeClaim],
+    volumes: &[PersistentVolume],
+) -> Option<VolumeFindings> {
+    let claims: HashMap<&str, &PersistentVolumeClaim> = claims
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, c)))
+        .collect();
+    let volumes: HashMap<&str, &PersistentVolume> = volumes
+        .iter()
+        .filter_map(|v| Some((v.metadata.name.as_deref()?, v)))
+        .collect();
+    let mut findings = VolumeFindings::default();
+    for p in pods {
+        let namespace = p.metadata.namespace.as_deref().unwrap_or_default();
+        let used = p.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+        for source in used.filter_map(|v| v.persistent_volume_claim.as_ref()) {
+            findings.claims += 1;
+            match claim_problem(namespace, &source.claim_name, &claims, &volumes) {
+                None => findings.bound += 1,
+                Some(problem) => {
+                    findings.first_problem.get_or_insert(problem);
+                }
+            }
+        }
+    }
+    (findings.claims > 0).then_some(findings)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +335,76 @@ mod tests {
         let nodes = [node("n1", "8", "1Gi", "110")];
         let f = check(&nodes, &[pod("a", Some("gone"), "1", "1Mi")]).unwrap();
         assert_eq!((f.bound, f.on_unknown_nodes), (1, 1));
+    }
+
+    fn claimed(name: &str, claim: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "a"}],
+                "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, uid: &str, volume: &str, phase: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "spec": {"volumeName": volume},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    fn volume(name: &str, claim: &str, uid: Option<&str>, phase: &str) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "spec": {"claimRef": {"namespace": "ns", "name": claim, "uid": uid}},
+            "status": {"phase": phase}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn claims_bound_both_ways_pass_and_others_say_why() {
+        let pods = [claimed("a", "c1"), claimed("b", "c2"), claimed("c", "c3")];
+        let claims = [
+            claim("c1", "u1", "v1", "Bound"),
+            claim("c2", "u2", "v2", "Bound"),
+            claim("c3", "u3", "v3", "Pending"),
+        ];
+        let good = [
+            volume("v1", "c1", Some("u1"), "Bound"),
+            volume("v2", "c2", Some("u2"), "Bound"),
+        ];
+        let f = volumes(&pods[..2], &claims, &good).unwrap();
+        assert!(f.ok(), "{f:?}");
+        assert_eq!((f.claims, f.bound), (2, 2));
+
+        let f = volumes(&pods, &claims, &good).unwrap();
+        assert_eq!((f.claims, f.bound), (3, 2));
+        assert!(!f.ok());
+        assert!(f.first_problem.unwrap().contains("not Bound"));
+
+        // A volume that still waits for the controller (no uid), or bound to another claim.
+        let no_uid = [volume("v1", "c1", None, "Bound")];
+        let f = volumes(&pods[..1], &claims, &no_uid).unwrap();
+        assert!(f.first_problem.unwrap().contains("not to claim ns/c1"));
+        let other = [volume("v1", "c2", Some("u2"), "Bound")];
+        assert!(!volumes(&pods[..1], &claims, &other).unwrap().ok());
+        let released = [volume("v1", "c1", Some("u1"), "Released")];
+        assert!(!volumes(&pods[..1], &claims, &released).unwrap().ok());
+        assert!(!volumes(&pods[..1], &claims, &[]).unwrap().ok());
+        assert!(
+            !volumes(&[claimed("d", "missing")], &claims, &good)
+                .unwrap()
+                .ok()
+        );
+    }
+
+    #[test]
+    fn pods_without_claims_have_no_volume_findings() {
+        assert_eq!(volumes(&[pod("a", Some("n1"), "1", "1Mi")], &[], &[]), None);
     }
 }

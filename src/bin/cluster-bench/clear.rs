@@ -1,23 +1,29 @@
-//! `cluster-bench clear`: deletes a finished run's pods and events, so that the next scheduler
-//! meets the control plane as the first did: the same nodes, empty, and only its own pending
-//! pods. The pods are bound to nodes without a kubelet, so they are deleted without a grace
-//! period (nothing would ever confirm a graceful one), many deletes in flight; the events (a
-//! scheduler writes one per pod, and they would live for an hour) go in one request. Then
-//! etcd's history is compacted and its database defragmented: every run writes 40,000
-//! revisions or more, and without this each run would find etcd larger than the one before
-//! it did.
+//! `cluster-bench clear`: deletes a finished run's pods and events, and its claims and
+//! volumes if it has any, so that the next scheduler meets the control plane as the first
+//! did: the same nodes, empty, and only its own pending pods. The pods are bound to nodes
+//! without a kubelet, so they are deleted without a grace period (nothing would ever confirm
+//! a graceful one), many deletes in flight; the events (a scheduler writes one per pod, and
+//! they would live for an hour) go in one request. The claims and volumes go in one request
+//! each, and then their protection finalizers (which the API server adds, and whose
+//! controllers the benchmark does not run) are removed one by one. Then etcd's history is
+//! compacted and its database defragmented: every run writes 40,000 revisions or more, and
+//! without this each run would find etcd larger than the one before it did.
 
+use std::fmt::Debug;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Event, Pod};
-use kube::api::{Api, DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde::de::DeserializeOwned;
 
-/// Attempts per pod before giving up.
+use crate::volumes::RUN_LABEL;
+
+/// Attempts per pod, or per object's finalizers, before giving up.
 const ATTEMPTS: u32 = 5;
-/// Longest a clear may take (the deletes and the wait until the namespace lists no pod).
+/// Longest a clear may take (the deletes and the wait until nothing of the run is listed).
 const GONE_MAX: Duration = Duration::from_secs(120);
 /// Longest wait for one request to etcd (a defragmentation rewrites the whole database).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,7 +34,8 @@ pub struct Args {
     /// Admin kubeconfig of the API server.
     #[arg(long)]
     kubeconfig: PathBuf,
-    /// The namespace whose pods go.
+    /// The namespace whose pods, events and claims go, with the volumes labelled with it
+    /// (`cluster-bench/run`).
     #[arg(long)]
     namespace: String,
     /// Deletes in flight at once.
@@ -40,19 +47,14 @@ pub struct Args {
     etcd: Option<String>,
 }
 
-/// Deletes every pod and event of the namespace and waits until it lists no pod.
+/// Deletes every pod, event and claim of the namespace and the volumes labelled with it, and
+/// waits until none is listed.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
     let api = Api::<Pod>::namespaced(client.clone(), &args.namespace);
     let start = Instant::now();
-    let names: Vec<String> = api
-        .list_metadata(&ListParams::default())
-        .await
-        .with_context(|| format!("cannot list the pods of {}", args.namespace))?
-        .items
-        .into_iter()
-        .filter_map(|p| p.metadata.name)
-        .collect();
+    let all = ListParams::default();
+    let names = names(&api, &all, "pods").await?;
     let failed: Vec<String> = stream::iter(&names)
         .map(|name| {
             let api = api.clone();
@@ -65,33 +67,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(first) = failed.first() {
         bail!("{} deletes failed; the first: {first}", failed.len());
     }
-    Api::<Event>::namespaced(client, &args.namespace)
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
+    Api::<Event>::namespaced(client.clone(), &args.namespace)
+        .delete_collection(&DeleteParams::default(), &all)
         .await
         .with_context(|| format!("cannot delete the events of {}", args.namespace))?;
-    loop {
-        let left = api
-            .list_metadata(&ListParams::default().limit(1))
-            .await
-            .with_context(|| format!("cannot list the pods of {}", args.namespace))?
-            .items
-            .len();
-        if left == 0 {
-            break;
-        }
-        if start.elapsed() > GONE_MAX {
-            bail!(
-                "pods of {} still listed {} s after their deletion",
-                args.namespace,
-                GONE_MAX.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let claims_api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &args.namespace);
+    let claims = delete_protected(&claims_api, &all, "claims", args.concurrency).await?;
+    let volumes_api = Api::<PersistentVolume>::all(client);
+    let run_volumes = ListParams::default().labels(&format!("{RUN_LABEL}={}", args.namespace));
+    let volumes = delete_protected(&volumes_api, &run_volumes, "volumes", args.concurrency).await?;
+    wait_gone(&api, &all, "pods", start).await?;
+    wait_gone(&claims_api, &all, "claims", start).await?;
+    wait_gone(&volumes_api, &run_volumes, "volumes", start).await?;
     eprintln!(
-        "cluster-bench: deleted {} pods of {} in {:.1}s",
+        "cluster-bench: deleted {} pods of {}{} in {:.1}s",
         names.len(),
         args.namespace,
+        if claims + volumes > 0 {
+            format!(", {claims} claims and {volumes} volumes")
+        } else {
+            String::new()
+        },
         start.elapsed().as_secs_f64()
     );
     if let Some(etcd) = &args.etcd {
@@ -99,6 +95,108 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         eprintln!("cluster-bench: etcd compacted at revision {revision} and defragmented");
     }
     Ok(())
+}
+
+/// The names of the objects `api` lists with `params`.
+async fn names<K>(api: &Api<K>, params: &ListParams, what: &str) -> anyhow::Result<Vec<String>>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    Ok(api
+        .list_metadata(params)
+        .await
+        .with_context(|| format!("cannot list the {what}"))?
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect())
+}
+
+/// Deletes the objects `api` lists with `params` in one request, then removes the finalizers
+/// that hold them back (kubernetes.io/pvc-protection and pv-protection: their controllers
+/// would remove them once no pod uses the claim, and the benchmark does not run them).
+/// Returns how many there were.
+async fn delete_protected<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    what: &str,
+    concurrency: usize,
+) -> anyhow::Result<usize>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    let names = names(api, params, what).await?;
+    if names.is_empty() {
+        return Ok(0);
+    }
+    api.delete_collection(&DeleteParams::default(), params)
+        .await
+        .with_context(|| format!("cannot delete the {what}"))?;
+    let unprotect = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
+    let failed: Vec<String> = stream::iter(&names)
+        .map(|name| {
+            let unprotect = &unprotect;
+            async move {
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    match api.patch(name, &PatchParams::default(), unprotect).await {
+                        Ok(_) => return Ok(()),
+                        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+                        Err(_) if attempt < ATTEMPTS => {
+                            tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt)))
+                                .await;
+                        }
+                        Err(e) => {
+                            return Err(anyhow::Error::new(e)).with_context(|| {
+                                format!("cannot remove the finalizers of {name}")
+                            });
+                        }
+                    }
+                }
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .filter_map(|r| async move { r.err().map(|e| format!("{e:#}")) })
+        .collect()
+        .await;
+    if let Some(first) = failed.first() {
+        bail!(
+            "{} {what} kept their finalizers; the first: {first}",
+            failed.len()
+        );
+    }
+    Ok(names.len())
+}
+
+/// Waits until `api` lists nothing with `params`, until [`GONE_MAX`] after `start`.
+async fn wait_gone<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    what: &str,
+    start: Instant,
+) -> anyhow::Result<()>
+where
+    K: Clone + DeserializeOwned + Debug,
+{
+    loop {
+        let left = api
+            .list_metadata(&params.clone().limit(1))
+            .await
+            .with_context(|| format!("cannot list the {what}"))?
+            .items
+            .len();
+        if left == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > GONE_MAX {
+            bail!(
+                "{what} still listed {} s after their deletion",
+                GONE_MAX.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Compacts etcd's history up to its current revision and defragments its database, through

@@ -1,7 +1,9 @@
-//! `cluster-bench`: the parts of the end-to-end benchmark (`scripts/bench-cluster.sh`) that
-//! must be fast and exact: creating thousands of nodes and pods, a null binder, the measured
-//! run (watching bindings, sampling the scheduler's memory and CPU, checking placements),
-//! clearing a run's pods and the report. A separate binary, so that none of it is in `gantry`.
+//! `cluster-bench`: the parts of the end-to-end benchmarks (`scripts/bench-cluster.sh`, and
+//! `scripts/bench-volumes.sh` with scheduler_perf's volume workloads) that must be fast and
+//! exact: creating thousands of nodes and pods (with their claims and volumes), a null
+//! binder, the measured run (watching bindings, sampling the scheduler's memory and CPU,
+//! checking placements and volume bindings), clearing a run's objects and the report. A
+//! separate binary, so that none of it is in `gantry`.
 
 mod check;
 mod clear;
@@ -11,6 +13,7 @@ mod populate;
 mod procfs;
 mod prom;
 mod report;
+mod volumes;
 
 use std::path::Path;
 
@@ -40,7 +43,7 @@ enum Command {
     Populate(populate::Args),
     /// Start a scheduler and measure it until every pod is bound.
     Run(Box<measure::Args>),
-    /// Delete a run's pods.
+    /// Delete a run's pods (and claims and volumes).
     Clear(clear::Args),
     /// Bind every pending pod round-robin, deciding nothing (the API server's ceiling).
     NullBinder(null_binder::Args),

@@ -2,7 +2,8 @@
 //! starts watching them, waits until the API server and etcd are idle, starts the scheduler
 //! under test (the command after `--`), and records when each pod is seen bound. Once every
 //! pod is bound (or the run times out or stalls) it reads the scheduler's metrics, memory and
-//! CPU time, stops it, checks the placements and writes one JSON result.
+//! CPU time, stops it, checks the placements (and, when the pods have claims, that each claim
+//! is bound to its volume) and writes one JSON result.
 //!
 //! "Start" is the moment the scheduler's process is started (just before `exec`): its own
 //! startup (connecting, listing nodes and pods) counts, the same way for every scheduler.
@@ -15,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, WatchParams};
 use kube::core::{Request, WatchEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::check::{self, Findings};
+use crate::check::{self, Findings, VolumeFindings};
 use crate::procfs::{self, Proc};
 use crate::prom;
 
@@ -85,6 +86,10 @@ pub struct Args {
     /// Give up when no pod was bound for this many seconds.
     #[arg(long, default_value_t = 120)]
     stall: u64,
+    /// Also measure the rate of the last this many bindings: the pods scheduler_perf measures,
+    /// which it creates after its init pods are placed.
+    #[arg(long)]
+    tail: Option<usize>,
     /// Record the scheduler with `perf record` into this file.
     #[arg(long)]
     perf: Option<PathBuf>,
@@ -131,6 +136,13 @@ pub struct RunResult {
     pub pods_per_s: Option<f64>,
     /// Pods bound per second, from the first binding to the last.
     pub pods_per_s_after_first: Option<f64>,
+    /// The bindings `tail_pods_per_s` counts: the last ones (`--tail`).
+    #[serde(default)]
+    pub tail_pods: Option<usize>,
+    /// Pods bound per second over the last `tail_pods` bindings: from the binding before
+    /// them to the last.
+    #[serde(default)]
+    pub tail_pods_per_s: Option<f64>,
     /// The scheduler's peak resident memory (`VmHWM`), MiB.
     pub peak_rss_mib: Option<f64>,
     /// The histogram the SLI quantiles come from.
@@ -177,6 +189,9 @@ pub struct RunResult {
     pub deleted: usize,
     /// The placement check.
     pub check: Findings,
+    /// The volume check, when the pods have claims.
+    #[serde(default)]
+    pub volumes: Option<VolumeFindings>,
 }
 
 impl RunResult {
@@ -195,7 +210,8 @@ impl RunResult {
         (per_pod > 0.0).then(|| cores / per_pod)
     }
 
-    /// Every pod bound exactly once, none on an over-committed or unknown node.
+    /// Every pod bound exactly once, none on an over-committed or unknown node, every claim
+    /// bound to its volume.
     pub fn correct(&self) -> bool {
         self.complete
             && self.rebound == 0
@@ -204,6 +220,7 @@ impl RunResult {
             && self.check.on_unknown_nodes == 0
             && self.check.bound == self.pods
             && self.bindings_created.is_none_or(|n| n == self.pods as f64)
+            && self.volumes.as_ref().is_none_or(VolumeFindings::ok)
     }
 }
 
@@ -432,6 +449,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         if times.len() > 1 && last > first {
             result.pods_per_s_after_first = Some((times.len() - 1) as f64 / (last - first));
         }
+        if let Some(tail) = args.tail.filter(|&n| n > 0 && n < times.len()) {
+            let before = times[times.len() - 1 - tail];
+            result.tail_pods = Some(tail);
+            result.tail_pods_per_s = (last > before).then(|| tail as f64 / (last - before));
+        }
         result.seen_p50_s = Some(rank(&times, 0.5));
         result.seen_p99_s = Some(rank(&times, 0.99));
     }
@@ -440,24 +462,47 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot list nodes")?
         .items;
-    let pods_now = Api::<Pod>::namespaced(client, &args.namespace)
+    let pods_now = Api::<Pod>::namespaced(client.clone(), &args.namespace)
         .list(&ListParams::default())
         .await
         .context("cannot list pods")?
         .items;
     result.check = check::check(&nodes, &pods_now).map_err(anyhow::Error::msg)?;
+    let claimed = pods_now.iter().any(|p| {
+        p.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .any(|v| v.persistent_volume_claim.is_some())
+    });
+    if claimed {
+        let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &args.namespace)
+            .list(&ListParams::default())
+            .await
+            .context("cannot list claims")?
+            .items;
+        let volumes = Api::<PersistentVolume>::all(client)
+            .list(&ListParams::default())
+            .await
+            .context("cannot list volumes")?
+            .items;
+        result.volumes = check::volumes(&pods_now, &claims, &volumes);
+    }
 
     let json = serde_json::to_string_pretty(&result)?;
     std::fs::write(&args.out, json + "\n")
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     eprintln!(
-        "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s, first binding {} s, peak RSS {} MiB, {}",
+        "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s{}, first binding {} s, peak RSS {} MiB, {}",
         result.scheduler,
         result.workload,
         result.nodes,
         result.bound,
         result.pods,
         fmt(result.pods_per_s, 0),
+        match result.tail_pods {
+            Some(n) => format!(" ({} over the last {n})", fmt(result.tail_pods_per_s, 0)),
+            None => String::new(),
+        },
         fmt(result.first_binding_s, 2),
         fmt(result.peak_rss_mib, 0),
         if result.correct() {

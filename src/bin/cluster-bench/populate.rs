@@ -1,7 +1,10 @@
 //! `cluster-bench populate`: the synthetic cluster of `gantry bench` (nodes of 32 cpu, 128Gi,
-//! 110 pods, Ready, over three zones; pending pods requesting 100m..2 cpu and 128Mi..2Gi)
-//! created in a real API server, many creates in flight over one client. The nodes once per
-//! control plane, the pods once per run, each run's in a namespace of its own.
+//! 110 pods, Ready, over three zones; pending pods requesting 100m..2 cpu and 128Mi..2Gi), or
+//! one of scheduler_perf's volume workloads (see [`crate::volumes`]), created in a real API
+//! server, many creates in flight over one client. The nodes once per control plane, the pods
+//! once per run, each run's in a namespace of its own. A volume workload's pods come with
+//! their claims and volumes, and populate waits until the PV controller has bound every
+//! claim, so that the scheduler measured afterwards finds them bound.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,15 +13,22 @@ use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
 use gantry::config::DEFAULT_SCHEDULER_NAME;
 use gantry::synthetic::{self, Workload};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::volumes::{self, Kind};
+
 /// Attempts per object before giving up.
 const ATTEMPTS: u32 = 5;
+/// How often the claims are counted while the PV controller binds them.
+const BOUND_POLL: Duration = Duration::from_secs(1);
+/// How often the wait for the claims says how far it got.
+const BOUND_PROGRESS: Duration = Duration::from_secs(30);
 
 /// Arguments of `cluster-bench populate`.
 #[derive(Debug, clap::Args)]
@@ -35,8 +45,10 @@ pub struct Args {
     /// The pods' namespace (created if missing).
     #[arg(long, default_value = crate::DEFAULT_NAMESPACE)]
     namespace: String,
-    /// Which pods: plain (requests only) or constrained (100 deployments with preferred pod
-    /// anti-affinity and a zone topology spread constraint).
+    /// Which nodes and pods: plain (requests only) or constrained (100 deployments with
+    /// preferred pod anti-affinity and a zone topology spread constraint) on the synthetic
+    /// nodes, or one of scheduler_perf's volume workloads on its nodes (in-tree-pvs, csi-pvs,
+    /// migrated-in-tree-pvs).
     #[arg(long, value_enum, default_value = "plain")]
     workload: WorkloadArg,
     /// The pods' `spec.schedulerName`.
@@ -48,6 +60,10 @@ pub struct Args {
     /// Creates in flight at once.
     #[arg(long, default_value_t = crate::DEFAULT_CONCURRENCY)]
     concurrency: usize,
+    /// A volume workload: give up when the PV controller has not bound every claim this many
+    /// seconds after the last pod was created.
+    #[arg(long, default_value_t = 1200)]
+    bound_timeout: u64,
 }
 
 /// The workloads, as `gantry bench` names them.
@@ -57,58 +73,158 @@ pub enum WorkloadArg {
     Plain,
     /// Deployments with anti-affinity and spreading.
     Constrained,
+    /// scheduler_perf's `SchedulingInTreePVs`.
+    InTreePvs,
+    /// scheduler_perf's `SchedulingCSIPVs`.
+    CsiPvs,
+    /// scheduler_perf's `SchedulingMigratedInTreePVs`.
+    MigratedInTreePvs,
 }
 
-/// Creates the nodes, then the pods.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = crate::client(&args.kubeconfig).await?;
-    let workload = match args.workload {
-        WorkloadArg::Plain => Workload::Plain,
-        WorkloadArg::Constrained => Workload::Constrained,
-    };
-    let start = Instant::now();
-    let nodes = synthetic::nodes(args.nodes);
-    create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
-    let nodes_done = start.elapsed();
-    let mut pods = synthetic::pods(args.pods, workload, &args.scheduler_name, args.seed);
-    if !pods.is_empty() {
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(args.namespace.clone()),
-                ..ObjectMeta::default()
-            },
-            ..Namespace::default()
-        };
-        create(&Api::<Namespace>::all(client.clone()), &namespace).await?;
-        for p in &mut pods {
-            p.metadata.namespace = Some(args.namespace.clone());
+impl WorkloadArg {
+    /// The volume workload, if it is one.
+    fn volumes(self) -> Option<Kind> {
+        match self {
+            WorkloadArg::Plain | WorkloadArg::Constrained => None,
+            WorkloadArg::InTreePvs => Some(Kind::InTree),
+            WorkloadArg::CsiPvs => Some(Kind::Csi),
+            WorkloadArg::MigratedInTreePvs => Some(Kind::MigratedInTree),
         }
     }
-    create_all(
-        Api::<Pod>::namespaced(client, &args.namespace),
-        pods,
-        args.concurrency,
-    )
-    .await?;
-    let all_done = start.elapsed();
+}
+
+/// Creates the nodes, then the pods (with a volume workload's claims and volumes).
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = crate::client(&args.kubeconfig).await?;
+    let kind = args.workload.volumes();
+    let start = Instant::now();
+    let mut csi_nodes = 0;
+    match kind {
+        None => {
+            let nodes = synthetic::nodes(args.nodes);
+            create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
+        }
+        Some(kind) => {
+            let nodes = volumes::nodes(args.nodes, kind);
+            let csi = volumes::csi_nodes(&nodes, kind);
+            csi_nodes = csi.len();
+            create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
+            create_all(Api::<CSINode>::all(client.clone()), csi, args.concurrency).await?;
+        }
+    }
+    let nodes_done = start.elapsed();
     if args.nodes > 0 {
         eprintln!(
-            "cluster-bench: created {} nodes in {:.1}s ({:.0}/s)",
+            "cluster-bench: created {} nodes{} in {:.1}s ({:.0}/s)",
             args.nodes,
+            if csi_nodes > 0 {
+                format!(" and their {csi_nodes} CSINodes")
+            } else {
+                String::new()
+            },
             nodes_done.as_secs_f64(),
             rate(args.nodes, nodes_done),
         );
     }
-    if args.pods > 0 {
+    if args.pods == 0 {
+        return Ok(());
+    }
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(args.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    create(&Api::<Namespace>::all(client.clone()), &namespace).await?;
+    let pods_api = Api::<Pod>::namespaced(client.clone(), &args.namespace);
+    let pods_start = Instant::now();
+    let Some(kind) = kind else {
+        let workload = match args.workload {
+            WorkloadArg::Constrained => Workload::Constrained,
+            _ => Workload::Plain,
+        };
+        let mut pods = synthetic::pods(args.pods, workload, &args.scheduler_name, args.seed);
+        for p in &mut pods {
+            p.metadata.namespace = Some(args.namespace.clone());
+        }
+        create_all(pods_api, pods, args.concurrency).await?;
+        let took = pods_start.elapsed();
         eprintln!(
             "cluster-bench: created {} pods in {} in {:.1}s ({:.0}/s)",
             args.pods,
             args.namespace,
-            (all_done - nodes_done).as_secs_f64(),
-            rate(args.pods, all_done - nodes_done),
+            took.as_secs_f64(),
+            rate(args.pods, took),
         );
-    }
+        return Ok(());
+    };
+    let objects = volumes::objects(args.pods, &args.namespace, kind, &args.scheduler_name);
+    let claims_api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &args.namespace);
+    create_all(
+        Api::<PersistentVolume>::all(client.clone()),
+        objects.volumes,
+        args.concurrency,
+    )
+    .await?;
+    let claims_start = Instant::now();
+    create_all(claims_api.clone(), objects.claims, args.concurrency).await?;
+    create_all(pods_api, objects.pods, args.concurrency).await?;
+    let created = Instant::now();
+    eprintln!(
+        "cluster-bench: created {n} volumes, {n} claims and {n} pods in {} in {:.1}s ({:.0} objects/s)",
+        args.namespace,
+        (created - pods_start).as_secs_f64(),
+        rate(3 * args.pods, created - pods_start),
+        n = args.pods,
+    );
+    wait_bound(
+        &claims_api,
+        args.pods,
+        Duration::from_secs(args.bound_timeout),
+    )
+    .await?;
+    eprintln!(
+        "cluster-bench: the PV controller had bound every claim {:.1}s after the last pod was created ({:.1}s after the first claim)",
+        created.elapsed().as_secs_f64(),
+        claims_start.elapsed().as_secs_f64(),
+    );
     Ok(())
+}
+
+/// Waits until `claims` claims are Bound, counting them in the API server's watch cache every
+/// [`BOUND_POLL`]; fails after `timeout`.
+async fn wait_bound(
+    api: &Api<PersistentVolumeClaim>,
+    claims: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut said = start;
+    loop {
+        let bound = api
+            .list(&ListParams::default().match_any())
+            .await
+            .context("cannot list the claims")?
+            .items
+            .iter()
+            .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+            .count();
+        if bound >= claims {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "{bound} of {claims} claims Bound after {} s: is the PV controller running (kube-controller-manager --controllers=persistentvolume-binder)? See its log",
+                timeout.as_secs()
+            );
+        }
+        if said.elapsed() >= BOUND_PROGRESS {
+            eprintln!("cluster-bench: {bound} of {claims} claims Bound");
+            said = Instant::now();
+        }
+        tokio::time::sleep(BOUND_POLL).await;
+    }
 }
 
 fn rate(n: usize, d: Duration) -> f64 {
