@@ -54,17 +54,7 @@ fn pending(name: &str, cpu: &str, priority: i32, extra: &str) -> String {
 }
 
 fn run(objects: &[String]) -> Report {
-    let mut input = ClusterInput::default();
-    input
-        .add_yaml(
-            &format!("apiVersion: v1\nkind: List\nitems:{}", objects.concat()),
-            "test",
-        )
-        .expect("valid input");
-    let config = Config::parse(CONFIG, &crate::plugins::registry()).expect("valid config");
-    let report = simulate(&input, config, None);
-    assert!(report.invalid.is_empty(), "{:?}", report.invalid);
-    report
+    run_with(CONFIG, objects)
 }
 
 fn outcome<'a>(report: &'a Report, pod: &str) -> &'a crate::sim::PodOutcome {
