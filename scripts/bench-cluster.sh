@@ -193,40 +193,14 @@ for nodes in "${NODE_LIST[@]}"; do
             if [[ -n "${GANTRY_CONFIG}" ]]; then
               cp "${GANTRY_CONFIG}" "${RUN}/gantry.yaml"
             else
-              cat >"${RUN}/gantry.yaml" <<EOF
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  qps: 5000
-  burst: 5000
-profiles:
-- schedulerName: default-scheduler
-EOF
+              bench_gantry_config "${RUN}/gantry.yaml"
             fi
             command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
               --address "127.0.0.1:${port}")
             [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
             ;;
           kube-scheduler)
-            # v1beta1 is the newest config version 1.20 reads. Its healthz and metrics are
-            # served over plain HTTP on the given port; --secure-port=0 turns the HTTPS port
-            # (and its delegated authentication) off.
-            cat >"${RUN}/kube-scheduler.yaml" <<EOF
-apiVersion: kubescheduler.config.k8s.io/v1beta1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: ${KUBECONFIG}
-  qps: 5000
-  burst: 5000
-healthzBindAddress: 127.0.0.1:${port}
-metricsBindAddress: 127.0.0.1:${port}
-profiles:
-- schedulerName: default-scheduler
-EOF
+            bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
             command=("${KUBE_SCHEDULER}" --config "${RUN}/kube-scheduler.yaml" --secure-port=0)
             ;;
         esac

@@ -241,38 +241,13 @@ for w in "${WORKLOAD_LIST[@]}"; do
           command=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}")
           ;;
         gantry)
-          cat >"${RUN}/gantry.yaml" <<EOF
-apiVersion: kubescheduler.config.k8s.io/v1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  qps: 5000
-  burst: 5000
-profiles:
-- schedulerName: default-scheduler
-EOF
+          bench_gantry_config "${RUN}/gantry.yaml"
           command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
             --address "127.0.0.1:${port}")
           [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
           ;;
         kube-scheduler)
-          # v1beta1 is the newest config version 1.20 reads; metrics over plain HTTP on the
-          # given port, --secure-port=0 turns the HTTPS port off.
-          cat >"${RUN}/kube-scheduler.yaml" <<EOF
-apiVersion: kubescheduler.config.k8s.io/v1beta1
-kind: KubeSchedulerConfiguration
-leaderElection:
-  leaderElect: false
-clientConnection:
-  kubeconfig: ${KUBECONFIG}
-  qps: 5000
-  burst: 5000
-healthzBindAddress: 127.0.0.1:${port}
-metricsBindAddress: 127.0.0.1:${port}
-profiles:
-- schedulerName: default-scheduler
-EOF
+          bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
           command=("${KUBE_SCHEDULER}" --config "${RUN}/kube-scheduler.yaml" --secure-port=0
             "${gates[@]}")
           ;;

@@ -61,3 +61,40 @@ start_pv_controller() {
     --leader-elect=false --port=0 --secure-port=0 "$@" >"${logfile}" 2>&1 &
   PV_CONTROLLER_PID=$!
 }
+
+# bench_gantry_config FILE: gantry's configuration in the end-to-end benchmarks: the default
+# profile serving default-scheduler, leader election off, client qps/burst 5000.
+bench_gantry_config() {
+  cat >"$1" <<EOC
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  qps: 5000
+  burst: 5000
+profiles:
+- schedulerName: default-scheduler
+EOC
+}
+
+# bench_kube_scheduler_config FILE KUBECONFIG PORT: kube-scheduler 1.20's counterpart, in
+# v1beta1 (the newest version 1.20 reads), its healthz and metrics served over plain HTTP on
+# PORT (run it with --secure-port=0, which turns the HTTPS port and its delegated
+# authentication off).
+bench_kube_scheduler_config() {
+  cat >"$1" <<EOC
+apiVersion: kubescheduler.config.k8s.io/v1beta1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: false
+clientConnection:
+  kubeconfig: $2
+  qps: 5000
+  burst: 5000
+healthzBindAddress: 127.0.0.1:$3
+metricsBindAddress: 127.0.0.1:$3
+profiles:
+- schedulerName: default-scheduler
+EOC
+}
