@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::run::{nominated_ahead, run_filters_with_nominated};
+use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
 use crate::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods,
     PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status,
@@ -172,28 +172,44 @@ impl Diagnosis {
         if self.num_all_nodes == 0 {
             return NO_NODES_AVAILABLE.to_string();
         }
-        let mut msg = format!("0/{} nodes are available:", self.num_all_nodes);
-        if let Some(pre) = &self.pre_filter_msg {
-            msg.push_str(&format!(" {pre}."));
+        let mut msg = if let Some(pre) = &self.pre_filter_msg {
+            format!("0/{} nodes are available: {pre}.", self.num_all_nodes)
         } else {
-            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-            for (_, status) in &self.node_statuses {
-                for r in status.reasons() {
-                    *counts.entry(r).or_default() += 1;
-                }
-            }
-            let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
-            parts.sort();
-            if !parts.is_empty() {
-                msg.push_str(&format!(" {}.", parts.join(", ")));
-            }
-        }
+            nodes_available_message(self.num_all_nodes, &self.node_statuses, None)
+        };
         if let Some(post) = &self.post_filter_msg {
             // Already ends with its own period (kube-scheduler 1.32+ adds none).
             msg.push_str(&format!(" {post}"));
         }
         msg
     }
+}
+
+/// kube-scheduler's `0/N nodes are available: <reasons>.`: the reasons of `statuses`
+/// counted and sorted as strings, the nodes of the `num_all_nodes` that have no status
+/// counted under `absent`'s reason.
+pub fn nodes_available_message(
+    num_all_nodes: usize,
+    statuses: &[(Arc<str>, Status)],
+    absent: Option<&str>,
+) -> String {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, status) in statuses {
+        for r in status.reasons() {
+            *counts.entry(r).or_default() += 1;
+        }
+    }
+    let missing = num_all_nodes.saturating_sub(statuses.len());
+    if let Some(reason) = absent.filter(|_| missing > 0) {
+        *counts.entry(reason).or_default() += missing;
+    }
+    let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    let mut msg = format!("0/{num_all_nodes} nodes are available:");
+    if !parts.is_empty() {
+        msg.push_str(&format!(" {}.", parts.join(", ")));
+    }
+    msg
 }
 
 /// A failed cycle.
@@ -519,15 +535,15 @@ fn find_feasible_nodes<'s>(
             None => filter_block(&block, statuses),
         }
         for (node, status) in block.iter().zip(statuses.drain(..)) {
+            // The block's verdict is the second pass; the first, with the pods nominated
+            // ahead of this one counted, runs only where there are such pods.
             let status = match options.nominated {
-                Some(nominated)
-                    if nominated_ahead(nominated, pod, node.name())
-                        .next()
-                        .is_some() =>
-                {
-                    run_filters_with_nominated(profile, state, pod, node, nominated)
+                Some(nominated) => {
+                    let first =
+                        run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
+                    if first.is_success() { status } else { first }
                 }
-                _ => status,
+                None => status,
             };
             progress.record(node, status)?;
             if progress.feasible.len() >= to_find {

@@ -102,10 +102,38 @@ pub fn nominated_ahead<'a>(
     })
 }
 
+/// The first of kube-scheduler's two filter passes: the Filter plugins on `node` with the
+/// pods of the same or higher priority nominated to it counted there (they must keep the
+/// room made for them). A success when there are none.
+pub fn run_filters_with_nominated_ahead(
+    profile: &Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &NominatedPods,
+) -> Status {
+    if nominated.is_empty() {
+        return Status::success();
+    }
+    let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
+    if ahead.peek().is_none() {
+        return Status::success();
+    }
+    let mut node_with = node.clone();
+    let mut state_with = state.clone();
+    for p in ahead {
+        node_with.add_pod(p.clone());
+        let status = add_pod(profile, &mut state_with, pod, p, &node_with);
+        if !status.is_success() {
+            return status;
+        }
+    }
+    run_filters(profile, &state_with, pod, &node_with)
+}
+
 /// Runs the Filter plugins on `node` twice when pods of the same or higher priority are
-/// nominated to it: first with them counted on the node (they must keep the room made for
-/// them), then as the node is (a filter such as pod affinity may pass only with them);
-/// both must pass. Without such pods, once.
+/// nominated to it: first with them counted on the node, then as the node is (a filter
+/// such as pod affinity may pass only with them); both must pass. Without such pods, once.
 pub fn run_filters_with_nominated(
     profile: &Profile,
     state: &CycleState,
@@ -113,21 +141,9 @@ pub fn run_filters_with_nominated(
     node: &NodeInfo,
     nominated: &NominatedPods,
 ) -> Status {
-    let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
-    if ahead.peek().is_some() {
-        let mut node_with = node.clone();
-        let mut state_with = state.clone();
-        for p in ahead {
-            node_with.add_pod(p.clone());
-            let status = add_pod(profile, &mut state_with, pod, p, &node_with);
-            if !status.is_success() {
-                return status;
-            }
-        }
-        let status = run_filters(profile, &state_with, pod, &node_with);
-        if !status.is_success() {
-            return status;
-        }
+    let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
+    if !first.is_success() {
+        return first;
     }
     run_filters(profile, state, pod, node)
 }

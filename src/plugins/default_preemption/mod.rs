@@ -121,23 +121,7 @@ fn start_offset(pod: &PodInfo, len: usize) -> usize {
 /// kube-scheduler's message when no candidate was found: every node the search rejected
 /// with its reason, the others as not helped by preemption.
 fn no_candidates_message(all_nodes: usize, rejected: &[(Arc<str>, Status)]) -> String {
-    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
-    for (_, s) in rejected {
-        for r in s.reasons() {
-            *counts.entry(r.to_string()).or_default() += 1;
-        }
-    }
-    let absent = all_nodes.saturating_sub(rejected.len());
-    if absent > 0 {
-        *counts.entry(ERR_NOT_HELPFUL.to_string()).or_default() += absent;
-    }
-    let mut parts: Vec<String> = counts.iter().map(|(r, n)| format!("{n} {r}")).collect();
-    parts.sort();
-    let mut msg = format!("0/{all_nodes} nodes are available:");
-    if !parts.is_empty() {
-        msg.push_str(&format!(" {}.", parts.join(", ")));
-    }
-    msg
+    crate::cycle::nodes_available_message(all_nodes, rejected, Some(ERR_NOT_HELPFUL))
 }
 
 impl PostFilterPlugin for DefaultPreemption {
