@@ -17,10 +17,13 @@
 //!   is written out for 1.20 point by point.
 //! - 1.20 scores resources with separate plugins (NodeResourcesLeastAllocated/MostAllocated,
 //!   RequestedToCapacityRatio) where today NodeResourcesFit has a scoring strategy.
-//! - NodePreferAvoidPods and SelectorSpread (gone today) are not enabled; neither is
-//!   DefaultPreemption: the scenarios checked here evict nothing (the preemption scenarios
-//!   say why they are not checked), and the part of today's message that preemption adds
-//!   (`preemption: ...`, which 1.20 does not write) is left out of the comparison.
+//! - NodePreferAvoidPods and SelectorSpread (gone today) are not enabled.
+//! - DefaultPreemption runs as in today's default profile. The part of today's message that
+//!   preemption adds (`preemption: ...`, which 1.20 does not write) is left out of the
+//!   comparison. An `evicted` expectation holds when the pod is gone and kube-scheduler's
+//!   `Preempted` event on it names the preemptor and the node (1.20 names the preemptor by
+//!   namespace/name, today by uid). 1.20 tries a preemptor's nominated node like any other
+//!   (today's tries it first): the scenarios leave the preemptor one node to go to.
 //! - Today's NodeVolumeLimits also counts the in-tree volumes migrated to CSI, which 1.20
 //!   counted with EBSLimits, GCEPDLimits and AzureDiskLimits: 1.20 runs those with it.
 //! - Reasons 1.20 words differently are rewritten to today's wording before messages are
@@ -35,7 +38,11 @@
 //!
 //! What the simulator reads from the scenario directly goes through the API server's rules:
 //! `spec.priority` becomes a PriorityClass, `spec.overhead` a RuntimeClass, and a pod shown
-//! terminating is created and then deleted (no kubelet ever finishes it). No controller
+//! terminating is created and then deleted (no kubelet ever finishes it); every other running
+//! pod gets `terminationGracePeriodSeconds: 0` (unless it has one), so that a victim goes at
+//! once, as its kubelet would end it. Statuses the API server ignores on create (a pod's
+//! `startTime`, by which victims are ordered; a PodDisruptionBudget's allowed disruptions,
+//! served as `policy/v1beta1` before 1.21) are written through the status subresource. No controller
 //! runs: claims and volumes are created as the scenario shows them (bound ones already
 //! bound), and their protection finalizers are taken off before they are deleted.
 //!
@@ -136,76 +143,84 @@ fn create(plane: &ControlPlane, objects: &[Value]) -> Result<(), String> {
 
 // ------------------------------------------------------------------ configuration
 
-/// Extension points of a plugin, today and in 1.20 (only those this test writes out).
+/// Extension points of a plugin, today and in 1.20 (only those this test writes out): a
+/// default multiPoint weight (0: not a score plugin) and [`FILTER`]-style flags.
 struct PluginPoints {
     name: &'static str,
-    /// Today's default multiPoint weight (0: not a score plugin).
     weight: i64,
-    /// Today: implements Filter.
-    filter: bool,
-    /// Today: implements Score.
-    score: bool,
-    /// 1.20: implements PreFilter and Filter (true) or only Filter (false), when it filters.
-    pre_filter_1_20: bool,
-    /// 1.20: implements PreScore, when it scores.
-    pre_score_1_20: bool,
-    /// Exists in 1.20 (else it is dropped from the 1.20 profile).
-    in_1_20: bool,
+    points: u8,
 }
 
-const fn plugin(
-    name: &'static str,
-    weight: i64,
-    filter: bool,
-    score: bool,
-    pre_filter_1_20: bool,
-    pre_score_1_20: bool,
-    in_1_20: bool,
-) -> PluginPoints {
+/// Today: implements nothing this test writes out but its queue sort or binding.
+const NONE: u8 = 0;
+/// Today: implements Filter.
+const FILTER: u8 = 1;
+/// Today: implements Score.
+const SCORE: u8 = 1 << 1;
+/// Today: implements PostFilter (in 1.20 too, where it exists).
+const POST_FILTER: u8 = 1 << 2;
+/// 1.20: implements PreFilter and Filter (else only Filter), when it filters.
+const PRE_FILTER_1_20: u8 = 1 << 3;
+/// 1.20: implements PreScore, when it scores.
+const PRE_SCORE_1_20: u8 = 1 << 4;
+/// Exists in 1.20 (else it is dropped from the 1.20 profile).
+const IN_1_20: u8 = 1 << 5;
+
+const fn plugin(name: &'static str, weight: i64, points: u8) -> PluginPoints {
     PluginPoints {
         name,
         weight,
-        filter,
-        score,
-        pre_filter_1_20,
-        pre_score_1_20,
-        in_1_20,
+        points,
+    }
+}
+
+impl PluginPoints {
+    fn has(&self, point: u8) -> bool {
+        self.points & point != 0
     }
 }
 
 /// Today's default plugins (kube-scheduler 1.30+, `getDefaultPlugins`), in order.
-/// SchedulingGates has no 1.20 counterpart (gated pods are not eligible); DefaultPreemption
-/// is not written out (see the module's notes). VolumeBinding scores only with an
-/// alpha feature gate today, and gantry gives it no Score; in 1.20 it also reserves and
-/// prebinds, and is written out there too. VolumeRestrictions, NodeVolumeLimits and VolumeZone are Filter plugins only in
-/// 1.20, where NodeVolumeLimits brings the in-tree limit plugins along (see [`LIMITS_1_20`]).
+/// SchedulingGates has no 1.20 counterpart (gated pods are not eligible). VolumeBinding
+/// scores only with an alpha feature gate today, and gantry gives it no Score; in 1.20 it
+/// also reserves and prebinds, and is written out there too. VolumeRestrictions,
+/// NodeVolumeLimits and VolumeZone are Filter plugins only in 1.20, where NodeVolumeLimits
+/// brings the in-tree limit plugins along (see [`LIMITS_1_20`]).
 const TODAY_DEFAULTS: &[PluginPoints] = &[
-    plugin("SchedulingGates", 0, false, false, false, false, false),
-    plugin("PrioritySort", 0, false, false, false, false, false),
-    plugin("NodeUnschedulable", 0, true, false, false, false, true),
-    plugin("NodeName", 0, true, false, false, false, true),
-    plugin("TaintToleration", 3, true, true, false, true, true),
-    plugin("NodeAffinity", 2, true, true, false, false, true),
-    plugin("NodePorts", 0, true, false, true, false, true),
-    plugin("NodeResourcesFit", 1, true, true, true, false, true),
-    plugin("VolumeRestrictions", 0, true, false, false, false, true),
-    plugin("NodeVolumeLimits", 0, true, false, false, false, true),
-    plugin("VolumeBinding", 0, true, false, true, false, true),
-    plugin("VolumeZone", 0, true, false, false, false, true),
-    plugin("PodTopologySpread", 2, true, true, true, true, true),
-    plugin("InterPodAffinity", 2, true, true, true, true, true),
-    plugin("DefaultPreemption", 0, false, false, false, false, false),
+    plugin("SchedulingGates", 0, NONE),
+    plugin("PrioritySort", 0, NONE),
+    plugin("NodeUnschedulable", 0, FILTER | IN_1_20),
+    plugin("NodeName", 0, FILTER | IN_1_20),
     plugin(
-        "NodeResourcesBalancedAllocation",
-        1,
-        false,
-        true,
-        false,
-        false,
-        true,
+        "TaintToleration",
+        3,
+        FILTER | SCORE | PRE_SCORE_1_20 | IN_1_20,
     ),
-    plugin("ImageLocality", 1, false, true, false, false, true),
-    plugin("DefaultBinder", 0, false, false, false, false, false),
+    plugin("NodeAffinity", 2, FILTER | SCORE | IN_1_20),
+    plugin("NodePorts", 0, FILTER | PRE_FILTER_1_20 | IN_1_20),
+    plugin(
+        "NodeResourcesFit",
+        1,
+        FILTER | SCORE | PRE_FILTER_1_20 | IN_1_20,
+    ),
+    plugin("VolumeRestrictions", 0, FILTER | IN_1_20),
+    plugin("NodeVolumeLimits", 0, FILTER | IN_1_20),
+    plugin("VolumeBinding", 0, FILTER | PRE_FILTER_1_20 | IN_1_20),
+    plugin("VolumeZone", 0, FILTER | IN_1_20),
+    plugin(
+        "PodTopologySpread",
+        2,
+        FILTER | SCORE | PRE_FILTER_1_20 | PRE_SCORE_1_20 | IN_1_20,
+    ),
+    plugin(
+        "InterPodAffinity",
+        2,
+        FILTER | SCORE | PRE_FILTER_1_20 | PRE_SCORE_1_20 | IN_1_20,
+    ),
+    plugin("DefaultPreemption", 0, POST_FILTER | IN_1_20),
+    plugin("NodeResourcesBalancedAllocation", 1, SCORE | IN_1_20),
+    plugin("ImageLocality", 1, SCORE | IN_1_20),
+    plugin("DefaultBinder", 0, NONE),
 ];
 
 /// The 1.20 Filter plugins that today's NodeVolumeLimits stands for, in 1.20's default
@@ -352,7 +367,7 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
         .unwrap_or("default-scheduler");
     let plugins = &profile["plugins"];
     for key in object_keys(plugins) {
-        if !["multiPoint", "filter", "score"].contains(&key.as_str()) {
+        if !["multiPoint", "filter", "postFilter", "score"].contains(&key.as_str()) {
             return Err(format!("plugins.{key}: not translated"));
         }
     }
@@ -366,8 +381,10 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
     );
     let filter_set = PluginSet::parse(plugins.get("filter"), "plugins.filter")?;
     let score_set = PluginSet::parse(plugins.get("score"), "plugins.score")?;
-    let filters = expand(&multi, &filter_set, |p| p.filter)?;
-    let scores = expand(&multi, &score_set, |p| p.score)?;
+    let post_filter_set = PluginSet::parse(plugins.get("postFilter"), "plugins.postFilter")?;
+    let filters = expand(&multi, &filter_set, |p| p.has(FILTER))?;
+    let post_filters = expand(&multi, &post_filter_set, |p| p.has(POST_FILTER))?;
+    let scores = expand(&multi, &score_set, |p| p.has(SCORE))?;
     // Weights: an explicit Score entry wins over multiPoint; 0 (unset) weighs 1.
     let mut weights: HashMap<String, i64> = HashMap::new();
     for (n, w) in score_set.enabled.iter().chain(multi.iter()) {
@@ -417,6 +434,16 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
                 }
                 config_1_20.push(json!({"name": plugin, "args": a}));
             }
+            "DefaultPreemption" => {
+                let allowed = ["minCandidateNodesPercentage", "minCandidateNodesAbsolute"];
+                if let Some(k) = object_keys(a)
+                    .into_iter()
+                    .find(|k| !allowed.contains(&k.as_str()))
+                {
+                    return Err(format!("{plugin} args.{k}: not in 1.20"));
+                }
+                config_1_20.push(json!({"name": plugin, "args": a}));
+            }
             _ => return Err(format!("{plugin} args: not translated")),
         }
     }
@@ -431,9 +458,9 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
         let p = known_plugin(n)?;
         if n == "NodeVolumeLimits" {
             filter_1_20.extend(LIMITS_1_20.iter().map(|l| json!({"name": l})));
-        } else if p.in_1_20 {
+        } else if p.has(IN_1_20) {
             filter_1_20.push(json!({"name": n}));
-            if p.pre_filter_1_20 {
+            if p.has(PRE_FILTER_1_20) {
                 pre_filter_1_20.push(json!({"name": n}));
             }
         }
@@ -442,7 +469,7 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
     let mut pre_score_1_20 = Vec::new();
     for n in &scores {
         let p = known_plugin(n)?;
-        if !p.in_1_20 {
+        if !p.has(IN_1_20) {
             continue;
         }
         let weight = weights.get(n).copied().unwrap_or(1);
@@ -452,7 +479,7 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
             n.clone()
         };
         score_1_20.push(json!({"name": name_1_20, "weight": weight}));
-        if p.pre_score_1_20 {
+        if p.has(PRE_SCORE_1_20) {
             pre_score_1_20.push(json!({"name": n}));
         }
     }
@@ -468,7 +495,7 @@ fn translate_profile(profile: &Value, node_count: usize) -> Result<Value, String
             "queueSort": all(vec![json!({"name": "PrioritySort"})]),
             "preFilter": all(pre_filter_1_20),
             "filter": all(filter_1_20),
-            "postFilter": all(vec![]),
+            "postFilter": all(post_filters.iter().map(|n| json!({"name": n})).collect()),
             "preScore": all(pre_score_1_20),
             "score": all(score_1_20),
             "reserve": all(volume_binding.clone()),
@@ -683,6 +710,10 @@ struct Objects {
     terminating: Vec<(String, String)>,
     /// Pending pods in the order gantry's queue takes them.
     pending: Vec<Value>,
+    /// Statuses the scenario shows (a pod's start time, a budget's allowed disruptions),
+    /// written through the status subresource at these paths once the objects exist: the
+    /// API server ignores them on create.
+    statuses: Vec<(String, Value)>,
 }
 
 /// Namespaces every apiserver has; never created nor deleted here.
@@ -690,7 +721,7 @@ const BUILTIN_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "
 
 fn prepare(cluster: &[Value]) -> Result<Objects, String> {
     let mut objects = Objects::default();
-    let mut priorities: BTreeSet<i64> = BTreeSet::new();
+    let mut priorities: BTreeSet<(i64, bool)> = BTreeSet::new();
     let mut runtime_classes: BTreeMap<String, Value> = BTreeMap::new();
     let mut pending: Vec<(i64, Value)> = Vec::new();
     let mut flat: Vec<Value> = Vec::new();
@@ -719,6 +750,16 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
         objects.namespaces.entry(ns.clone()).or_insert_with(
             || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
+        if kind == "PodDisruptionBudget" {
+            // policy/v1 is served from 1.21; 1.20 serves the same budget as v1beta1.
+            o["apiVersion"] = json!("policy/v1beta1");
+            if let Some(status) = o.as_object_mut().and_then(|m| m.remove("status")) {
+                objects.statuses.push((
+                    format!("/apis/policy/v1beta1/namespaces/{ns}/poddisruptionbudgets/{name}"),
+                    status,
+                ));
+            }
+        }
         if kind != "Pod" {
             objects.others.push(o);
             continue;
@@ -727,14 +768,17 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
         if phase == "Succeeded" || phase == "Failed" {
             continue; // neither scheduler counts finished pods
         }
-        if let Some(m) = o.as_object_mut() {
-            m.remove("status");
-        }
-        // The Priority admission plugin computes spec.priority from priorityClassName.
+        let status = o.as_object_mut().and_then(|m| m.remove("status"));
+        // The Priority admission plugin computes spec.priority and spec.preemptionPolicy
+        // from priorityClassName.
         let priority = o["spec"]["priority"].as_i64().unwrap_or(0);
-        if priority != 0 && o["spec"].get("priorityClassName").is_none() {
-            priorities.insert(priority);
-            o["spec"]["priorityClassName"] = json!(priority_class(priority));
+        let never = o["spec"]["preemptionPolicy"] == "Never";
+        if (priority != 0 || never) && o["spec"].get("priorityClassName").is_none() {
+            priorities.insert((priority, never));
+            o["spec"]["priorityClassName"] = json!(priority_class(priority, never));
+            if let Some(spec) = o["spec"].as_object_mut() {
+                spec.remove("preemptionPolicy");
+            }
         }
         // The RuntimeClass admission plugin sets spec.overhead from the pod's RuntimeClass.
         if let Some(overhead) = o["spec"].get("overhead").cloned() {
@@ -766,15 +810,32 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
             objects.terminating.push((ns.clone(), name.clone()));
         }
         if bound {
+            // Preemption's victims are ordered by start time, which only a kubelet sets.
+            if let Some(status) = status.filter(|s| s.get("startTime").is_some()) {
+                objects
+                    .statuses
+                    .push((format!("/api/v1/namespaces/{ns}/pods/{name}"), status));
+            }
+            // A victim kube-scheduler deletes is gone at once, as its kubelet would end it
+            // (no kubelet runs here), unless the scenario gives it a grace period.
+            if !terminating && o["spec"].get("terminationGracePeriodSeconds").is_none() {
+                o["spec"]["terminationGracePeriodSeconds"] = json!(0);
+            }
             objects.running.push(o);
         } else {
             pending.push((priority, o));
         }
     }
-    for p in priorities {
+    for (p, never) in priorities {
+        let policy = if never {
+            "Never"
+        } else {
+            "PreemptLowerPriority"
+        };
         objects.classes.push(json!({
             "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": priority_class(p)}, "value": p,
+            "metadata": {"name": priority_class(p, never)}, "value": p,
+            "preemptionPolicy": policy,
         }));
     }
     for (name, overhead) in runtime_classes {
@@ -790,12 +851,14 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
     Ok(objects)
 }
 
-fn priority_class(p: i64) -> String {
-    if p < 0 {
-        format!("parity-minus-{}", p.unsigned_abs())
+fn priority_class(p: i64, never: bool) -> String {
+    let value = if p < 0 {
+        format!("minus-{}", p.unsigned_abs())
     } else {
-        format!("parity-{p}")
-    }
+        p.to_string()
+    };
+    let policy = if never { "-never" } else { "" };
+    format!("parity-{value}{policy}")
 }
 
 /// Features a scenario may use that kube-scheduler 1.20 lacks: such a scenario must say
@@ -972,6 +1035,29 @@ fn run(
     create(plane, &objects.others)?;
     create(plane, &objects.nodes)?;
     create(plane, &objects.running)?;
+    for (path, status) in &objects.statuses {
+        let mut current: Value =
+            serde_json::from_str(&plane.try_kubectl(&["get", "--raw", path], None)?)
+                .map_err(|e| format!("{path}: {e}"))?;
+        current["status"] = status.clone();
+        plane.try_kubectl(
+            &["replace", "--raw", &format!("{path}/status"), "-f", "-"],
+            Some(&current.to_string()),
+        )?;
+    }
+    let uids: HashMap<String, String> = kubectl_json(plane, &["get", "pods", "--all-namespaces"])?
+        ["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let (ns, name) = ns_name(p);
+            (
+                format!("{ns}/{name}"),
+                p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
     for (ns, name) in &objects.terminating {
         plane.try_kubectl(&["delete", "pod", "-n", ns, name, "--wait=false"], None)?;
     }
@@ -1055,6 +1141,7 @@ fn run(
         }));
     };
 
+    let preempted = preempted_events(plane)?;
     let mut problems = Vec::new();
     for (pod, want) in expect {
         let key = if pod.contains('/') {
@@ -1062,6 +1149,22 @@ fn run(
         } else {
             format!("default/{pod}")
         };
+        if let Expect::Evicted(e) = want {
+            let (preemptor, node) = e.evicted.split_once(" on ").unwrap_or((&e.evicted, ""));
+            let wanted = format!("Preempted by {preemptor} on node {node}");
+            let event = uids.get(&key).and_then(|uid| preempted.get(uid));
+            if states.contains_key(&key) || event != Some(&wanted) {
+                let got = match (states.get(&key), event) {
+                    (Some(state), _) => format!("not evicted ({state:?})"),
+                    (None, Some(event)) => format!("evicted: {event}"),
+                    (None, None) => "gone, with no Preempted event".to_string(),
+                };
+                problems.push(format!(
+                    "{pod}:\n      kube-scheduler 1.20: {got}\n      scenario expects:    {wanted}"
+                ));
+            }
+            continue;
+        }
         let Some(got) = states.get(&key) else {
             problems.push(format!("{pod}: not in the cluster"));
             continue;
@@ -1125,6 +1228,23 @@ fn run(
         }
     }
     Ok(problems)
+}
+
+/// The messages of the `Preempted` events kube-scheduler recorded, by the victim's uid
+/// (1.20 words them `Preempted by <namespace>/<preemptor> on node <node>`).
+fn preempted_events(plane: &ControlPlane) -> Result<HashMap<String, String>, String> {
+    let events = kubectl_json(plane, &["get", "events", "--all-namespaces"])?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "Preempted")
+        .filter_map(|e| {
+            let uid = e["involvedObject"]["uid"].as_str()?;
+            let message = e["message"].as_str().or_else(|| e["note"].as_str())?;
+            Some((uid.to_string(), message.to_string()))
+        })
+        .collect())
 }
 
 /// Deletes everything the scenario created (once kube-scheduler is stopped).
@@ -1541,7 +1661,10 @@ fn default_profile_gets_todays_weights() {
             "InterPodAffinity"
         ]
     );
-    assert_eq!(profile["plugins"]["postFilter"]["enabled"], json!([]));
+    assert_eq!(
+        profile["plugins"]["postFilter"]["enabled"],
+        json!([{"name": "DefaultPreemption"}])
+    );
 }
 
 #[test]
