@@ -4,11 +4,18 @@
 //! cluster of priority-0 pods and a burst of high-priority pods: every one is bound after the
 //! fewest evictions, each victim gets its `Preempted` event, and each preemptor had its
 //! `nominatedNodeName` written. A pod with `preemptionPolicy: Never` evicts nothing and waits
-//! with kube-scheduler's message, and so does a pod too big for any node even emptied.
+//! with kube-scheduler's message, and so does a pod too big for any node even emptied. While
+//! a preemptor waits for its victim to go, a pod of lower priority does not take the room
+//! on its nominated node; a victim a PodDisruptionBudget protects is spared when another
+//! will do.
 //!
-//! No kubelet runs: a bound pod deleted with a grace period would stay Terminating until it
-//! passed. The victims here have `terminationGracePeriodSeconds: 0`, which the API server
-//! honours by deleting them at once (the test checks that none is left Terminating).
+//! No kubelet runs: a bound pod deleted with a grace period stays Terminating, since nothing
+//! finishes its deletion (no kubelet, and no kube-controller-manager to collect it). Most
+//! victims here have `terminationGracePeriodSeconds: 0`, which the API server honours by
+//! deleting them at once; the one that must linger has a grace period, and the test deletes
+//! it at once when it is done waiting. No disruption controller runs either: the tests write
+//! the budgets' status themselves. Each test has its own control plane, so that its nodes are
+//! the cluster's and the messages count them alone.
 
 mod support;
 
@@ -16,6 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use support::*;
 
 const PROFILE: &str = "gantry";
@@ -47,6 +57,19 @@ fn classed(name: &str, class: &str, cpu: &str) -> Pod {
     p
 }
 
+/// `pod` created already bound to `node`, as if another scheduler had placed it.
+fn placed(mut pod: Pod, node: &str) -> Pod {
+    pod.spec.as_mut().expect("spec").node_name = Some(node.to_string());
+    pod
+}
+
+/// Creates the objects of `yaml` with kubectl.
+fn apply(plane: &ControlPlane, yaml: &str) {
+    plane
+        .try_kubectl(&["apply", "-f", "-"], Some(yaml))
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+}
+
 fn name(p: &Pod) -> &str {
     p.metadata.name.as_deref().unwrap_or_default()
 }
@@ -59,11 +82,9 @@ fn nominated_node(p: &Pod) -> Option<&str> {
 async fn preemption_evicts_the_fewest_pods_and_only_when_it_helps() {
     let plane = ControlPlane::start();
     let client = plane.client().await;
-    plane
-        .try_kubectl(
-            &["apply", "-f", "-"],
-            Some(
-                "apiVersion: scheduling.k8s.io/v1
+    apply(
+        &plane,
+        "apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: high}
 value: 1000
@@ -74,9 +95,7 @@ metadata: {name: high-never}
 value: 1000
 preemptionPolicy: Never
 ",
-            ),
-        )
-        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    );
     create_namespace(&client, NS).await;
     let allocatable: BTreeMap<String, i64> = [("pre-1", 4000), ("pre-2", 4000)]
         .into_iter()
@@ -285,5 +304,261 @@ preemptionPolicy: Never
         3.0,
         "no preemption since"
     );
+    assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
+}
+
+/// The names of the pods `Preempted` events are about.
+async fn preempted(client: &kube::Client) -> BTreeSet<String> {
+    events(client, NS)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Preempted"))
+        .filter_map(|e| e.regarding?.name)
+        .collect()
+}
+
+/// While a preemptor waits for its victim to terminate, a pod of lower priority that would
+/// fit beside the victim is kept off the preemptor's nominated node, then and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_of_lower_priority_does_not_take_the_room_a_preemptor_waits_for() {
+    let plane = ControlPlane::start();
+    let client = plane.client().await;
+    apply(
+        &plane,
+        "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: mid}
+value: 500
+",
+    );
+    create_namespace(&client, NS).await;
+    let node_name = "nominee";
+    create_node(&client, &node(node_name, LABEL, "4", "8Gi")).await;
+    // A victim of 2 cpu that takes its time to go: deleted with its grace period, it stays
+    // Terminating (still taking its room) until the test deletes it at once.
+    let mut victim = placed(pod(NS, "leaving", PROFILE, "2", "128Mi"), node_name);
+    victim
+        .spec
+        .as_mut()
+        .expect("spec")
+        .termination_grace_period_seconds = Some(300);
+    create_pod(&client, &victim).await;
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        "nominee",
+        &preempting_config(),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+
+    // 3 cpu at priority 1000: fits only without the victim, so evicts it and waits for it.
+    create_pod(&client, &classed("preemptor", "high", "3")).await;
+    eventually(
+        Duration::from_secs(30),
+        "the preemptor nominated and its victim terminating",
+        || async {
+            let p = get_pod(&client, NS, "preemptor").await;
+            let v = get_pod(&client, NS, "leaving").await;
+            (nominated_node(&p) == Some(node_name) && v.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        },
+    )
+    .await;
+
+    // 2 cpu at priority 500: beside the terminating victim it fits (2 + 2 of 4 cpu), beside
+    // the victim and the nominated preemptor (counted there, its priority being higher) it
+    // does not; nor once the victim is gone (3 + 2). Its own preemption finds no room either:
+    // without the victim, the preemptor still counts.
+    create_pod(&client, &classed("latecomer", "mid", "2")).await;
+    let latecomer_message = "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 Insufficient cpu.";
+    let pending = |p: &Pod, what: &str| {
+        assert_eq!(node_of(p), None, "{} bound {what}", name(p));
+        assert_eq!(nominated_node(p), None, "{} nominated {what}", name(p));
+    };
+    eventually(
+        Duration::from_secs(30),
+        "the latecomer reported unschedulable",
+        || async {
+            let p = get_pod(&client, NS, "latecomer").await;
+            pending(&p, "while the victim terminates");
+            pod_scheduled(&p)
+                .filter(|c| c.0 == "False" && c.1 == "Unschedulable")
+                .map(|c| assert_eq!(c.2, latecomer_message))
+        },
+    )
+    .await;
+    // Time for more attempts (the backoff is at most 2 s): the window stays shut.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    pending(
+        &get_pod(&client, NS, "latecomer").await,
+        "while the victim terminates",
+    );
+    let p = get_pod(&client, NS, "preemptor").await;
+    assert_eq!(node_of(&p), None, "the preemptor waits");
+    assert_eq!(
+        nominated_node(&p),
+        Some(node_name),
+        "the preemptor still nominated"
+    );
+    let v = get_pod(&client, NS, "leaving").await;
+    assert!(
+        v.metadata.deletion_timestamp.is_some(),
+        "the victim still terminating"
+    );
+
+    // The victim goes: the preemptor takes the room, the latecomer still finds none.
+    delete_pod(&client, NS, "leaving").await;
+    eventually(Duration::from_secs(30), "the preemptor bound", || async {
+        let p = get_pod(&client, NS, "preemptor").await;
+        node_of(&p).map(|n| assert_eq!(n, node_name, "bound where nominated"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = pods(&client, NS).await;
+    let allocatable = BTreeMap::from([(node_name.to_string(), 4000)]);
+    assert_within_capacity(&now, &allocatable);
+    let latecomer = now
+        .iter()
+        .find(|p| name(p) == "latecomer")
+        .expect("latecomer");
+    pending(latecomer, "once the victim went");
+    assert_eq!(
+        now.iter().map(name).collect::<BTreeSet<_>>(),
+        BTreeSet::from(["latecomer", "preemptor"]),
+        "nothing else evicted"
+    );
+    assert_eq!(
+        preempted(&client).await,
+        BTreeSet::from(["leaving".to_string()]),
+        "the one victim preempted"
+    );
+    assert_eq!(
+        gantry.metric("scheduler_preemption_victims_count"),
+        1.0,
+        "one preemption"
+    );
+    assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
+}
+
+/// A victim whose PodDisruptionBudget allows no disruption is spared for one whose budget
+/// allows it, though its node would otherwise be preferred (its victim's priority lower).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_victim_a_disruption_budget_protects_is_spared_when_another_will_do() {
+    let plane = ControlPlane::start();
+    let client = plane.client().await;
+    apply(
+        &plane,
+        "apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: mid}
+value: 10
+",
+    );
+    create_namespace(&client, NS).await;
+    // Two nodes, each full with one pod: `guarded` (priority 0, under a budget that allows
+    // no disruption) and `spare` (priority 10, under a budget that allows one). Ignoring
+    // the budgets, the lowest priority of the most important victim would choose guarded's
+    // node; the fewest budget violations comes first and chooses spare's.
+    let victims = [("guarded", "pdb-1", None), ("spare", "pdb-2", Some("mid"))];
+    for (pod_name, node_name, class) in victims {
+        create_node(&client, &node(node_name, LABEL, "4", "8Gi")).await;
+        let mut p = placed(pod(NS, pod_name, PROFILE, "4", "128Mi"), node_name);
+        let spec = p.spec.as_mut().expect("spec");
+        spec.termination_grace_period_seconds = Some(0);
+        spec.priority_class_name = class.map(str::to_string);
+        p.metadata.labels = Some(BTreeMap::from([("app".to_string(), pod_name.to_string())]));
+        create_pod(&client, &p).await;
+    }
+    // policy/v1beta1, the version 1.20 serves. No disruption controller runs: the status is
+    // written here, as it would write it.
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "policy",
+        "v1beta1",
+        "PodDisruptionBudget",
+    ));
+    let budgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
+    for (budget, app, allowed) in [("guard", "guarded", 0), ("loose", "spare", 1)] {
+        let pdb: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy/v1beta1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": budget, "namespace": NS},
+            "spec": {"minAvailable": 1 - allowed, "selector": {"matchLabels": {"app": app}}}
+        }))
+        .expect("budget");
+        budgets
+            .create(&PostParams::default(), &pdb)
+            .await
+            .expect("create budget");
+        let status = serde_json::json!({"status": {
+            "observedGeneration": 1,
+            "disruptionsAllowed": allowed,
+            "currentHealthy": 1,
+            "desiredHealthy": 1 - allowed,
+            "expectedPods": 1,
+        }});
+        budgets
+            .patch_status(budget, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("write budget status");
+    }
+    let guard = budgets.get("guard").await.expect("guard");
+    assert_eq!(
+        guard.data["status"]["disruptionsAllowed"],
+        serde_json::json!(0),
+        "the status written"
+    );
+    let guarded_uid = get_pod(&client, NS, "guarded").await.metadata.uid;
+
+    // Started once the budgets are in place: ready, it has read them.
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        "budget",
+        &preempting_config(),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    create_pod(&client, &classed("preemptor", "high", "2")).await;
+    eventually(Duration::from_secs(30), "the preemptor bound", || async {
+        let p = get_pod(&client, NS, "preemptor").await;
+        node_of(&p).map(|n| {
+            assert_eq!(n, "pdb-2", "bound where spare was");
+            assert_eq!(nominated_node(&p), Some("pdb-2"), "nominated there");
+        })
+    })
+    .await;
+    // Time for a wrong eviction to show, were there one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = pods(&client, NS).await;
+    assert_eq!(
+        now.iter().map(name).collect::<BTreeSet<_>>(),
+        BTreeSet::from(["guarded", "preemptor"]),
+        "spare evicted, guarded not"
+    );
+    let guarded = now.iter().find(|p| name(p) == "guarded").expect("guarded");
+    assert_eq!(guarded.metadata.uid, guarded_uid, "the same pod");
+    assert_eq!(node_of(guarded), Some("pdb-1"));
+    assert!(guarded.metadata.deletion_timestamp.is_none(), "not deleted");
+    let marked = guarded
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "DisruptionTarget"));
+    assert!(!marked, "guarded not marked as a victim");
+    assert_eq!(
+        preempted(&client).await,
+        BTreeSet::from(["spare".to_string()]),
+        "spare alone preempted"
+    );
+    assert_eq!(gantry.metric("scheduler_preemption_victims_count"), 1.0);
     assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
 }
