@@ -2,7 +2,7 @@
 //! type: they feed it cluster changes and the current time, take attempts from it, carry out
 //! the bindings it plans, and report how each binding went.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use crate::cycle::{
 };
 use crate::framework::{
     BindPlan, ClusterChange, Code, CycleState, NominatedPods, Nomination, PostFilterResult,
-    PreBindAction, Profile, ReservedAnnotations, ReservedVolumes, Status,
+    PreBindAction, Profile, ReservedAnnotations, ReservedVolumes, Status, Verdict, WaitingPods,
 };
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::LoadSample;
@@ -78,6 +78,42 @@ pub enum Attempt {
         /// when [`Scheduler::set_explain`] asked for them.
         suggestions: Vec<Suggestion>,
     },
+    /// A Permit plugin holds the pod: it is assumed on `node` (the room is its) and waits
+    /// to be allowed, rejected or timed out; a later [`Scheduler::schedule_next`] reports
+    /// which, as [`Attempt::Permitted`] or [`Attempt::Rejected`].
+    Waiting {
+        /// The pod, as assumed on the node.
+        pod: Arc<PodInfo>,
+        /// Its attempt number (1 for the first).
+        attempt: u32,
+        /// The node it holds room on.
+        node: Arc<str>,
+        /// The plugins that asked it to wait.
+        plugins: Vec<&'static str>,
+        /// How the cycle went.
+        summary: CycleSummary,
+    },
+    /// A pod that waited at Permit was allowed: the caller binds it.
+    Permitted {
+        /// The binding to carry out.
+        task: Box<BindTask>,
+        /// How long it waited.
+        waited: Duration,
+    },
+    /// A pod that waited at Permit was rejected, or its wait ran out: its room is given
+    /// back and it retries after backoff.
+    Rejected {
+        /// The pod (as queued, without a node).
+        pod: Arc<PodInfo>,
+        /// Its attempt number (1 for the first).
+        attempt: u32,
+        /// The node it held room on.
+        node: Arc<str>,
+        /// The rejection (Unschedulable, naming the plugin).
+        status: Status,
+        /// How long it waited.
+        waited: Duration,
+    },
     /// Something failed (a plugin error); the pod retries after backoff.
     Failed {
         /// The pod.
@@ -103,6 +139,19 @@ pub struct Scheduler {
     explain: bool,
     /// Pending pods a preemption made room for, by node.
     nominated: NominatedPods,
+    /// Pods held at Permit, as plugins see them.
+    waiting: WaitingPods,
+    /// What each pod held at Permit needs to be bound or given back.
+    held: HashMap<(String, String), Held>,
+}
+
+/// A pod held at Permit: its queue entry and cycle state, kept until a verdict.
+struct Held {
+    queued: QueuedPod,
+    state: CycleState,
+    profile: Arc<Profile>,
+    /// The annotations its Reserve plugins set, for its binding.
+    reserved: Vec<(String, String)>,
 }
 
 impl Scheduler {
@@ -132,6 +181,8 @@ impl Scheduler {
             pool,
             explain: false,
             nominated: NominatedPods::default(),
+            waiting: WaitingPods::default(),
+            held: HashMap::new(),
         }
     }
 
@@ -165,6 +216,11 @@ impl Scheduler {
     /// The pending pods nominated to nodes.
     pub fn nominated(&self) -> &NominatedPods {
         &self.nominated
+    }
+
+    /// The pods held at Permit.
+    pub fn waiting_pods(&self) -> &WaitingPods {
+        &self.waiting
     }
 
     /// The profile serving `scheduler_name` (cloned, it can be held across changes to the
@@ -205,6 +261,7 @@ impl Scheduler {
     pub fn upsert_pod(&mut self, pod: Arc<PodInfo>, now: Duration) -> Result<(), CacheError> {
         if pod.node_name.is_some() {
             // Bound (by us or anyone else): no longer ours to schedule.
+            self.release_held(&pod.namespace, &pod.name);
             self.queue.delete(&pod.namespace, &pod.name);
             self.nominated.remove(&pod.namespace, &pod.name);
             let was_placed = self
@@ -241,6 +298,7 @@ impl Scheduler {
 
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
+        self.release_held(namespace, name);
         self.queue.delete(namespace, name);
         self.nominated.remove(namespace, name);
         if let Some(pod) = self.cache.remove_pod(namespace, name) {
@@ -395,8 +453,13 @@ impl Scheduler {
         self.queue.on_event(&ClusterChange::Other, now);
     }
 
-    /// Schedules the next pod in the queue, if one is due.
+    /// Schedules the next pod in the queue, if one is due. A verdict reached on a pod held
+    /// at Permit (or its wait running out by `now`) is reported first.
     pub fn schedule_next(&mut self, now: Duration) -> Option<Attempt> {
+        self.waiting.expire(now);
+        if let Some(attempt) = self.carry_out_verdict(now) {
+            return Some(attempt);
+        }
         let queued = self.queue.pop(now)?;
         let Some(profile) = self.profile(&queued.pod.scheduler_name).cloned() else {
             self.queue.done(&queued.pod.namespace, &queued.pod.name);
@@ -493,12 +556,12 @@ impl Scheduler {
     }
 
     /// After the cycle chose `node`: Reserve ([`run_reserve`]), assume the pod in the cache,
-    /// Permit ([`run_permit`]) and the Bind plugins' plan ([`plan_binding`]). A step that
-    /// fails undoes the ones before it and requeues the pod: parked if a plugin rejected it,
-    /// backing off after an error.
+    /// Permit ([`run_permit`]), and unless a Permit plugin holds the pod, the binding
+    /// ([`Scheduler::plan`]). A step that fails undoes the ones before it and requeues the
+    /// pod: parked if a plugin rejected it, backing off after an error.
     fn reserve_and_plan(
         &mut self,
-        profile: &Profile,
+        profile: &Arc<Profile>,
         queued: QueuedPod,
         node: Arc<str>,
         mut state: CycleState,
@@ -507,37 +570,13 @@ impl Scheduler {
     ) -> Attempt {
         let mut assumed = (*queued.pod).clone();
         assumed.node_name = Some(node.clone());
-        let fail = |this: &mut Self, queued: QueuedPod, status: Status| {
-            let (pod, attempt) = (queued.pod.clone(), queued.attempts);
-            if status.is_rejected() {
-                let plugins: BTreeSet<&'static str> = status.plugin().into_iter().collect();
-                this.queue.requeue_unschedulable(queued, plugins, now);
-                let message = status.message();
-                Attempt::Unschedulable {
-                    pod,
-                    attempt,
-                    diagnosis: Diagnosis::default(),
-                    message,
-                    suggestions: Vec::new(),
-                }
-            } else {
-                this.queue.requeue_backoff(queued, now);
-                Attempt::Failed {
-                    pod,
-                    attempt,
-                    status,
-                }
-            }
-        };
         let Some(node_info) = self.snapshot.get(&node) else {
-            return fail(
-                self,
-                queued,
-                Status::error(format!("node {node} is not in the snapshot")),
-            );
+            let status = Status::error(format!("node {node} is not in the snapshot"));
+            return self.failed(queued, status, now);
         };
         if let Err(status) = run_reserve(profile, &mut state, &assumed, node_info) {
-            return fail(self, queued, status);
+            self.run_unreserved_hooks(profile, &assumed);
+            return self.failed(queued, status, now);
         }
         let reserved = state
             .get::<ReservedAnnotations>()
@@ -549,49 +588,149 @@ impl Scheduler {
         let assumed = Arc::new(assumed);
         if let Err(e) = self.cache.assume_pod(assumed.clone()) {
             unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
-            return fail(self, queued, Status::error(e.to_string()));
+            self.run_unreserved_hooks(profile, &assumed);
+            return self.failed(queued, Status::error(e.to_string()), now);
         }
         if let Some(ReservedVolumes(decisions)) = state.get::<ReservedVolumes>()
             && let Err(e) = self.cache.assume_volumes(decisions)
         {
             self.forget(profile, &mut state, &assumed, &node);
-            return fail(self, queued, Status::error(e));
+            return self.failed(queued, Status::error(e), now);
         }
         self.cache.note_placement(&assumed, now);
         self.nominated.remove(&assumed.namespace, &assumed.name);
-        let planned = run_permit(profile, &mut state, &assumed, &node)
-            .and_then(|()| plan_binding(profile, &state, &assumed, &node))
-            .and_then(|mut plan| {
-                plan.pre_bind = run_pre_bind(profile, &state, &assumed, &node)?;
-                Ok(plan)
-            });
-        let mut plan = match planned {
-            Ok(plan) => plan,
+        let waits = match run_permit(profile, &mut state, &assumed, &node, &mut self.waiting) {
+            Ok(waits) => waits,
             Err(status) => {
                 self.forget(profile, &mut state, &assumed, &node);
-                return fail(self, queued, status);
+                return self.failed(queued, status, now);
             }
         };
-        for (k, v) in reserved {
-            plan.annotations.retain(|(pk, _)| *pk != k);
-            plan.annotations.push((k, v));
+        if !waits.is_empty() {
+            self.waiting
+                .hold(assumed.clone(), node.clone(), &waits, now);
+            let attempt = queued.attempts;
+            self.held.insert(
+                (assumed.namespace.clone(), assumed.name.clone()),
+                Held {
+                    queued,
+                    state,
+                    profile: profile.clone(),
+                    reserved,
+                },
+            );
+            return Attempt::Waiting {
+                pod: assumed,
+                attempt,
+                node,
+                plugins: waits.into_iter().map(|(p, _)| p).collect(),
+                summary,
+            };
         }
-        // Only Unreserve reads the state from here on. Without Reserve plugins nothing will,
-        // and a binding may wait in the binder's queue for a while: the per-cycle counts of
-        // PreFilter and PreScore (maps by topology domain) are not kept that long.
-        if profile.reserve.is_empty() {
-            state = CycleState::new();
+        match plan(profile, &assumed, &node, &state, reserved) {
+            Ok(plan) => Attempt::Scheduled(
+                Box::new(bind_task(profile, queued, assumed, plan, state)),
+                summary,
+            ),
+            Err(status) => {
+                self.forget(profile, &mut state, &assumed, &node);
+                self.failed(queued, status, now)
+            }
         }
-        Attempt::Scheduled(
-            Box::new(BindTask {
+    }
+
+    /// A step after the cycle failed: the pod is requeued, parked if a plugin rejected it,
+    /// backing off after an error.
+    fn failed(&mut self, queued: QueuedPod, status: Status, now: Duration) -> Attempt {
+        let (pod, attempt) = (queued.pod.clone(), queued.attempts);
+        if status.is_rejected() {
+            let plugins: BTreeSet<&'static str> = status.plugin().into_iter().collect();
+            self.queue.requeue_unschedulable(queued, plugins, now);
+            let message = status.message();
+            Attempt::Unschedulable {
+                pod,
+                attempt,
+                diagnosis: Diagnosis::default(),
+                message,
+                suggestions: Vec::new(),
+            }
+        } else {
+            self.queue.requeue_backoff(queued, now);
+            Attempt::Failed {
+                pod,
+                attempt,
+                status,
+            }
+        }
+    }
+
+    /// Carries out the next verdict reached on a pod held at Permit, if any: an allowed pod's
+    /// binding is planned; a rejected pod's room is given back (waking the pods it may
+    /// help) and it backs off.
+    fn carry_out_verdict(&mut self, now: Duration) -> Option<Attempt> {
+        while let Some((waiting, verdict)) = self.waiting.take_decided() {
+            let key = (waiting.pod.namespace.clone(), waiting.pod.name.clone());
+            let Some(Held {
                 queued,
-                assumed,
-                plan,
-                profile: profile.scheduler_name.clone(),
-                state,
-            }),
-            summary,
-        )
+                mut state,
+                profile,
+                reserved,
+            }) = self.held.remove(&key)
+            else {
+                continue;
+            };
+            let waited = now.saturating_sub(waiting.since);
+            let (assumed, node) = (waiting.pod, waiting.node);
+            return Some(match verdict {
+                Verdict::Allowed => match plan(&profile, &assumed, &node, &state, reserved) {
+                    Ok(plan) => Attempt::Permitted {
+                        task: Box::new(bind_task(&profile, queued, assumed, plan, state)),
+                        waited,
+                    },
+                    Err(status) => {
+                        self.forget(&profile, &mut state, &assumed, &node);
+                        self.failed(queued, status, now)
+                    }
+                },
+                Verdict::Rejected(status) => {
+                    self.forget(&profile, &mut state, &assumed, &node);
+                    self.queue
+                        .on_event(&ClusterChange::PodRemoved(&assumed), now);
+                    let (pod, attempt) = (queued.pod.clone(), queued.attempts);
+                    self.queue.requeue_backoff(queued, now);
+                    Attempt::Rejected {
+                        pod,
+                        attempt,
+                        node,
+                        status,
+                        waited,
+                    }
+                }
+            });
+        }
+        None
+    }
+
+    /// The pod held at Permit is gone or bound by someone else: what it reserved is undone,
+    /// without a verdict or a retry (the caller updates the cache and the queue).
+    fn release_held(&mut self, namespace: &str, name: &str) {
+        let Some(waiting) = self.waiting.remove(namespace, name) else {
+            return;
+        };
+        if let Some(mut held) = self.held.remove(&(namespace.to_string(), name.to_string())) {
+            let profile = held.profile.clone();
+            self.forget(&profile, &mut held.state, &waiting.pod, &waiting.node);
+        }
+    }
+
+    /// Tells the Permit plugins that `pod` will not be bound (see
+    /// [`crate::framework::PermitPlugin::unreserved`]).
+    fn run_unreserved_hooks(&mut self, profile: &Profile, pod: &PodInfo) {
+        for plugin in &profile.permit {
+            if let Some(p) = plugin.as_permit() {
+                p.unreserved(pod, &mut self.waiting);
+            }
+        }
     }
 
     fn forget(
@@ -605,7 +744,8 @@ impl Scheduler {
             self.cache.forget_volumes(decisions);
         }
         unreserve(profile, state, pod, node, profile.reserve.len());
-        // The pod was assumed just before; forgetting it cannot fail.
+        self.run_unreserved_hooks(profile, pod);
+        // The pod was assumed before; forgetting it cannot fail.
         let _ = self.cache.forget_pod(&pod.namespace, &pod.name);
     }
 
@@ -725,9 +865,13 @@ impl Scheduler {
         self.queue.next_backoff_expiry()
     }
 
-    /// When the queue next has a pod due, if it is waiting on time.
+    /// When the queue next has a pod due, or a wait at Permit runs out, if any is waiting
+    /// on time.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        self.queue.next_wakeup()
+        match (self.queue.next_wakeup(), self.waiting.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -759,30 +903,71 @@ fn run_reserve(
     Ok(())
 }
 
-/// Runs the Permit plugins; the first that does not allow the pod ends it. No gantry plugin
-/// asks to wait, and a plugin that does is reported as an error rather than ignored.
+/// Runs the Permit plugins, as kube-scheduler's `RunPermitPlugins`: the first that rejects
+/// the pod (or fails) ends it; the waits the others ask for are returned, one per plugin
+/// (none: the pod may be bound now).
 fn run_permit(
     profile: &Profile,
     state: &mut CycleState,
     assumed: &PodInfo,
     node: &str,
-) -> Result<(), Status> {
+    waiting: &mut WaitingPods,
+) -> Result<Vec<(&'static str, Duration)>, Status> {
+    let mut waits = Vec::new();
     for plugin in &profile.permit {
         let Some(p) = plugin.as_permit() else {
             continue;
         };
-        let (status, _) = p.permit(state, assumed, node);
+        let (status, timeout) = p.permit(state, assumed, node, waiting);
         match status.code() {
             Code::Success => {}
-            Code::Wait => {
-                return Err(
-                    Status::error("Permit Wait is not supported").with_plugin(plugin.name())
-                );
-            }
+            Code::Wait => waits.push((plugin.name(), timeout)),
             _ => return Err(status.with_plugin(plugin.name())),
         }
     }
-    Ok(())
+    Ok(waits)
+}
+
+/// The binding of a pod that passed Permit: the Bind plugins' plan ([`plan_binding`]) with
+/// the PreBind work ([`run_pre_bind`]) and the annotations its Reserve plugins set.
+fn plan(
+    profile: &Profile,
+    assumed: &PodInfo,
+    node: &Arc<str>,
+    state: &CycleState,
+    reserved: Vec<(String, String)>,
+) -> Result<BindPlan, Status> {
+    let mut plan = plan_binding(profile, state, assumed, node)?;
+    plan.pre_bind = run_pre_bind(profile, state, assumed, node)?;
+    for (k, v) in reserved {
+        plan.annotations.retain(|(pk, _)| *pk != k);
+        plan.annotations.push((k, v));
+    }
+    Ok(plan)
+}
+
+/// The task binding `assumed` as `plan` says. Only Unreserve reads the state from here on;
+/// without Reserve plugins nothing will, and a binding may wait in the binder's queue for a
+/// while: the per-cycle counts of PreFilter and PreScore (maps by topology domain) are not
+/// kept that long.
+fn bind_task(
+    profile: &Profile,
+    queued: QueuedPod,
+    assumed: Arc<PodInfo>,
+    plan: BindPlan,
+    state: CycleState,
+) -> BindTask {
+    BindTask {
+        queued,
+        assumed,
+        plan,
+        profile: profile.scheduler_name.clone(),
+        state: if profile.reserve.is_empty() {
+            CycleState::new()
+        } else {
+            state
+        },
+    }
 }
 
 /// The binding the first Bind plugin that does not skip the pod plans.
@@ -869,6 +1054,186 @@ mod tests {
             let mut seen = self.0.lock().unwrap();
             seen.push(format!("{}@{node}", pod.name));
         }
+    }
+
+    /// Holds the pods labelled `group` until `size` of them have a place, then lets them
+    /// all go; when one of them will not be bound, rejects the others (a small gang).
+    struct Gang {
+        size: usize,
+        wait: Duration,
+    }
+
+    impl crate::framework::Plugin for Gang {
+        fn name(&self) -> &'static str {
+            "Gang"
+        }
+        fn as_permit(&self) -> Option<&dyn crate::framework::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::framework::PermitPlugin for Gang {
+        fn permit(
+            &self,
+            _: &mut CycleState,
+            pod: &PodInfo,
+            _: &str,
+            waiting: &mut WaitingPods,
+        ) -> (Status, Duration) {
+            if pod.labels.get("group").is_none() {
+                return (Status::success(), Duration::ZERO);
+            }
+            let members: Vec<String> = waiting.iter().map(|w| w.pod.name.clone()).collect();
+            if members.len() + 1 < self.size {
+                return (Status::new(Code::Wait, "waiting for the group"), self.wait);
+            }
+            for m in members {
+                waiting.allow("default", &m, "Gang");
+            }
+            (Status::success(), Duration::ZERO)
+        }
+
+        fn unreserved(&self, pod: &PodInfo, waiting: &mut WaitingPods) {
+            if pod.labels.get("group").is_none() {
+                return;
+            }
+            let members: Vec<String> = waiting.iter().map(|w| w.pod.name.clone()).collect();
+            for m in members {
+                waiting.reject("default", &m, "Gang", "a member will not be bound");
+            }
+        }
+    }
+
+    fn gang_scheduler(size: usize) -> Scheduler {
+        let mut config = Config::default_with(&plugins::registry()).expect("defaults");
+        config.profiles[0].permit.push(Arc::new(Gang {
+            size,
+            wait: Duration::from_secs(10),
+        }));
+        let mut s = Scheduler::new(config, None);
+        s.upsert_node(node("n1").capacity("2", "2Gi").build(), Duration::ZERO);
+        s
+    }
+
+    fn member(name: &str) -> Arc<PodInfo> {
+        pod(name).req("cpu", "1").label("group", "g").build()
+    }
+
+    fn waits(s: &mut Scheduler, now: Duration) -> Arc<PodInfo> {
+        match s.schedule_next(now) {
+            Some(Attempt::Waiting {
+                pod, node, plugins, ..
+            }) => {
+                assert_eq!((&*node, plugins.as_slice()), ("n1", ["Gang"].as_slice()));
+                pod
+            }
+            other => panic!("expected a wait at Permit, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pod_waiting_at_permit_keeps_its_room_until_its_group_lets_it_go() {
+        let mut s = gang_scheduler(2);
+        let t = Duration::from_secs(1);
+        s.upsert_pod(member("a"), Duration::ZERO).unwrap();
+        waits(&mut s, Duration::ZERO);
+        assert_eq!(s.waiting_pods().len(), 1);
+        assert!(
+            s.cache().pod_placement("default", "a").unwrap().1,
+            "assumed"
+        );
+        // Its cpu is taken: a pod of 2 cpu does not fit beside it.
+        s.upsert_pod(pod("big").req("cpu", "2").build(), t).unwrap();
+        assert!(matches!(
+            s.schedule_next(t),
+            Some(Attempt::Unschedulable { .. })
+        ));
+        // The second member completes the group: it is bound, then the first is let go.
+        s.upsert_pod(member("b"), t).unwrap();
+        assert_eq!(schedule(&mut s, t).assumed.name, "b");
+        match s.schedule_next(Duration::from_secs(3)) {
+            Some(Attempt::Permitted { task, waited }) => {
+                assert_eq!((task.assumed.name.as_str(), &*task.plan.node), ("a", "n1"));
+                assert_eq!(waited, Duration::from_secs(3));
+            }
+            other => panic!("expected a to be permitted, got {other:?}"),
+        }
+        assert!(s.waiting_pods().is_empty());
+        assert_eq!(s.waiting_pods().next_deadline(), None);
+    }
+
+    #[test]
+    fn a_wait_that_runs_out_gives_the_room_back_and_the_pod_backs_off() {
+        let mut s = gang_scheduler(3);
+        s.upsert_pod(member("a"), Duration::ZERO).unwrap();
+        waits(&mut s, Duration::ZERO);
+        assert_eq!(s.next_wakeup(), Some(Duration::from_secs(10)));
+        assert!(s.schedule_next(Duration::from_secs(9)).is_none());
+        match s.schedule_next(Duration::from_secs(10)) {
+            Some(Attempt::Rejected {
+                pod,
+                status,
+                node,
+                waited,
+                attempt,
+            }) => {
+                assert_eq!((pod.name.as_str(), &*node, attempt), ("a", "n1", 1));
+                assert_eq!(waited, Duration::from_secs(10));
+                assert_eq!(status.plugin(), Some("Gang"));
+                assert_eq!(
+                    status.message(),
+                    "rejected due to timeout after waiting 10s at plugin Gang"
+                );
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(
+            s.cache().pod_placement("default", "a").is_none(),
+            "room given back"
+        );
+        assert!(s.cache().node("n1").unwrap().pods.is_empty());
+        assert_eq!(s.queue().len(QueueName::Backoff), 1);
+    }
+
+    #[test]
+    fn a_member_that_will_not_be_bound_takes_its_waiting_group_with_it() {
+        let mut s = gang_scheduler(3);
+        s.upsert_pod(member("a"), Duration::ZERO).unwrap();
+        s.upsert_pod(member("b"), Duration::ZERO).unwrap();
+        waits(&mut s, Duration::ZERO);
+        let b = waits(&mut s, Duration::ZERO);
+        assert_eq!(s.waiting_pods().len(), 2);
+        // b is deleted while it waits: its room is freed, it is not retried, and the plugin
+        // rejects a with it.
+        s.remove_pod("default", &b.name, Duration::ZERO);
+        match s.schedule_next(Duration::ZERO) {
+            Some(Attempt::Rejected { pod, status, .. }) => {
+                assert_eq!(pod.name, "a");
+                assert_eq!(status.message(), "a member will not be bound");
+            }
+            other => panic!("expected a's rejection, got {other:?}"),
+        }
+        assert!(s.cache().node("n1").unwrap().pods.is_empty());
+        assert!(s.waiting_pods().is_empty());
+        assert_eq!(s.queue().total(), 1, "only a is queued again");
+    }
+
+    #[test]
+    fn a_pod_bound_by_someone_else_while_it_waits_stops_waiting() {
+        let mut s = gang_scheduler(2);
+        s.upsert_pod(member("a"), Duration::ZERO).unwrap();
+        waits(&mut s, Duration::ZERO);
+        let bound = pod("a")
+            .req("cpu", "1")
+            .label("group", "g")
+            .on("n1")
+            .build();
+        s.upsert_pod(bound, Duration::ZERO).unwrap();
+        assert!(s.waiting_pods().is_empty());
+        let (node, assumed) = s.cache().pod_placement("default", "a").unwrap();
+        assert_eq!((&**node, assumed), ("n1", false));
+        assert_eq!(s.cache().node("n1").unwrap().pods.len(), 1, "counted once");
+        assert!(s.schedule_next(Duration::from_secs(20)).is_none());
     }
 
     #[test]

@@ -18,11 +18,11 @@ use super::events::{
     Recorder,
 };
 use super::instrument::Instrumentation;
-use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE};
+use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE, code_label};
 use super::node_load::{NodeLoadSettings, NodeReading};
 use super::preemption::{PreemptRequest, Victim};
 use crate::decision::DecisionRecorder;
-use crate::framework::{Nomination, Preemption};
+use crate::framework::{Code, Nomination, Preemption};
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
@@ -313,6 +313,48 @@ impl Driver {
             self.metrics.decision_log_dropped();
         }
         match attempt {
+            Attempt::Waiting { pod, node, .. } => {
+                tracing::debug!(pod = %pod.key(), %node, "waiting at Permit");
+            }
+            Attempt::Permitted { task, waited } => {
+                self.metrics
+                    .permit_waited(code_label(Code::Success), waited);
+                run.in_flight += 1;
+                self.set_in_flight(run.in_flight);
+                if let Err(e) = self.binder.send(BindRequest {
+                    task,
+                    attempt_start,
+                }) {
+                    run.in_flight -= 1;
+                    self.set_in_flight(run.in_flight);
+                    self.scheduler
+                        .binding_failed(*e.0.task, run.start.elapsed());
+                }
+            }
+            Attempt::Rejected {
+                pod,
+                status,
+                waited,
+                ..
+            } => {
+                self.metrics
+                    .permit_waited(code_label(Code::Unschedulable), waited);
+                self.metrics.attempt(
+                    RESULT_UNSCHEDULABLE,
+                    &pod.scheduler_name,
+                    attempt_start.elapsed(),
+                );
+                let message = status.message();
+                tracing::debug!(pod = %pod.key(), %message, "rejected at Permit");
+                self.recorder.record(Record::Failed {
+                    pod: pod_ref(&pod),
+                    profile: pod.scheduler_name.clone(),
+                    condition_reason: CONDITION_UNSCHEDULABLE,
+                    message,
+                    nomination: Nomination::Keep,
+                    nominated: pod.nominated_node.clone(),
+                });
+            }
             Attempt::Scheduled(task, _) => {
                 // Only an earlier attempt can have left a condition waiting to be written.
                 if task.queued.attempts > 1 {
@@ -659,6 +701,8 @@ impl Driver {
             q.len(QueueName::Unschedulable).saturating_sub(gated),
             gated,
         );
+        self.metrics
+            .set_permit_waiting(self.scheduler.waiting_pods().len());
         for (queue, event, n) in self.scheduler.take_queue_incoming() {
             self.metrics.incoming(queue, event, n);
         }

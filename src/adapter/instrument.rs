@@ -18,7 +18,7 @@ use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostFilterInput,
     PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult, PreScorePlugin, Profile,
-    ReservePlugin, ScorePlugin, Status,
+    ReservePlugin, ScorePlugin, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 
@@ -582,15 +582,27 @@ impl ReservePlugin for Timed {
 }
 
 impl PermitPlugin for Timed {
-    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration) {
+    fn permit(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &str,
+        waiting: &mut WaitingPods,
+    ) -> (Status, Duration) {
         let Some(inner) = self.inner.as_permit() else {
             return (missing("Permit"), Duration::ZERO);
         };
         self.sequential(
-            || inner.permit(state, pod, node),
+            || inner.permit(state, pod, node, waiting),
             |(s, _)| s.code(),
-            |c| c != Code::Success,
+            |c| c != Code::Success && c != Code::Wait,
         )
+    }
+
+    fn unreserved(&self, pod: &PodInfo, waiting: &mut WaitingPods) {
+        if let Some(inner) = self.inner.as_permit() {
+            inner.unreserved(pod, waiting);
+        }
     }
 }
 

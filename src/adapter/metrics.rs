@@ -112,6 +112,10 @@ fn preemption_goroutine_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 20))
 }
 
+fn permit_wait_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
 fn plugin_buckets() -> BatchHistogram {
     BatchHistogram::new(exponential_buckets(0.00001, 1.5, 20))
 }
@@ -145,6 +149,8 @@ pub struct Metrics {
     preemption_victims: Histogram,
     preemption_duration: HistogramFamily<OutcomeLabels>,
     preemption_executions: Family<OutcomeLabels, Counter>,
+    permit_wait: HistogramFamily<OutcomeLabels>,
+    permit_waiting: Gauge,
     decision_log_dropped: Counter,
     bindings_unconfirmed: Counter,
     records_dropped: Counter,
@@ -224,6 +230,19 @@ impl Metrics {
             "Total preemption attempts in the cluster till now",
             preemption_attempts.clone(),
         );
+        let permit_wait: HistogramFamily<OutcomeLabels> =
+            Family::new_with_constructor(permit_wait_buckets);
+        registry.register(
+            "scheduler_permit_wait_duration_seconds",
+            "Duration of waiting on permit.",
+            permit_wait.clone(),
+        );
+        let permit_waiting = Gauge::default();
+        registry.register(
+            "gantry_permit_waiting_pods",
+            "Pods a Permit plugin holds on their node, their room reserved, until it allows or rejects them",
+            permit_waiting.clone(),
+        );
         // kube-scheduler's: more than 64 victims is rare, [64, +Inf) is one bucket.
         let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
         registry.register(
@@ -277,6 +296,8 @@ impl Metrics {
             preemption_victims,
             preemption_duration,
             preemption_executions,
+            permit_wait,
+            permit_waiting,
             decision_log_dropped,
             bindings_unconfirmed,
             records_dropped,
@@ -419,6 +440,20 @@ impl Metrics {
             .get_or_create(&labels)
             .observe(d.as_secs_f64());
         self.preemption_executions.get_or_create(&labels).inc();
+    }
+
+    /// A pod held at Permit was allowed (`Success`) or rejected (`Unschedulable`) after
+    /// waiting `d`.
+    pub fn permit_waited(&self, result: &'static str, d: Duration) {
+        self.permit_wait
+            .get_or_create(&OutcomeLabels { result })
+            .observe(d.as_secs_f64());
+    }
+
+    /// Pods held at Permit now.
+    pub fn set_permit_waiting(&self, n: usize) {
+        self.permit_waiting
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A decision record did not reach the decision log file.

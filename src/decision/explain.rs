@@ -75,8 +75,16 @@ fn format_time(ms: u64) -> String {
 pub fn explain_record(r: &DecisionRecord, out: &mut String) {
     let outcome = match (&r.result, &r.node) {
         (Outcome::Scheduled, Some(node)) => format!("scheduled on {node}"),
+        (Outcome::Waiting, Some(node)) => format!("waiting at Permit on {node}"),
+        (Outcome::Permitted, Some(node)) => format!("permitted on {node}"),
+        (Outcome::Rejected, Some(node)) => format!("rejected at Permit on {node}"),
         (other, _) => other.as_str().to_string(),
     };
+    // The end of a wait at Permit ran no cycle: nothing about nodes to tell.
+    let cycle_ran = !matches!(
+        r.result,
+        Outcome::Error | Outcome::Permitted | Outcome::Rejected
+    );
     let _ = writeln!(
         out,
         "{}/{}  attempt {}: {}  (profile {}, {}, took {})",
@@ -91,18 +99,19 @@ pub fn explain_record(r: &DecisionRecord, out: &mut String) {
     if let Some(message) = &r.message {
         let _ = writeln!(out, "  {message}");
     }
-    if r.result != Outcome::Error {
+    if cycle_ran {
         let _ = writeln!(
             out,
             "  Nodes: {} in the cluster, {} evaluated, {} feasible",
             r.nodes_total, r.nodes_evaluated, r.nodes_feasible
         );
     }
-    if r.result == Outcome::Scheduled {
+    let chosen = matches!(r.result, Outcome::Scheduled | Outcome::Waiting);
+    if chosen {
         explain_choice(r, out);
     }
     if !r.rejections.is_empty() {
-        let what = if r.result == Outcome::Scheduled {
+        let what = if chosen {
             "Ruled out while filtering:"
         } else {
             "Why no node could take it:"
@@ -234,6 +243,7 @@ pub fn explain(records: &[DecisionRecord]) -> String {
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;
+    use std::sync::Arc;
 
     use super::*;
     use crate::decision::record::{Rejection, TopNode};
@@ -259,6 +269,28 @@ mod tests {
             preemption: None,
             duration_micros: 1_234,
         }
+    }
+
+    #[test]
+    fn the_end_of_a_wait_at_permit_names_the_node_and_the_rejection() {
+        let mut r = base(Outcome::Rejected);
+        r.node = Some(Arc::from("n3"));
+        r.message = Some(
+            "rejected due to timeout after waiting 30s at plugin Coscheduling (after waiting 30000ms at Permit)"
+                .into(),
+        );
+        let mut out = String::new();
+        explain_record(&r, &mut out);
+        let mut lines = out.lines();
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .contains("attempt 2: rejected at Permit on n3"),
+            "{out}"
+        );
+        assert!(lines.next().unwrap().contains("timeout after waiting 30s"));
+        assert!(!out.contains("Nodes:"), "no cycle ran: {out}");
     }
 
     #[test]

@@ -23,6 +23,13 @@ pub enum Outcome {
     Unschedulable,
     /// Something failed (a plugin error); the pod is retried after backoff.
     Error,
+    /// A node was chosen, and a Permit plugin holds the pod there (its room reserved) until
+    /// it allows or rejects it.
+    Waiting,
+    /// A pod held at Permit was allowed (the binding follows).
+    Permitted,
+    /// A pod held at Permit was rejected, or its wait ran out; it is retried after backoff.
+    Rejected,
 }
 
 impl Outcome {
@@ -32,6 +39,9 @@ impl Outcome {
             Outcome::Scheduled => "scheduled",
             Outcome::Unschedulable => "unschedulable",
             Outcome::Error => "error",
+            Outcome::Waiting => "waiting",
+            Outcome::Permitted => "permitted",
+            Outcome::Rejected => "rejected",
         }
     }
 }
@@ -129,6 +139,11 @@ pub struct DecisionRecord {
     pub duration_micros: u64,
 }
 
+/// A wait, in milliseconds (`1250ms`).
+fn millis(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
 fn rejections(counts: &[RejectionCount]) -> Vec<Rejection> {
     counts
         .iter()
@@ -141,6 +156,78 @@ fn rejections(counts: &[RejectionCount]) -> Vec<Rejection> {
 }
 
 impl DecisionRecord {
+    /// The record of a cycle that chose a node (`outcome` says what followed), with its
+    /// summary; `at` is the timestamp and the duration in microseconds.
+    fn chosen(
+        pod: &crate::model::PodInfo,
+        profile: &str,
+        attempt: u32,
+        outcome: Outcome,
+        (node, message): (Arc<str>, Option<String>),
+        summary: &mut crate::scheduler::CycleSummary,
+        (timestamp_ms, duration_micros): (u64, u64),
+    ) -> Self {
+        DecisionRecord {
+            timestamp_ms,
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            profile: profile.to_string(),
+            attempt,
+            result: outcome,
+            node: Some(node),
+            message,
+            nodes_total: summary.nodes,
+            nodes_evaluated: summary.evaluated,
+            nodes_feasible: summary.feasible,
+            rejections: rejections(&summary.rejections),
+            score_plugins: summary
+                .score_plugins
+                .iter()
+                .map(|&p| Cow::Borrowed(p))
+                .collect(),
+            top_nodes: std::mem::take(&mut summary.scores)
+                .into_iter()
+                .map(|s| TopNode {
+                    node: s.node,
+                    scores: s.weighted,
+                    total: s.total,
+                })
+                .collect(),
+            suggestions: Vec::new(),
+            preemption: None,
+            duration_micros,
+        }
+    }
+
+    /// The record of the end of a wait at Permit on `node` (no cycle ran).
+    fn after_wait(
+        pod: &crate::model::PodInfo,
+        attempt: u32,
+        outcome: Outcome,
+        node: Arc<str>,
+        (timestamp_ms, duration_micros): (u64, u64),
+    ) -> Self {
+        DecisionRecord {
+            timestamp_ms,
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            profile: pod.scheduler_name.clone(),
+            attempt,
+            result: outcome,
+            node: Some(node),
+            message: None,
+            nodes_total: 0,
+            nodes_evaluated: 0,
+            nodes_feasible: 0,
+            rejections: Vec::new(),
+            score_plugins: Vec::new(),
+            top_nodes: Vec::new(),
+            suggestions: Vec::new(),
+            preemption: None,
+            duration_micros,
+        }
+    }
+
     /// The record of `attempt`, made at `timestamp_ms` and lasting `took` (both measured by
     /// the caller: the core has no clock). The best nodes' scores and the suggestions are
     /// moved out of the attempt rather than copied (front ends need nothing else from them):
@@ -148,35 +235,65 @@ impl DecisionRecord {
     pub fn from_attempt(attempt: &mut Attempt, timestamp_ms: u64, took: Duration) -> Self {
         let duration_micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         match attempt {
-            Attempt::Scheduled(task, summary) => DecisionRecord {
-                timestamp_ms,
-                namespace: task.assumed.namespace.clone(),
-                pod: task.assumed.name.clone(),
-                profile: task.profile.clone(),
-                attempt: task.queued.attempts,
-                result: Outcome::Scheduled,
-                node: Some(task.plan.node.clone()),
-                message: None,
-                nodes_total: summary.nodes,
-                nodes_evaluated: summary.evaluated,
-                nodes_feasible: summary.feasible,
-                rejections: rejections(&summary.rejections),
-                score_plugins: summary
-                    .score_plugins
-                    .iter()
-                    .map(|&p| Cow::Borrowed(p))
-                    .collect(),
-                top_nodes: std::mem::take(&mut summary.scores)
-                    .into_iter()
-                    .map(|s| TopNode {
-                        node: s.node,
-                        scores: s.weighted,
-                        total: s.total,
-                    })
-                    .collect(),
-                suggestions: Vec::new(),
-                preemption: None,
-                duration_micros,
+            Attempt::Scheduled(task, summary) => Self::chosen(
+                &task.assumed,
+                &task.profile,
+                task.queued.attempts,
+                Outcome::Scheduled,
+                (task.plan.node.clone(), None),
+                summary,
+                (timestamp_ms, duration_micros),
+            ),
+            Attempt::Waiting {
+                pod,
+                attempt,
+                node,
+                plugins,
+                summary,
+            } => Self::chosen(
+                pod,
+                &pod.scheduler_name,
+                *attempt,
+                Outcome::Waiting,
+                (
+                    node.clone(),
+                    Some(format!("waiting at Permit for {}", plugins.join(", "))),
+                ),
+                summary,
+                (timestamp_ms, duration_micros),
+            ),
+            Attempt::Permitted { task, waited } => DecisionRecord {
+                message: Some(format!(
+                    "allowed at Permit after waiting {}",
+                    millis(*waited)
+                )),
+                ..Self::after_wait(
+                    &task.assumed,
+                    task.queued.attempts,
+                    Outcome::Permitted,
+                    task.plan.node.clone(),
+                    (timestamp_ms, duration_micros),
+                )
+            },
+            Attempt::Rejected {
+                pod,
+                attempt,
+                node,
+                status,
+                waited,
+            } => DecisionRecord {
+                message: Some(format!(
+                    "{} (after waiting {} at Permit)",
+                    status.message(),
+                    millis(*waited)
+                )),
+                ..Self::after_wait(
+                    pod,
+                    *attempt,
+                    Outcome::Rejected,
+                    node.clone(),
+                    (timestamp_ms, duration_micros),
+                )
             },
             Attempt::Unschedulable {
                 pod,

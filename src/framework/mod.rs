@@ -7,6 +7,7 @@ pub mod profile;
 pub mod registry;
 pub mod run;
 pub mod status;
+pub mod waiting;
 
 pub use cycle_state::CycleState;
 pub use events::{
@@ -20,3 +21,4 @@ pub use registry::{
 };
 pub use run::{NominatedPods, SkippedFilters};
 pub use status::{Code, Status};
+pub use waiting::{MAX_PERMIT_WAIT, Verdict, WaitingPod, WaitingPods};

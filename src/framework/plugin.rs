@@ -17,6 +17,7 @@ use super::events::EventHint;
 use super::profile::Profile;
 use super::run::NominatedPods;
 use super::status::Status;
+use super::waiting::WaitingPods;
 
 /// Highest score a plugin may give a node after normalization.
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -338,10 +339,28 @@ impl ReservedAnnotations {
     }
 }
 
-/// Approves, rejects, or delays the binding.
+/// Approves, rejects, or delays the binding of a pod assumed on its node.
 pub trait PermitPlugin: Send + Sync {
-    /// `Wait` with a timeout delays binding until the pod is allowed or the timeout passes.
-    fn permit(&self, state: &mut CycleState, pod: &PodInfo, node: &str) -> (Status, Duration);
+    /// Success lets the pod be bound; a rejection gives its room back. `Wait` with a
+    /// timeout holds the pod, room and all, until this plugin allows it through
+    /// [`WaitingPods::allow`] (in a later call, for instance when the pod that completes a
+    /// group arrives), rejects it, or the timeout passes. The plugin may decide on other
+    /// waiting pods through `waiting`.
+    fn permit(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &str,
+        waiting: &mut WaitingPods,
+    ) -> (Status, Duration);
+
+    /// The pod will not be bound after all (a later plugin rejected it, its wait ended in a
+    /// rejection, its binding failed): called after the Reserve plugins' Unreserve, so that
+    /// a plugin may reject the pods it holds with it (kube-scheduler plugins do this in
+    /// Unreserve).
+    fn unreserved(&self, pod: &PodInfo, waiting: &mut WaitingPods) {
+        let _ = (pod, waiting);
+    }
 }
 
 /// The volume decisions a Reserve plugin took for the pod (VolumeBinding's choice of a

@@ -161,6 +161,11 @@ fn run_queue(
     decisions: Option<&DecisionRecorder>,
 ) {
     let mut now = Duration::ZERO;
+    // Bindings so far, and for each pod held at Permit, how many there were when it began
+    // to wait: a pod rejected after a wait in which nothing was bound would be held and
+    // rejected the same way again, for ever, and is not tried again.
+    let mut bindings = 0u64;
+    let mut waiting_since: HashMap<String, u64> = HashMap::new();
     loop {
         loop {
             let start = Instant::now();
@@ -172,7 +177,20 @@ fn run_queue(
                 d.record(&mut attempt, at, start.elapsed());
             }
             match attempt {
-                Attempt::Scheduled(task, _) => {
+                Attempt::Waiting { pod, .. } => {
+                    waiting_since.insert(pod.key(), bindings);
+                }
+                Attempt::Rejected { pod, status, .. } => {
+                    if let Some(&i) = index.get(&pod.key()) {
+                        report.pods[i].message = Some(status.message());
+                    }
+                    if waiting_since.remove(&pod.key()) == Some(bindings) {
+                        sched.remove_pod(&pod.namespace, &pod.name, now);
+                    }
+                }
+                Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } => {
+                    bindings += 1;
+                    waiting_since.remove(&task.assumed.key());
                     let key = task.assumed.key();
                     let node = task.plan.node.to_string();
                     let volumes = complete_pre_bind(sched, &task.plan.pre_bind, now);
@@ -212,10 +230,13 @@ fn run_queue(
                 }
             }
         }
-        // Pods parked as unschedulable stay so: nothing else changes in a simulation.
-        match sched.next_backoff_expiry() {
-            Some(t) => now = t.max(now),
-            None => break,
+        // Pods parked as unschedulable stay so: nothing else changes in a simulation. Time
+        // moves on to the next backoff to end, or wait at Permit to run out.
+        let waits = sched.waiting_pods().next_deadline();
+        match (sched.next_backoff_expiry(), waits) {
+            (Some(a), Some(b)) => now = a.min(b).max(now),
+            (Some(t), None) | (None, Some(t)) => now = t.max(now),
+            (None, None) => break,
         }
     }
 }

@@ -206,11 +206,14 @@ fn run_one(
                 r.record(&mut attempt, timestamp_ms, took);
             }
             match attempt {
-                Attempt::Scheduled(task, _) => {
+                Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } => {
                     sched.binding_succeeded(&task, now)?;
                     scheduled += 1;
                 }
-                Attempt::Unschedulable { .. } | Attempt::Failed { .. } => pending += 1,
+                Attempt::Waiting { .. } => {}
+                Attempt::Unschedulable { .. }
+                | Attempt::Failed { .. }
+                | Attempt::Rejected { .. } => pending += 1,
             }
         }
         Ok(RunResult {
