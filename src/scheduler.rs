@@ -12,11 +12,13 @@ use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
 };
 use crate::framework::{
-    BindPlan, ClusterChange, Code, CycleState, NominatedPods, Nomination, PostFilterResult,
-    PreBindAction, Profile, ReservedAnnotations, ReservedVolumes, Status, Verdict, WaitingPods,
+    BindPlan, ClusterChange, ClusterEvent, Code, CycleState, NominatedPods, Nomination,
+    PodsToActivate, PostFilterResult, PreBindAction, Profile, ReservedAnnotations, ReservedVolumes,
+    Status, Verdict, WaitingPods,
 };
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::LoadSample;
+use crate::model::pod_group::PodGroupModel;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
@@ -259,6 +261,7 @@ impl Scheduler {
     /// A pod appeared or changed: bound pods go to the cache, pending pods this scheduler
     /// serves go to the queue, others are ignored.
     pub fn upsert_pod(&mut self, pod: Arc<PodInfo>, now: Duration) -> Result<(), CacheError> {
+        self.cache.note_pod(&pod);
         if pod.node_name.is_some() {
             // Bound (by us or anyone else): no longer ours to schedule.
             self.release_held(&pod.namespace, &pod.name);
@@ -291,6 +294,10 @@ impl Scheduler {
         if self.queue.contains(&pod.namespace, &pod.name) {
             self.queue.update(pod, gated, now);
         } else {
+            if self.queue.listens(ClusterEvent::PendingPodAdd) {
+                self.queue
+                    .on_event(&ClusterChange::PendingPodAdded(&pod), now);
+            }
             self.queue.add(pod, gated, now);
         }
         Ok(())
@@ -299,6 +306,7 @@ impl Scheduler {
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
         self.release_held(namespace, name);
+        self.cache.forget_member(namespace, name);
         self.queue.delete(namespace, name);
         self.nominated.remove(namespace, name);
         if let Some(pod) = self.cache.remove_pod(namespace, name) {
@@ -448,6 +456,25 @@ impl Scheduler {
         self.cache.remove_disruption_budget(namespace, name);
     }
 
+    /// A PodGroup appeared or changed.
+    pub fn upsert_pod_group(&mut self, group: PodGroupModel, now: Duration) {
+        let (namespace, name) = (group.namespace.clone(), group.name.clone());
+        let old = self.cache.pod_groups().group(&namespace, &name).cloned();
+        self.cache.upsert_pod_group(group);
+        if let Some(new) = self.cache.pod_groups().group(&namespace, &name).cloned() {
+            let change = ClusterChange::PodGroup {
+                old: old.as_deref(),
+                new: &new,
+            };
+            self.queue.on_event(&change, now);
+        }
+    }
+
+    /// A PodGroup was deleted (or can no longer be read).
+    pub fn remove_pod_group(&mut self, namespace: &str, name: &str) {
+        self.cache.remove_pod_group(namespace, name);
+    }
+
     /// Something else changed that may help parked pods (namespaces, workload selectors).
     pub fn notify(&mut self, now: Duration) {
         self.queue.on_event(&ClusterChange::Other, now);
@@ -472,6 +499,7 @@ impl Scheduler {
             percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
             top_scores: TOP_SCORES,
             nominated: Some(&self.nominated),
+            waiting: Some(&self.waiting),
         };
         let result = cycle::schedule_one(
             &profile,
@@ -501,6 +529,10 @@ impl Scheduler {
             }
             Err(CycleError::Unschedulable(diagnosis)) => {
                 self.apply_nomination(&queued.pod, &diagnosis.post_filter);
+                for r in &diagnosis.post_filter.reject_waiting {
+                    self.waiting
+                        .reject(&r.namespace, &r.name, r.plugin, &r.message);
+                }
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
                     suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
@@ -599,7 +631,13 @@ impl Scheduler {
         }
         self.cache.note_placement(&assumed, now);
         self.nominated.remove(&assumed.namespace, &assumed.name);
-        let waits = match run_permit(profile, &mut state, &assumed, &node, &mut self.waiting) {
+        let permitted = run_permit(profile, &mut state, &assumed, &node, &mut self.waiting);
+        if let Some(PodsToActivate(pods)) = state.remove::<PodsToActivate>() {
+            for (namespace, name) in pods {
+                self.queue.activate(&namespace, &name, now);
+            }
+        }
+        let waits = match permitted {
             Ok(waits) => waits,
             Err(status) => {
                 self.forget(profile, &mut state, &assumed, &node);

@@ -345,6 +345,7 @@ mod tests {
             percentage_of_nodes_to_score: 0,
             top_scores: 0,
             nominated: None,
+            waiting: None,
         };
         match cycle::schedule_one(
             &profile,

@@ -7,6 +7,7 @@
 //! and either confirms it when the binding is observed or forgets it when binding fails.
 
 mod node_info;
+mod pod_groups;
 mod pod_index;
 mod snapshot;
 mod storage;
@@ -19,6 +20,7 @@ use std::time::Duration;
 
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{LoadSample, NodeLoad};
+use crate::model::pod_group::{PodGroupModel, group_of};
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -27,6 +29,7 @@ use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use snapshot::DisruptionBudgets;
 
 pub use node_info::NodeInfo;
+pub use pod_groups::{Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
 pub use snapshot::{Snapshot, TopologyDomains};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
@@ -81,6 +84,10 @@ pub struct Cache {
     /// PodDisruptionBudgets by namespace and name; a persistent map, so that a snapshot
     /// shares it, and a change copies only the path to one entry.
     disruption_budgets: DisruptionBudgets,
+    /// PodGroups and their pods (see [`PodGroups`]).
+    pod_groups: PodGroups,
+    /// The group each known pod names, by pod (namespace, name).
+    group_of_pod: HashMap<(String, String), String>,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -118,6 +125,8 @@ impl Cache {
             image_nodes: Arc::default(),
             storage: Storage::default(),
             disruption_budgets: DisruptionBudgets::default(),
+            pod_groups: PodGroups::default(),
+            group_of_pod: HashMap::new(),
             generation: 0,
             dirty: HashSet::new(),
             list_changed: false,
@@ -287,6 +296,7 @@ impl Cache {
     }
 
     fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
+        self.set_placed(&pod, true);
         if self.tracked.contains(Tracked::PodLabels) {
             self.pod_changes.push((pod.clone(), node.clone(), true));
         }
@@ -302,6 +312,9 @@ impl Cache {
     fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
         self.pods.remove(key);
         let pod = self.touch(node).remove_pod(&key.0, &key.1);
+        if let Some(pod) = &pod {
+            self.set_placed(pod, false);
+        }
         if let Some(pod) = &pod
             && self.tracked.contains(Tracked::PodLabels)
         {
@@ -554,6 +567,79 @@ impl Cache {
         }
     }
 
+    /// Records a pod known to exist, pending or placed, as a member of the group its label
+    /// names (or of none); ignored unless [`Tracked::PodGroups`] is tracked.
+    pub fn note_pod(&mut self, pod: &PodInfo) {
+        if !self.tracked.contains(Tracked::PodGroups) {
+            return;
+        }
+        let key = (pod.namespace.clone(), pod.name.clone());
+        let group = group_of(pod);
+        if let Some(old) = self.group_of_pod.get(&key)
+            && Some(old.as_str()) != group
+        {
+            self.pod_groups.remove_member(&key.0, &key.1, old);
+            self.group_of_pod.remove(&key);
+        }
+        let Some(group) = group else {
+            return;
+        };
+        let member = Member {
+            placed: self.pods.contains_key(&key),
+            gated: !pod.scheduling_gates.is_empty(),
+        };
+        self.pod_groups.set_member(pod, group, member);
+        self.group_of_pod.insert(key, group.to_string());
+        self.generation += 1;
+    }
+
+    /// Forgets the pod `namespace/name` as a group member (it was deleted).
+    pub fn forget_member(&mut self, namespace: &str, name: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some(group) = self.group_of_pod.remove(&key) {
+            self.pod_groups.remove_member(namespace, name, &group);
+            self.generation += 1;
+        }
+    }
+
+    fn set_placed(&mut self, pod: &PodInfo, placed: bool) {
+        if !self.tracked.contains(Tracked::PodGroups) {
+            return;
+        }
+        let Some(group) = group_of(pod) else {
+            return;
+        };
+        let gated = self.pod_groups.member(pod, group).is_some_and(|m| m.gated);
+        self.pod_groups
+            .set_member(pod, group, Member { placed, gated });
+        self.group_of_pod
+            .insert((pod.namespace.clone(), pod.name.clone()), group.to_string());
+    }
+
+    /// Records a PodGroup (added or changed); ignored unless [`Tracked::PodGroups`] is
+    /// tracked.
+    pub fn upsert_pod_group(&mut self, group: PodGroupModel) {
+        if !self.tracked.contains(Tracked::PodGroups) {
+            return;
+        }
+        self.pod_groups.upsert_group(group);
+        self.generation += 1;
+    }
+
+    /// Forgets a PodGroup (deleted, or no longer readable).
+    pub fn remove_pod_group(&mut self, namespace: &str, name: &str) {
+        if self.tracked.contains(Tracked::PodGroups)
+            && self.pod_groups.remove_group(namespace, name)
+        {
+            self.generation += 1;
+        }
+    }
+
+    /// PodGroups and their pods.
+    pub fn pod_groups(&self) -> &PodGroups {
+        &self.pod_groups
+    }
+
     /// Assumes the volume decisions of a pod just placed (see [`Storage`]); on an error
     /// nothing stays assumed.
     pub fn assume_volumes(&mut self, decisions: &[VolumeDecision]) -> Result<(), String> {
@@ -582,6 +668,7 @@ impl Cache {
         snapshot.image_nodes = self.image_nodes.clone();
         snapshot.storage = self.storage.clone();
         snapshot.disruption_budgets = self.disruption_budgets.clone();
+        snapshot.pod_groups = self.pod_groups.clone();
         snapshot.generation = self.generation;
         snapshot.untracked = self.tracked.complement();
         if self.list_changed || snapshot.nodes.len() != self.order.len() {

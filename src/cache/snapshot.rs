@@ -12,6 +12,7 @@ use crate::model::taint::TaintEffect;
 use crate::model::{Labels, PodInfo};
 
 use super::node_info::NodeInfo;
+use super::pod_groups::PodGroups;
 use super::pod_index::PodIndex;
 use super::storage::Storage;
 use super::tracked::{Tracked, TrackedSet};
@@ -32,6 +33,7 @@ pub struct Snapshot {
     pub(super) pods: PodIndex,
     pub(super) storage: Storage,
     pub(super) disruption_budgets: DisruptionBudgets,
+    pub(super) pod_groups: PodGroups,
     /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
     /// may share it) whenever a node is added, removed or changed.
     pub(super) domains: Arc<Mutex<DomainCache>>,
@@ -196,6 +198,12 @@ impl Snapshot {
     pub fn disruption_budgets(&self) -> impl Iterator<Item = &Arc<DisruptionBudgetModel>> {
         self.reads(Tracked::DisruptionBudgets);
         self.disruption_budgets.values()
+    }
+
+    /// PodGroups and the pods naming each (read by Coscheduling, #21).
+    pub fn pod_groups(&self) -> &PodGroups {
+        self.reads(Tracked::PodGroups);
+        &self.pod_groups
     }
 
     /// On how many nodes the image (normalized name) is present.

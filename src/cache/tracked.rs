@@ -29,11 +29,14 @@ pub enum Tracked {
     /// PodDisruptionBudgets, for preemption's choice of victims
     /// ([`crate::cache::Snapshot::disruption_budgets`]).
     DisruptionBudgets,
+    /// PodGroups and the pods naming each, for gang scheduling
+    /// ([`crate::cache::Snapshot::pod_groups`]).
+    PodGroups,
 }
 
 impl Tracked {
     /// Every part, in declaration order.
-    pub const ALL: [Tracked; 7] = [
+    pub const ALL: [Tracked; 8] = [
         Tracked::PodLabels,
         Tracked::ImageSpread,
         Tracked::NamespaceLabels,
@@ -41,6 +44,7 @@ impl Tracked {
         Tracked::NodeLoad,
         Tracked::Volumes,
         Tracked::DisruptionBudgets,
+        Tracked::PodGroups,
     ];
 
     fn bit(self) -> u8 {
@@ -58,6 +62,7 @@ impl fmt::Display for Tracked {
             Tracked::NodeLoad => "node load",
             Tracked::Volumes => "storage",
             Tracked::DisruptionBudgets => "disruption budgets",
+            Tracked::PodGroups => "pod groups",
         })
     }
 }

@@ -13,7 +13,7 @@ use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
 use crate::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods,
-    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status,
+    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 
@@ -40,6 +40,8 @@ pub struct CycleOptions<'a> {
     /// Pods nominated to nodes (room made for them by preemption): counted on their nodes
     /// when pods of no higher priority are filtered there, and tried first for themselves.
     pub nominated: Option<&'a NominatedPods>,
+    /// The pods held at Permit, for PostFilter plugins to read (and reject).
+    pub waiting: Option<&'a WaitingPods>,
 }
 
 /// What one cycle leaves for the next: where to start looking, so that successive cycles
@@ -619,28 +621,31 @@ fn run_post_filter(
     diagnosis: &mut Diagnosis,
 ) {
     let no_nominations = NominatedPods::default();
+    let no_waiting = WaitingPods::default();
     let input = PostFilterInput {
         profile,
         snapshot,
         nominated: options.nominated.unwrap_or(&no_nominations),
         rejections: &diagnosis.node_statuses,
+        waiting: options.waiting.unwrap_or(&no_waiting),
     };
+    let mut reject_waiting = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     let mut kept = PostFilterResult::default();
     for plugin in &profile.post_filter {
         let Some(pf) = plugin.as_post_filter() else {
             continue;
         };
-        let (result, status) = pf.post_filter(state, pod, &input);
-        if status.is_success() || !status.is_rejected() {
+        let (mut result, status) = pf.post_filter(state, pod, &input);
+        reject_waiting.append(&mut result.reject_waiting);
+        if status.is_success()
+            || !status.is_rejected()
+            || status.code() == Code::UnschedulableAndUnresolvable
+        {
             if !status.reasons().is_empty() {
                 diagnosis.post_filter_msg = Some(status.message());
             }
-            *diagnosis.post_filter = result;
-            return;
-        }
-        if status.code() == Code::UnschedulableAndUnresolvable {
-            diagnosis.post_filter_msg = Some(status.message());
+            result.reject_waiting = reject_waiting;
             *diagnosis.post_filter = result;
             return;
         }
@@ -652,6 +657,7 @@ fn run_post_filter(
     if !reasons.is_empty() {
         diagnosis.post_filter_msg = Some(reasons.join(", "));
     }
+    kept.reject_waiting = reject_waiting;
     *diagnosis.post_filter = kept;
 }
 

@@ -117,6 +117,7 @@ const OPTS: CycleOptions<'static> = CycleOptions {
     percentage_of_nodes_to_score: 0,
     top_scores: 3,
     nominated: None,
+    waiting: None,
 };
 
 #[test]
@@ -302,6 +303,7 @@ fn memory_spreads_the_search_and_parallel_matches_sequential() {
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
         nominated: None,
+        waiting: None,
     };
     let (mut r1, mut r2) = (CycleMemory::default(), CycleMemory::default());
     for i in 0..5 {

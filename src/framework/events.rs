@@ -2,6 +2,7 @@
 //! pod it rejected schedulable (kube-scheduler's `EnqueueExtensions`), so that the queue moves
 //! a parked pod back only when one of the plugins that rejected it says the change may help.
 
+use crate::model::pod_group::PodGroupModel;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
@@ -47,6 +48,13 @@ pub enum ClusterEvent {
     StorageCapacityAdd,
     /// A CSIStorageCapacity changed.
     StorageCapacityUpdate,
+    /// A pending pod appeared (delivered only when some plugin registers it: a pending pod
+    /// frees nothing, but can complete a group).
+    PendingPodAdd,
+    /// A PodGroup appeared.
+    PodGroupAdd,
+    /// A PodGroup changed.
+    PodGroupUpdate,
     /// Something else that selectors read: a namespace's labels, a workload's selector.
     Other,
 }
@@ -74,6 +82,9 @@ impl ClusterEvent {
             ClusterEvent::CsiDriverUpdate => "CSIDriverUpdate",
             ClusterEvent::StorageCapacityAdd => "CSIStorageCapacityAdd",
             ClusterEvent::StorageCapacityUpdate => "CSIStorageCapacityUpdate",
+            ClusterEvent::PendingPodAdd => "UnscheduledPodAdd",
+            ClusterEvent::PodGroupAdd => "PodGroupAdd",
+            ClusterEvent::PodGroupUpdate => "PodGroupUpdate",
         }
     }
 }
@@ -96,6 +107,15 @@ pub enum ClusterChange<'a> {
     PodUpdated(&'a PodInfo),
     /// A placed pod went away; as it was.
     PodRemoved(&'a PodInfo),
+    /// A pending pod appeared.
+    PendingPodAdded(&'a PodInfo),
+    /// A PodGroup appeared (`old` none) or changed.
+    PodGroup {
+        /// As it was.
+        old: Option<&'a PodGroupModel>,
+        /// As it is.
+        new: &'a PodGroupModel,
+    },
     /// Nodes' measured load changed.
     NodeLoadChanged,
     /// A PersistentVolumeClaim appeared (`old` none) or changed.
@@ -153,6 +173,9 @@ impl ClusterChange<'_> {
             ClusterChange::PodAdded(_) => ClusterEvent::PodAdd,
             ClusterChange::PodUpdated(_) => ClusterEvent::PodUpdate,
             ClusterChange::PodRemoved(_) => ClusterEvent::PodDelete,
+            ClusterChange::PendingPodAdded(_) => ClusterEvent::PendingPodAdd,
+            ClusterChange::PodGroup { old: None, .. } => ClusterEvent::PodGroupAdd,
+            ClusterChange::PodGroup { .. } => ClusterEvent::PodGroupUpdate,
             ClusterChange::NodeLoadChanged => ClusterEvent::NodeLoadChange,
             ClusterChange::Claim { old: None, .. } => ClusterEvent::ClaimAdd,
             ClusterChange::Claim { .. } => ClusterEvent::ClaimUpdate,

@@ -100,8 +100,16 @@ pub trait Plugin: Send + Sync + 'static {
 /// Orders the active queue: `less(a, b)` is true when `a` should be scheduled before `b`.
 /// A profile has exactly one, and all profiles must agree on it.
 pub trait QueueSortPlugin: Send + Sync {
-    /// Compares two queued pods; `a_seq` and `b_seq` are their arrival sequence numbers.
+    /// Compares two queued pods; `a_seq` and `b_seq` are their arrival sequence numbers
+    /// (shared by the pods of a group, see [`QueueSortPlugin::group_label`]).
     fn compare(&self, a: &PodInfo, a_seq: u64, b: &PodInfo, b_seq: u64) -> Ordering;
+
+    /// The label whose value puts pods of a namespace in one group, whose pods in the
+    /// active queue then share the arrival number of the first of them, so that they are
+    /// taken one after the other (Coscheduling's). None: every pod arrives alone.
+    fn group_label(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Decides whether a pod may enter the active queue at all (e.g. scheduling gates). A
@@ -192,6 +200,8 @@ pub struct PostFilterInput<'a> {
     pub nominated: &'a NominatedPods,
     /// Each node the cycle rejected, with the status that rejected it.
     pub rejections: &'a [(Arc<str>, Status)],
+    /// The pods held at Permit.
+    pub waiting: &'a WaitingPods,
 }
 
 /// What the pod's nominated node becomes after a PostFilter plugin ran.
@@ -228,7 +238,29 @@ pub struct PostFilterResult {
     pub nomination: Nomination,
     /// The evictions it decided, if any.
     pub preemption: Option<Preemption>,
+    /// Pods held at Permit it rejects (a gang whose member cannot be placed); those of
+    /// every PostFilter plugin that ran are rejected.
+    pub reject_waiting: Vec<WaitingRejection>,
 }
+
+/// A pod held at Permit that a plugin rejects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingRejection {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The plugin rejecting it.
+    pub plugin: &'static str,
+    /// Why, in the plugin's words.
+    pub message: String,
+}
+
+/// Pods a plugin asks to be tried again now, out of backoff or the unschedulable pods
+/// (kube-scheduler's `PodsToActivate`: Coscheduling's siblings of a pod that waits for
+/// them), written to the cycle state by Permit; the scheduler activates them after Permit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodsToActivate(pub Vec<(String, String)>);
 
 /// Runs when no node fits (e.g. preemption): may decide evictions and nominate a node.
 pub trait PostFilterPlugin: Send + Sync {

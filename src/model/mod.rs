@@ -9,6 +9,7 @@ pub mod labels;
 pub mod load;
 pub mod node;
 pub mod pod;
+pub mod pod_group;
 pub mod quantity;
 pub mod resources;
 pub mod selector;

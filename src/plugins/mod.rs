@@ -4,6 +4,7 @@
 use crate::framework::Registry;
 
 pub mod balanced_allocation;
+pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod gpu_share;
@@ -32,6 +33,7 @@ pub fn registry() -> Registry {
     let mut r = Registry::new();
     for spec in [
         balanced_allocation::SPEC,
+        coscheduling::SPEC,
         default_binder::SPEC,
         default_preemption::SPEC,
         gpu_share::SPEC,
@@ -220,7 +222,13 @@ items:
             .add_yaml(EVERYTHING, "everything")
             .expect("valid input");
         for name in registry().names() {
-            let mut enabled = vec![priority_sort::NAME, default_binder::NAME];
+            // A QueueSort plugin stands in for PrioritySort: a profile has one.
+            let sorts = registry().get(name).expect("registered")(None)
+                .is_ok_and(|p| p.as_queue_sort().is_some());
+            let mut enabled = vec![default_binder::NAME];
+            if !sorts {
+                enabled.push(priority_sort::NAME);
+            }
             if !enabled.contains(&name) {
                 enabled.push(name);
             }

@@ -1195,6 +1195,7 @@ mod tests {
             percentage_of_nodes_to_score: 0,
             top_scores: 3,
             nominated: None,
+            waiting: None,
         };
         let mut memory = CycleMemory::default();
 

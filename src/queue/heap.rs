@@ -60,10 +60,10 @@ impl Heap {
         Some(key)
     }
 
-    /// Removes `key` if present.
-    pub fn remove(&mut self, key: &str, cmp: &impl Compare) {
+    /// Removes `key` if present; true when it was.
+    pub fn remove(&mut self, key: &str, cmp: &impl Compare) -> bool {
         let Some(i) = self.positions.remove(key) else {
-            return;
+            return false;
         };
         self.items.swap_remove(i);
         if i < self.items.len() {
@@ -71,6 +71,7 @@ impl Heap {
             self.sift_down(i, cmp);
             self.sift_up(i, cmp);
         }
+        true
     }
 
     /// Number of keys.

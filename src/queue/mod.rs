@@ -8,7 +8,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::framework::{ClusterChange, EventHint, Plugin, QueueSortPlugin, Status, may_help};
+use crate::framework::{
+    ClusterChange, ClusterEvent, EventHint, Plugin, QueueSortPlugin, Status, may_help,
+};
 use crate::model::{PodInfo, PodKey};
 
 use heap::Heap;
@@ -108,6 +110,13 @@ pub struct SchedulingQueue {
     /// Incremented by every cluster event that moves pods.
     move_requests: u64,
     seq: u64,
+    /// For the QueueSort plugins that keep groups together
+    /// ([`QueueSortPlugin::group_label`]): the group of each pod in the active queue, and
+    /// for each group the sequence number its pods there share (the first one's) and how
+    /// many they are. A group whose last pod leaves the active queue starts afresh: one that
+    /// failed goes behind the pods that came meanwhile.
+    active_groups: HashMap<Arc<str>, (String, String)>,
+    group_seqs: HashMap<(String, String), (u64, usize)>,
     /// Pods that entered each sub-queue, by event label, since the last
     /// [`take_incoming`](Self::take_incoming).
     incoming: HashMap<(QueueName, &'static str), u64>,
@@ -133,6 +142,8 @@ impl SchedulingQueue {
             in_flight: HashMap::new(),
             move_requests: 0,
             seq: 0,
+            active_groups: HashMap::new(),
+            group_seqs: HashMap::new(),
             incoming: HashMap::new(),
         }
     }
@@ -152,21 +163,57 @@ impl SchedulingQueue {
 
     fn push_active(&mut self, key: Arc<str>, now: Duration) {
         self.seq += 1;
-        if let Some(e) = self.entries.get_mut(&key) {
-            self.waiting.remove(&key);
-            e.queue = QueueName::Active;
-            e.queued.enqueued = now;
-            let sort = self.sort.as_queue_sort();
-            self.active
-                .push(key, self.seq, e.queued.pod.clone(), |a, b| {
-                    compare(sort, a, b)
-                });
+        if !self.entries.contains_key(&key) {
+            return;
         }
+        self.remove_active(&key);
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        self.waiting.remove(&key);
+        e.queue = QueueName::Active;
+        e.queued.enqueued = now;
+        let pod = e.queued.pod.clone();
+        let sort = self.sort.as_queue_sort();
+        let group = sort
+            .and_then(|s| s.group_label())
+            .and_then(|label| pod.labels.get(label))
+            .filter(|g| !g.is_empty())
+            .map(|g| (pod.namespace.clone(), g.to_string()));
+        let seq = match group {
+            Some(group) => {
+                let shared = self
+                    .group_seqs
+                    .entry(group.clone())
+                    .or_insert((self.seq, 0));
+                shared.1 += 1;
+                let seq = shared.0;
+                self.active_groups.insert(key.clone(), group);
+                seq
+            }
+            None => self.seq,
+        };
+        self.active.push(key, seq, pod, |a, b| compare(sort, a, b));
     }
 
     fn remove_active(&mut self, key: &str) {
         let sort = self.sort.as_queue_sort();
-        self.active.remove(key, &|a, b| compare(sort, a, b));
+        if self.active.remove(key, &|a, b| compare(sort, a, b)) {
+            self.left_active(key);
+        }
+    }
+
+    /// `key` left the active queue: its group has one pod fewer there.
+    fn left_active(&mut self, key: &str) {
+        let Some(group) = self.active_groups.remove(key) else {
+            return;
+        };
+        if let Some(shared) = self.group_seqs.get_mut(&group) {
+            shared.1 -= 1;
+            if shared.1 == 0 {
+                self.group_seqs.remove(&group);
+            }
+        }
     }
 
     /// Adds a new pending pod (or replaces a queued one with the same key). `gated` is the
@@ -316,6 +363,7 @@ impl SchedulingQueue {
         self.flush(now);
         let sort = self.sort.as_queue_sort();
         let key = self.active.pop(|a, b| compare(sort, a, b))?;
+        self.left_active(&key);
         let mut entry = self.entries.remove(&key)?;
         entry.queued.attempts += 1;
         self.in_flight.insert(key, self.move_requests);
@@ -421,6 +469,14 @@ impl SchedulingQueue {
                 self.count_incoming(QueueName::Active, event.label());
             }
         }
+    }
+
+    /// True when some plugin registered `event` (an event nobody listens for need not be
+    /// delivered).
+    pub fn listens(&self, event: ClusterEvent) -> bool {
+        self.events
+            .values()
+            .any(|hints| hints.iter().any(|h| h.event == event))
     }
 
     /// Number of pods in each sub-queue.

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::config::yaml;
 use crate::model::echo::{bound_message, echo, echo_name};
+use crate::model::pod_group::{self, PodGroup};
 
 /// Input that cannot be read; names the document and, where it can, the field.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +89,8 @@ pub struct ClusterInput {
     /// PodDisruptionBudgets, of `policy/v1` or `policy/v1beta1` (read as v1: the fields
     /// preemption reads have the same schema).
     pub disruption_budgets: Vec<policy::PodDisruptionBudget>,
+    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`), for gang scheduling.
+    pub pod_groups: Vec<PodGroup>,
     /// Objects of other kinds, counted by kind; the scheduler does not read them.
     pub ignored: BTreeMap<String, usize>,
     /// Where each pod (namespace, name) was read, to refuse a second one.
@@ -194,6 +197,17 @@ impl ClusterInput {
                 }
                 self.disruption_budgets
                     .push(decode(value, &what).map_err(invalid)?)
+            }
+            "PodGroup" => {
+                let version = value.get("apiVersion").and_then(|v| v.as_str());
+                if version != Some(pod_group::API_VERSION) {
+                    return Err(invalid(format!(
+                        "apiVersion: {}, expected {}",
+                        echo(version.unwrap_or("")),
+                        pod_group::API_VERSION
+                    )));
+                }
+                self.pod_groups.push(decode(value, &what).map_err(invalid)?)
             }
             "ReplicationController" => self
                 .replication_controllers

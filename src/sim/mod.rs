@@ -16,6 +16,7 @@ use crate::decision::DecisionRecorder;
 use crate::framework::PreBindAction;
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
+use crate::model::pod_group::PodGroupModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, ClaimRef, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel,
@@ -25,7 +26,7 @@ use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
 pub use input::{ClusterInput, InputError};
-pub use report::{NodeUsage, PodOutcome, PreemptionOutcome, Report};
+pub use report::{GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
 /// The example cluster `gantry simulate` runs with no input.
 pub const EXAMPLE: &str = include_str!("example.yaml");
@@ -58,6 +59,7 @@ pub fn simulate_recorded(
     load_workloads(sched.cache_mut(), input);
     load_storage(&mut sched, input, &mut report, now);
     load_disruption_budgets(&mut sched, input, &mut report);
+    load_pod_groups(&mut sched, input, &mut report, now);
     let mut loads = Vec::new();
     for node in &input.nodes {
         match NodeModel::from_api(node) {
@@ -143,29 +145,33 @@ pub fn simulate_recorded(
         let _ = sched.upsert_pod(pod, now);
     }
 
-    run_queue(&mut sched, &mut report, &outcome_index, decisions);
+    let held = run_queue(&mut sched, &mut report, &outcome_index, decisions);
     for (queued, _) in sched.waiting() {
         if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
             report.pods[i].message = Some(status.message());
         }
     }
     report.nodes = node_usage(&sched);
+    report.groups = group_outcomes(&sched, &report, &held);
     report
 }
 
-/// Schedules until nothing is due; advances the virtual clock over backoffs.
+/// Schedules until nothing is due; advances the virtual clock over backoffs and waits at
+/// Permit. Returns, for each PodGroup, the most of its pods placed at once (waiting at
+/// Permit included).
 fn run_queue(
     sched: &mut Scheduler,
     report: &mut Report,
     index: &HashMap<String, usize>,
     decisions: Option<&DecisionRecorder>,
-) {
+) -> HashMap<(String, String), usize> {
+    let mut held: HashMap<(String, String), usize> = HashMap::new();
     let mut now = Duration::ZERO;
-    // Bindings so far, and for each pod held at Permit, how many there were when it began
-    // to wait: a pod rejected after a wait in which nothing was bound would be held and
-    // rejected the same way again, for ever, and is not tried again.
+    // Bindings so far, and for each pod rejected at Permit, how many there were then: a pod
+    // rejected twice with nothing bound in between would be held and rejected the same way
+    // again, for ever, and is not tried again.
     let mut bindings = 0u64;
-    let mut waiting_since: HashMap<String, u64> = HashMap::new();
+    let mut rejected_at: HashMap<String, u64> = HashMap::new();
     loop {
         loop {
             let start = Instant::now();
@@ -178,19 +184,28 @@ fn run_queue(
             }
             match attempt {
                 Attempt::Waiting { pod, .. } => {
-                    waiting_since.insert(pod.key(), bindings);
+                    if let Some(group) = crate::model::pod_group::group_of(&pod) {
+                        let placed = sched
+                            .cache()
+                            .pod_groups()
+                            .members(&pod.namespace, group)
+                            .placed();
+                        let most = held
+                            .entry((pod.namespace.clone(), group.to_string()))
+                            .or_default();
+                        *most = (*most).max(placed);
+                    }
                 }
                 Attempt::Rejected { pod, status, .. } => {
                     if let Some(&i) = index.get(&pod.key()) {
                         report.pods[i].message = Some(status.message());
                     }
-                    if waiting_since.remove(&pod.key()) == Some(bindings) {
+                    if rejected_at.insert(pod.key(), bindings) == Some(bindings) {
                         sched.remove_pod(&pod.namespace, &pod.name, now);
                     }
                 }
                 Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } => {
                     bindings += 1;
-                    waiting_since.remove(&task.assumed.key());
                     let key = task.assumed.key();
                     let node = task.plan.node.to_string();
                     let volumes = complete_pre_bind(sched, &task.plan.pre_bind, now);
@@ -239,6 +254,7 @@ fn run_queue(
             (None, None) => break,
         }
     }
+    held
 }
 
 /// Carries a preemption out as a cluster would: the victims go away (their deletion frees
@@ -420,6 +436,84 @@ fn load_disruption_budgets(sched: &mut Scheduler, input: &ClusterInput, report: 
             Err(e) => report.invalid.push(e),
         }
     }
+}
+
+/// PodGroups (for gang scheduling); unreadable ones are reported as invalid and left out, so
+/// their pods are refused at Permit as pods of a group that does not exist.
+fn load_pod_groups(
+    sched: &mut Scheduler,
+    input: &ClusterInput,
+    report: &mut Report,
+    now: Duration,
+) {
+    for g in &input.pod_groups {
+        let mut g = g.clone();
+        g.metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+        match PodGroupModel::from_api(&g) {
+            Ok(g) => sched.upsert_pod_group(g, now),
+            Err(e) => report.invalid.push(e),
+        }
+    }
+}
+
+/// How each PodGroup fared: complete once `minMember` of its pods are bound; otherwise how
+/// many of them the simulation held at most, and why the rest found no place (the message
+/// of a pod not placed, preferring one that did not wait for the others).
+fn group_outcomes(
+    sched: &Scheduler,
+    report: &Report,
+    held: &HashMap<(String, String), usize>,
+) -> Vec<GroupOutcome> {
+    let groups = sched.cache().pod_groups();
+    groups
+        .groups()
+        .map(|g| {
+            let members = groups.members(&g.namespace, &g.name);
+            let placed = members.placed();
+            let complete = placed >= g.min_member as usize;
+            let messages: Vec<&str> = report
+                .pods
+                .iter()
+                .filter(|p| p.namespace == g.namespace && p.node.is_none() && p.evicted.is_none())
+                .filter(|p| members.pending().any(|m| m == p.name))
+                .filter_map(|p| p.message.as_deref())
+                .collect();
+            let why = (!complete).then(|| {
+                messages
+                    .iter()
+                    .find(|m| !is_permit_rejection(m))
+                    .or(messages.first())
+                    .map_or_else(
+                        || "no pod of the group was tried".to_string(),
+                        |m| m.to_string(),
+                    )
+            });
+            GroupOutcome {
+                namespace: g.namespace.clone(),
+                name: g.name.clone(),
+                min_member: g.min_member,
+                pods: members.len(),
+                placed,
+                held_at_most: held
+                    .get(&(g.namespace.clone(), g.name.clone()))
+                    .copied()
+                    .unwrap_or(0)
+                    .max(placed),
+                complete,
+                why,
+            }
+        })
+        .collect()
+}
+
+/// True for the messages of a pod released at Permit with its group (rather than one that
+/// found no node).
+fn is_permit_rejection(message: &str) -> bool {
+    message.starts_with("rejected due to timeout")
+        || message.starts_with("rejection in Unreserve")
+        || message.starts_with("optimistic rejection")
 }
 
 fn load_workloads(cache: &mut Cache, input: &ClusterInput) {

@@ -48,6 +48,29 @@ pub struct PreemptionOutcome {
     pub reason: String,
 }
 
+/// How one PodGroup fared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupOutcome {
+    /// Namespace.
+    pub namespace: String,
+    /// The group's name.
+    pub name: String,
+    /// `minMember`.
+    pub min_member: u32,
+    /// Pods naming the group.
+    pub pods: usize,
+    /// Of them, bound.
+    pub placed: usize,
+    /// The most of them placed at once, waiting at Permit included: how far the group got.
+    pub held_at_most: usize,
+    /// True once `minMember` of them are bound.
+    pub complete: bool,
+    /// For a group not complete, why its pods found no place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
 /// How much of a node is requested.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NodeUsage {
@@ -87,6 +110,9 @@ pub struct Report {
     /// The preemptions, in the order they happened.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub preemptions: Vec<PreemptionOutcome>,
+    /// Every PodGroup, ordered by namespace and name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupOutcome>,
 }
 
 fn percent(part: i64, whole: i64) -> String {
@@ -199,6 +225,31 @@ impl Report {
             let _ = writeln!(out, "\nPreemptions ({}):", rows.len());
             out.push_str(&table(
                 &["NAMESPACE", "PREEMPTOR", "NODE", "VICTIMS", "CHOSEN FOR"],
+                &rows,
+            ));
+        }
+        if !self.groups.is_empty() {
+            let rows: Vec<Vec<String>> = self
+                .groups
+                .iter()
+                .map(|g| {
+                    vec![
+                        g.namespace.clone(),
+                        g.name.clone(),
+                        format!("{}/{}", g.placed, g.min_member),
+                        g.pods.to_string(),
+                        match &g.why {
+                            None => "complete".to_string(),
+                            Some(why) => {
+                                format!("incomplete ({} placed at most): {why}", g.held_at_most)
+                            }
+                        },
+                    ]
+                })
+                .collect();
+            let _ = writeln!(out, "\nPod groups ({}):", rows.len());
+            out.push_str(&table(
+                &["NAMESPACE", "GROUP", "BOUND/MIN", "PODS", "STATE"],
                 &rows,
             ));
         }

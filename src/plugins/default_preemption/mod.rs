@@ -152,7 +152,7 @@ impl PostFilterPlugin for DefaultPreemption {
             .collect();
         let cleared = PostFilterResult {
             nomination: Nomination::Clear,
-            preemption: None,
+            ..PostFilterResult::default()
         };
         if potential.is_empty() {
             return fail(
@@ -215,6 +215,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 denominated,
                 reason,
             }),
+            ..PostFilterResult::default()
         };
         (result, Status::success())
     }

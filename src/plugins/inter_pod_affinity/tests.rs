@@ -735,6 +735,7 @@ affinity:
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
         nominated: None,
+        waiting: None,
     };
     let err = schedule_one(&profile, &snap, &p, &mut CycleMemory::default(), &opts).unwrap_err();
     assert_eq!(

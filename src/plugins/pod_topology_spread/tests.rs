@@ -806,6 +806,7 @@ fn cycle_places_and_reports_as_kube_does() {
         percentage_of_nodes_to_score: 0,
         top_scores: 3,
         nominated: None,
+        waiting: None,
     };
     let s = snapshot(
         vec![
