@@ -527,7 +527,8 @@ impl Scheduler {
                     now,
                 ))
             }
-            Err(CycleError::Unschedulable(diagnosis)) => {
+            Err(CycleError::Unschedulable(mut diagnosis)) => {
+                self.release_waiting_victims(&mut diagnosis.post_filter);
                 self.apply_nomination(&queued.pod, &diagnosis.post_filter);
                 for r in &diagnosis.post_filter.reject_waiting {
                     self.waiting
@@ -563,6 +564,24 @@ impl Scheduler {
                 })
             }
         }
+    }
+
+    /// A preemption's victims held at Permit are rejected there (`preempted`, as
+    /// kube-scheduler does: they are pending pods, not to be deleted), and moved from its
+    /// victims to its released pods.
+    fn release_waiting_victims(&mut self, result: &mut PostFilterResult) {
+        let Some(p) = result.preemption.as_mut() else {
+            return;
+        };
+        let (held, deleted): (Vec<_>, Vec<_>) = std::mem::take(&mut p.victims)
+            .into_iter()
+            .partition(|v| self.waiting.get(&v.namespace, &v.name).is_some());
+        p.victims = deleted;
+        for v in &held {
+            self.waiting
+                .reject(&v.namespace, &v.name, "DefaultPreemption", "preempted");
+        }
+        p.released = held;
     }
 
     /// Records what a PostFilter run decided for `pod`'s nomination: the pod nominated to

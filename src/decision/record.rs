@@ -326,7 +326,12 @@ impl DecisionRecord {
                     preemption: diagnosis.post_filter.preemption.as_ref().map(|p| {
                         PreemptionRecord {
                             node: p.node.to_string(),
-                            victims: p.victims.iter().map(|v| v.key()).collect(),
+                            victims: p
+                                .victims
+                                .iter()
+                                .chain(&p.released)
+                                .map(|v| v.key())
+                                .collect(),
                             reason: p.reason.clone(),
                         }
                     }),

@@ -229,6 +229,10 @@ pub struct Preemption {
     pub denominated: Vec<Arc<PodInfo>>,
     /// Why this node won, for the decision log.
     pub reason: String,
+    /// Victims held at Permit (assumed on the node, not bound): the scheduler rejects them
+    /// there, as kube-scheduler does, and moves them here out of `victims`, which are
+    /// deleted.
+    pub released: Vec<Arc<PodInfo>>,
 }
 
 /// What a PostFilter plugin did.

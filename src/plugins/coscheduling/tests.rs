@@ -303,3 +303,60 @@ profiles:
     let e = parse("{waitSeconds: 1}").unwrap_err();
     assert!(e.contains("waitSeconds"), "{e}");
 }
+
+#[test]
+fn a_preemption_rejects_a_waiting_member_at_permit_rather_than_deleting_it() {
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{name: Coscheduling}]
+      disabled: [{name: PrioritySort}]
+";
+    let config = Config::parse(yaml, &registry()).expect("config");
+    let mut s = Scheduler::new(config, None);
+    s.upsert_node(node("n1").capacity("4", "8Gi").build(), Duration::ZERO);
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 2}",
+    );
+    // Two pods of 4 cpu on one node of 4: the first waits for the second, which does not
+    // fit while the first holds the node.
+    add(
+        &mut s,
+        [member("low-0", "g", "4"), member("low-1", "g", "4")],
+    );
+    assert_eq!(
+        next(&mut s, Duration::ZERO).unwrap(),
+        ("low-0".into(), "waiting".into())
+    );
+    s.upsert_pod(
+        pod("urgent").req("cpu", "4").priority(100).build(),
+        Duration::ZERO,
+    )
+    .unwrap();
+    match s.schedule_next(Duration::ZERO) {
+        Some(Attempt::Unschedulable { pod, diagnosis, .. }) => {
+            assert_eq!(pod.name, "urgent");
+            let p = diagnosis
+                .post_filter
+                .preemption
+                .as_ref()
+                .expect("a preemption");
+            assert!(p.victims.is_empty(), "nothing to delete: {:?}", p.victims);
+            assert_eq!(p.released.len(), 1);
+            assert_eq!(p.released[0].name, "low-0");
+        }
+        other => panic!("expected urgent to preempt, got {other:?}"),
+    }
+    assert_eq!(
+        next(&mut s, Duration::ZERO).unwrap(),
+        ("low-0".into(), "preempted".into())
+    );
+    assert!(
+        s.cache().node("n1").unwrap().pods.is_empty(),
+        "its room is free"
+    );
+}

@@ -214,6 +214,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 victims: chosen.victims.clone(),
                 denominated,
                 reason,
+                released: Vec::new(),
             }),
             ..PostFilterResult::default()
         };
