@@ -303,6 +303,15 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Stops trying to schedule the pending pod `namespace/name`, which otherwise stays as it
+    /// is (a member of its group, say): the simulator's way to end retries that cannot
+    /// change anything. A pod held at Permit is released first.
+    pub fn stop_trying(&mut self, namespace: &str, name: &str) {
+        self.release_held(namespace, name);
+        self.queue.delete(namespace, name);
+        self.nominated.remove(namespace, name);
+    }
+
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
         self.release_held(namespace, name);
@@ -534,6 +543,9 @@ impl Scheduler {
                     self.waiting
                         .reject(&r.namespace, &r.name, r.plugin, &r.message);
                 }
+                if diagnosis.post_filter.group_failed {
+                    self.queue.demote_group_of(&queued.pod, now);
+                }
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
                     suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
@@ -751,6 +763,7 @@ impl Scheduler {
                 },
                 Verdict::Rejected(status) => {
                     self.forget(&profile, &mut state, &assumed, &node);
+                    self.queue.demote_group_of(&assumed, now);
                     self.queue
                         .on_event(&ClusterChange::PodRemoved(&assumed), now);
                     let (pod, attempt) = (queued.pod.clone(), queued.attempts);

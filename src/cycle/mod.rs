@@ -630,6 +630,7 @@ fn run_post_filter(
         waiting: options.waiting.unwrap_or(&no_waiting),
     };
     let mut reject_waiting = Vec::new();
+    let mut group_failed = false;
     let mut reasons: Vec<String> = Vec::new();
     let mut kept = PostFilterResult::default();
     for plugin in &profile.post_filter {
@@ -638,6 +639,7 @@ fn run_post_filter(
         };
         let (mut result, status) = pf.post_filter(state, pod, &input);
         reject_waiting.append(&mut result.reject_waiting);
+        group_failed |= result.group_failed;
         if status.is_success()
             || !status.is_rejected()
             || status.code() == Code::UnschedulableAndUnresolvable
@@ -646,6 +648,7 @@ fn run_post_filter(
                 diagnosis.post_filter_msg = Some(status.message());
             }
             result.reject_waiting = reject_waiting;
+            result.group_failed = group_failed;
             *diagnosis.post_filter = result;
             return;
         }
@@ -658,6 +661,7 @@ fn run_post_filter(
         diagnosis.post_filter_msg = Some(reasons.join(", "));
     }
     kept.reject_waiting = reject_waiting;
+    kept.group_failed = group_failed;
     *diagnosis.post_filter = kept;
 }
 

@@ -245,6 +245,9 @@ pub struct PostFilterResult {
     /// Pods held at Permit it rejects (a gang whose member cannot be placed); those of
     /// every PostFilter plugin that ran are rejected.
     pub reject_waiting: Vec<WaitingRejection>,
+    /// The pod's group (by the QueueSort plugin's group label) failed: its queued pods go
+    /// behind those that came before.
+    pub group_failed: bool,
 }
 
 /// A pod held at Permit that a plugin rejects.

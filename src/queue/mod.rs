@@ -175,11 +175,7 @@ impl SchedulingQueue {
         e.queued.enqueued = now;
         let pod = e.queued.pod.clone();
         let sort = self.sort.as_queue_sort();
-        let group = sort
-            .and_then(|s| s.group_label())
-            .and_then(|label| pod.labels.get(label))
-            .filter(|g| !g.is_empty())
-            .map(|g| (pod.namespace.clone(), g.to_string()));
+        let group = self.group_key(&pod);
         let seq = match group {
             Some(group) => {
                 let shared = self
@@ -194,6 +190,39 @@ impl SchedulingQueue {
             None => self.seq,
         };
         self.active.push(key, seq, pod, |a, b| compare(sort, a, b));
+    }
+
+    /// The group `pod` belongs to (by the QueueSort plugin's group label), if any.
+    fn group_key(&self, pod: &PodInfo) -> Option<(String, String)> {
+        let label = self.sort.as_queue_sort()?.group_label()?;
+        let group = pod.labels.get(label).filter(|g| !g.is_empty())?;
+        Some((pod.namespace.clone(), group.to_string()))
+    }
+
+    /// `pod`'s group failed (scheduler-plugins' `MarkPodGroupScheduleFailure`): its pods in
+    /// the active queue go behind those that came before the failure, so that a gang that
+    /// cannot complete does not hold the head of the queue.
+    pub fn demote_group_of(&mut self, pod: &PodInfo, now: Duration) {
+        let Some(group) = self.group_key(pod) else {
+            return;
+        };
+        if self.group_seqs.remove(&group).is_none() {
+            return;
+        }
+        let members: Vec<Arc<str>> = self
+            .active_groups
+            .iter()
+            .filter(|(_, g)| **g == group)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let sort = self.sort.as_queue_sort();
+        for key in &members {
+            self.active_groups.remove(key);
+            self.active.remove(key, &|a, b| compare(sort, a, b));
+        }
+        for key in members {
+            self.push_active(key, now);
+        }
     }
 
     fn remove_active(&mut self, key: &str) {

@@ -201,7 +201,7 @@ fn run_queue(
                         report.pods[i].message = Some(status.message());
                     }
                     if rejected_at.insert(pod.key(), bindings) == Some(bindings) {
-                        sched.remove_pod(&pod.namespace, &pod.name, now);
+                        sched.stop_trying(&pod.namespace, &pod.name);
                     }
                 }
                 Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } => {

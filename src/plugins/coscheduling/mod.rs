@@ -468,6 +468,7 @@ impl PostFilterPlugin for Coscheduling {
         (
             PostFilterResult {
                 reject_waiting,
+                group_failed: true,
                 ..PostFilterResult::default()
             },
             Status::unschedulable(format!(
