@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{Cache, CacheError, NodeInfo, Snapshot, TrackedSet};
+use crate::cache::{Cache, CacheError, GroupProgress, NodeInfo, Snapshot, TrackedSet};
 use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
@@ -92,6 +92,8 @@ pub enum Attempt {
         node: Arc<str>,
         /// The plugins that asked it to wait.
         plugins: Vec<&'static str>,
+        /// For a pod of a PodGroup, how far its group has got.
+        group: Option<GroupProgress>,
         /// How the cycle went.
         summary: CycleSummary,
     },
@@ -115,6 +117,8 @@ pub enum Attempt {
         status: Status,
         /// How long it waited.
         waited: Duration,
+        /// For a pod of a PodGroup, how far its group has got, once it is released.
+        group: Option<GroupProgress>,
     },
     /// Something failed (a plugin error); the pod retries after backoff.
     Failed {
@@ -546,6 +550,7 @@ impl Scheduler {
                 if diagnosis.post_filter.group_failed {
                     self.queue.demote_group_of(&queued.pod, now);
                 }
+                diagnosis.group = self.group_progress(&queued.pod);
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
                     suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
@@ -688,11 +693,13 @@ impl Scheduler {
                     reserved,
                 },
             );
+            let group = self.group_progress(&assumed);
             return Attempt::Waiting {
                 pod: assumed,
                 attempt,
                 node,
                 plugins: waits.into_iter().map(|(p, _)| p).collect(),
+                group,
                 summary,
             };
         }
@@ -768,12 +775,14 @@ impl Scheduler {
                         .on_event(&ClusterChange::PodRemoved(&assumed), now);
                     let (pod, attempt) = (queued.pod.clone(), queued.attempts);
                     self.queue.requeue_backoff(queued, now);
+                    let group = self.group_progress(&pod);
                     Attempt::Rejected {
                         pod,
                         attempt,
                         node,
                         status,
                         waited,
+                        group,
                     }
                 }
             });
@@ -791,6 +800,29 @@ impl Scheduler {
             let profile = held.profile.clone();
             self.forget(&profile, &mut held.state, &waiting.pod, &waiting.node);
         }
+    }
+
+    /// How far `pod`'s PodGroup has got, if it names one that exists.
+    fn group_progress(&self, pod: &PodInfo) -> Option<GroupProgress> {
+        let name = crate::model::pod_group::group_of(pod)?;
+        let groups = self.cache.pod_groups();
+        let group = groups.group(&pod.namespace, name)?;
+        let members = groups.members(&pod.namespace, name);
+        let waiting = self
+            .waiting
+            .iter()
+            .filter(|w| {
+                w.pod.namespace == pod.namespace
+                    && crate::model::pod_group::group_of(&w.pod) == Some(name)
+            })
+            .count();
+        Some(GroupProgress {
+            group: group.full_name(),
+            min_member: group.min_member,
+            pods: members.len(),
+            placed: members.placed(),
+            waiting,
+        })
     }
 
     /// Tells the Permit plugins that `pod` will not be bound (see
@@ -1246,6 +1278,7 @@ mod tests {
                 node,
                 waited,
                 attempt,
+                ..
             }) => {
                 assert_eq!((pod.name.as_str(), &*node, attempt), ("a", "n1", 1));
                 assert_eq!(waited, Duration::from_secs(10));

@@ -29,7 +29,7 @@ use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use snapshot::DisruptionBudgets;
 
 pub use node_info::NodeInfo;
-pub use pod_groups::{Member, Members, PodGroups};
+pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
 pub use snapshot::{Snapshot, TopologyDomains};
 pub use storage::{ClaimKey, Storage, VolumeDecision};

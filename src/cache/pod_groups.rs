@@ -6,8 +6,27 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use crate::model::PodInfo;
 use crate::model::pod_group::PodGroupModel;
+
+/// How far a group has got, for the decision log: its pods, how many are placed (bound
+/// or assumed), and how many of those wait at Permit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupProgress {
+    /// `namespace/name`.
+    pub group: String,
+    /// `minMember`.
+    pub min_member: u32,
+    /// Pods naming the group.
+    pub pods: usize,
+    /// Of them, placed on a node (waiting at Permit included).
+    pub placed: usize,
+    /// Of those, waiting at Permit for the rest.
+    pub waiting: usize,
+}
 
 /// A pod of a group, as the group counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -130,6 +130,13 @@ pub fn explain_record(r: &DecisionRecord, out: &mut String) {
         }
         t.render(out, "    ");
     }
+    if let Some(g) = &r.group {
+        let _ = writeln!(
+            out,
+            "  Group {}: {} of minMember {} placed ({} waiting at Permit), {} pods in all",
+            g.group, g.placed, g.min_member, g.waiting, g.pods
+        );
+    }
     if let Some(p) = &r.preemption {
         let _ = writeln!(
             out,
@@ -267,6 +274,7 @@ mod tests {
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
             preemption: None,
+            group: None,
             duration_micros: 1_234,
         }
     }
@@ -291,6 +299,21 @@ mod tests {
         );
         assert!(lines.next().unwrap().contains("timeout after waiting 30s"));
         assert!(!out.contains("Nodes:"), "no cycle ran: {out}");
+        r.group = Some(crate::cache::GroupProgress {
+            group: "ml/train".to_string(),
+            min_member: 8,
+            pods: 8,
+            placed: 5,
+            waiting: 5,
+        });
+        let mut out = String::new();
+        explain_record(&r, &mut out);
+        assert!(
+            out.contains(
+                "  Group ml/train: 5 of minMember 8 placed (5 waiting at Permit), 8 pods in all"
+            ),
+            "{out}"
+        );
     }
 
     #[test]

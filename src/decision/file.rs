@@ -318,6 +318,7 @@ mod tests {
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
             preemption: None,
+            group: None,
             duration_micros: 10,
         })
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::cache::GroupProgress;
 use crate::cycle::RejectionCount;
 use crate::model::PodKey;
 use crate::scheduler::Attempt;
@@ -135,6 +136,9 @@ pub struct DecisionRecord {
     /// For an unschedulable pod, the preemption decided for it, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionRecord>,
+    /// For a pod of a PodGroup, how far its group had got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupProgress>,
     /// How long the attempt took, in microseconds, as measured by the caller.
     pub duration_micros: u64,
 }
@@ -195,6 +199,7 @@ impl DecisionRecord {
                 .collect(),
             suggestions: Vec::new(),
             preemption: None,
+            group: None,
             duration_micros,
         }
     }
@@ -224,6 +229,7 @@ impl DecisionRecord {
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
             preemption: None,
+            group: None,
             duration_micros,
         }
     }
@@ -249,19 +255,23 @@ impl DecisionRecord {
                 attempt,
                 node,
                 plugins,
+                group,
                 summary,
-            } => Self::chosen(
-                pod,
-                &pod.scheduler_name,
-                *attempt,
-                Outcome::Waiting,
-                (
-                    node.clone(),
-                    Some(format!("waiting at Permit for {}", plugins.join(", "))),
-                ),
-                summary,
-                (timestamp_ms, duration_micros),
-            ),
+            } => DecisionRecord {
+                group: group.clone(),
+                ..Self::chosen(
+                    pod,
+                    &pod.scheduler_name,
+                    *attempt,
+                    Outcome::Waiting,
+                    (
+                        node.clone(),
+                        Some(format!("waiting at Permit for {}", plugins.join(", "))),
+                    ),
+                    summary,
+                    (timestamp_ms, duration_micros),
+                )
+            },
             Attempt::Permitted { task, waited } => DecisionRecord {
                 message: Some(format!(
                     "allowed at Permit after waiting {}",
@@ -281,7 +291,9 @@ impl DecisionRecord {
                 node,
                 status,
                 waited,
+                group,
             } => DecisionRecord {
+                group: group.clone(),
                 message: Some(format!(
                     "{} (after waiting {} at Permit)",
                     status.message(),
@@ -335,6 +347,7 @@ impl DecisionRecord {
                             reason: p.reason.clone(),
                         }
                     }),
+                    group: diagnosis.group.clone(),
                     duration_micros,
                 }
             }
@@ -359,6 +372,7 @@ impl DecisionRecord {
                 top_nodes: Vec::new(),
                 suggestions: Vec::new(),
                 preemption: None,
+                group: None,
                 duration_micros,
             },
         }

@@ -147,6 +147,7 @@ mod tests {
             top_nodes: Vec::new(),
             suggestions: Vec::new(),
             preemption: None,
+            group: None,
             duration_micros: 0,
         })
     }
