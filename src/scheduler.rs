@@ -550,7 +550,7 @@ impl Scheduler {
                 if diagnosis.post_filter.group_failed {
                     self.queue.demote_group_of(&queued.pod, now);
                 }
-                diagnosis.group = self.group_progress(&queued.pod);
+                diagnosis.group = self.group_progress(&queued.pod).map(Box::new);
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
                     suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)

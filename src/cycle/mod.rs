@@ -125,8 +125,9 @@ pub struct Diagnosis {
     pub post_filter: Box<PostFilterResult>,
     /// Plugins that rejected the pod (for requeueing on relevant cluster events).
     pub unschedulable_plugins: BTreeSet<&'static str>,
-    /// For a pod of a PodGroup, how far its group has got (set by the scheduler).
-    pub group: Option<crate::cache::GroupProgress>,
+    /// For a pod of a PodGroup, how far its group has got (set by the scheduler; boxed, as
+    /// most diagnoses carry nothing here).
+    pub group: Option<Box<crate::cache::GroupProgress>>,
 }
 
 /// How many nodes one plugin rejected with one reason.

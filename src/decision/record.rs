@@ -347,7 +347,7 @@ impl DecisionRecord {
                             reason: p.reason.clone(),
                         }
                     }),
-                    group: diagnosis.group.clone(),
+                    group: diagnosis.group.as_deref().cloned(),
                     duration_micros,
                 }
             }
