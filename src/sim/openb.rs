@@ -10,7 +10,7 @@
 //! 100% and 130% arrival (the mean over the arrivals that round to that percentage, as the
 //! paper's scripts compute it), the GPUs left unallocated, and FGD's fragmentation measure.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,10 +30,11 @@ use crate::model::gpu::{
     GPU_MILLI_ANNOTATION, GPU_MODEL_ANNOTATION, GPU_PRODUCT_LABEL, GPU_RESOURCE, MAX_GPUS_PER_NODE,
     MILLI_PER_GPU,
 };
+use crate::model::pod_group::{POD_GROUP_LABEL, PodGroupModel};
 use crate::model::{NodeModel, PodInfo};
 use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
 use crate::plugins::gpu_share::{self, Policy};
-use crate::plugins::{default_binder, node_resources_fit, priority_sort};
+use crate::plugins::{coscheduling, default_binder, node_resources_fit, priority_sort};
 use crate::scheduler::{Attempt, Scheduler};
 
 mod plot;
@@ -494,11 +495,18 @@ pub fn typical_pods_json(w: &TypicalWorkload) -> serde_json::Value {
 
 /// The scheduler configuration of the experiment: one profile with only what the
 /// experiment checks (cpu, memory and pod count by NodeResourcesFit's filter, GPUs by
-/// GpuShare, which alone scores), every node scored.
+/// GpuShare, which alone scores), every node scored; with `gangs`, Coscheduling sorts the
+/// queue (in PrioritySort's place) and places gangs whole.
 pub fn experiment_config(
     args: &serde_json::Value,
+    gangs: bool,
     registry: &Registry,
 ) -> Result<Config, OpenbError> {
+    let sort = if gangs {
+        coscheduling::NAME
+    } else {
+        priority_sort::NAME
+    };
     let config = serde_json::json!({
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -508,7 +516,7 @@ pub fn experiment_config(
             "plugins": {
                 "multiPoint": {
                     "enabled": [
-                        {"name": priority_sort::NAME},
+                        {"name": sort},
                         {"name": node_resources_fit::NAME},
                         {"name": gpu_share::NAME},
                         {"name": default_binder::NAME}
@@ -559,13 +567,19 @@ impl RunResult {
 }
 
 /// Runs the experiment with `seed` under the policy `args` through the scheduling core.
+/// With `gang_size` (2 or more), the pods asking for more than one GPU arrive in gangs of
+/// that many (consecutive such pods, each gang a PodGroup of that `minMember`; the last,
+/// shorter one of what is left): a gang's pods are placed all together or none is, as
+/// distributed training jobs need.
 pub fn run(
     trace: &Trace,
     args: &serde_json::Value,
     seed: u64,
+    gang_size: Option<u32>,
     registry: &Registry,
 ) -> Result<RunResult, OpenbError> {
-    let config = experiment_config(args, registry)?;
+    let gang_size = gang_size.filter(|n| *n >= 2);
+    let config = experiment_config(args, gang_size.is_some(), registry)?;
     let mut sched = Scheduler::new(config, None);
     let now = Duration::ZERO;
     for n in trace.nodes_for(seed) {
@@ -578,32 +592,43 @@ pub fn run(
     let (mut arrived, mut allocated, mut failed) = (0u64, 0u64, 0usize);
     let start = Instant::now();
     let cpu_start = cpu_time::ThreadTime::now();
+    let mut gang: Vec<(Arc<PodInfo>, u64)> = Vec::new();
+    let mut gangs = 0usize;
     for (k, &i) in arrivals.iter().enumerate() {
         let (template, milli) = &trace.pods[i];
         let mut pod = (**template).clone();
         pod.namespace.clone_from(&namespace);
         pod.name = format!("{}-{k}", template.name);
-        let pod = Arc::new(pod);
         arrived += milli;
-        sched
-            .upsert_pod(pod.clone(), now)
-            .map_err(|e| OpenbError::Config(e.to_string()))?;
-        match sched.schedule_next(now) {
-            Some(Attempt::Scheduled(task, _)) => {
-                sched
-                    .binding_succeeded(&task, now)
-                    .map_err(|e| OpenbError::Config(e.to_string()))?;
-                allocated += milli;
+        let in_gang = gang_size.is_some()
+            && matches!(template.gpu.request, crate::model::gpu::GpuRequest::Whole(n) if n > 1);
+        let batch = if in_gang {
+            gang.push((Arc::new(pod), *milli));
+            let last = k + 1 == arrivals.len();
+            if gang.len() < gang_size.unwrap_or(0) as usize && !last {
+                points.push((
+                    100.0 * arrived as f64 / capacity,
+                    100.0 * allocated as f64 / capacity,
+                ));
+                continue;
             }
-            _ => {
-                failed += 1;
-                sched.remove_pod(&pod.namespace, &pod.name, now);
-            }
-        }
+            gangs += 1;
+            std::mem::take(&mut gang)
+        } else {
+            vec![(Arc::new(pod), *milli)]
+        };
+        let (placed, lost) = place(&mut sched, batch, in_gang.then_some(gangs), now)?;
+        allocated += placed;
+        failed += lost;
         points.push((
             100.0 * arrived as f64 / capacity,
             100.0 * allocated as f64 / capacity,
         ));
+    }
+    if !gang.is_empty() {
+        let (placed, lost) = place(&mut sched, std::mem::take(&mut gang), Some(gangs + 1), now)?;
+        allocated += placed;
+        failed += lost;
     }
     let wall_seconds = start.elapsed().as_secs_f64();
     let cpu_seconds = cpu_start.elapsed().as_secs_f64();
@@ -636,6 +661,62 @@ pub fn run(
         wall_seconds,
         cpu_seconds,
     })
+}
+
+/// Schedules `pods` (with their GPU milli), as gang number `gang` when given (a PodGroup
+/// of them all): returns the GPU milli placed and how many pods could not be, which are
+/// removed (an arrival that finds no place leaves, in the experiment).
+fn place(
+    sched: &mut Scheduler,
+    pods: Vec<(Arc<PodInfo>, u64)>,
+    gang: Option<usize>,
+    now: Duration,
+) -> Result<(u64, usize), OpenbError> {
+    let bad = |e: crate::cache::CacheError| OpenbError::Config(e.to_string());
+    let mut pods = pods;
+    if let (Some(g), Some((first, _))) = (gang, pods.first()) {
+        let name = format!("gang-{g}");
+        sched.upsert_pod_group(
+            PodGroupModel {
+                namespace: first.namespace.clone(),
+                name: name.clone(),
+                min_member: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+                min_resources: None,
+                schedule_timeout: None,
+            },
+            now,
+        );
+        for (pod, _) in &mut pods {
+            let mut p = (**pod).clone();
+            p.labels = p
+                .labels
+                .iter()
+                .chain([(POD_GROUP_LABEL, name.as_str())])
+                .collect();
+            *pod = Arc::new(p);
+        }
+    }
+    let milli: HashMap<String, u64> = pods.iter().map(|(p, m)| (p.name.clone(), *m)).collect();
+    for (pod, _) in &pods {
+        sched.upsert_pod(pod.clone(), now).map_err(bad)?;
+    }
+    let mut placed = 0;
+    let mut bound = HashSet::new();
+    while let Some(attempt) = sched.schedule_next(now) {
+        if let Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } = attempt {
+            sched.binding_succeeded(&task, now).map_err(bad)?;
+            placed += milli.get(&task.assumed.name).copied().unwrap_or(0);
+            bound.insert(task.assumed.name.clone());
+        }
+    }
+    let mut lost = 0;
+    for (pod, _) in &pods {
+        if !bound.contains(&pod.name) {
+            lost += 1;
+            sched.remove_pod(&pod.namespace, &pod.name, now);
+        }
+    }
+    Ok((placed, lost))
 }
 
 /// The allocation at each whole arrival percentage: the mean over the arrivals that round to
@@ -734,6 +815,9 @@ pub struct Report {
     pub seeds: Vec<u64>,
     /// Results by policy, in the order asked.
     pub policies: Vec<PolicySummary>,
+    /// The size of the gangs the multi-GPU pods arrived in, if they did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang_size: Option<u32>,
 }
 
 impl Report {
@@ -742,11 +826,14 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "openb replay: {} ({} nodes, {} GPUs), {}, seeds {}",
+            "openb replay: {} ({} nodes, {} GPUs), {}{}, seeds {}",
             self.nodes,
             self.cluster_nodes,
             self.cluster_gpus,
             self.pods,
+            self.gang_size
+                .map(|n| format!(" (multi-GPU pods in gangs of {n})"))
+                .unwrap_or_default(),
             seed_range(&self.seeds)
         );
         let _ = writeln!(
@@ -1070,7 +1157,7 @@ n,1,1,257
         let registry = crate::plugins::registry();
         for policy in [Policy::Fgd, Policy::BestFit] {
             let spec = PolicySpec::published(policy, &t);
-            let r = run(&t, &spec.args, 42, &registry).unwrap();
+            let r = run(&t, &spec.args, 42, None, &registry).unwrap();
             assert_eq!(r.pods, t.arrivals(42).len());
             assert!(r.final_alloc > 0.0 && r.final_alloc <= 100.0, "{r:?}");
             assert_eq!(r.unallocated_gpus, 2.0 * (1.0 - r.final_alloc / 100.0));
@@ -1082,6 +1169,41 @@ n,1,1,257
                 .get("typicalPods")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn multi_gpu_pods_in_gangs_are_placed_whole_or_not_at_all() {
+        // Two nodes of 4 GPUs; every pod asks for 3, and three arrive (130% of the GPUs).
+        // One at a time, two find a place; as one gang of three they need 9 GPUs, and none
+        // is placed.
+        let nodes = load_nodes(&write(
+            "n.csv",
+            "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,4,V100M16\nn1,64000,262144,4,V100M16\n",
+        ))
+        .unwrap();
+        let pods = load_pods(&write(
+            "p.csv",
+            "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nt,8000,16384,3,1000\n",
+        ))
+        .unwrap();
+        let t = Trace::new(&nodes, &pods).unwrap();
+        let registry = crate::plugins::registry();
+        let spec = PolicySpec::published(Policy::BestFit, &t);
+        let alone = run(&t, &spec.args, 7, None, &registry).unwrap();
+        assert_eq!(
+            (alone.pods, alone.final_alloc, alone.failed),
+            (3, 75.0, 1),
+            "{alone:?}"
+        );
+        let gang = run(&t, &spec.args, 7, Some(3), &registry).unwrap();
+        assert_eq!(
+            (gang.pods, gang.final_alloc, gang.failed),
+            (3, 0.0, 3),
+            "{gang:?}"
+        );
+        // In gangs of two, the first pair is placed and the shorter gang left over is not.
+        let pairs = run(&t, &spec.args, 7, Some(2), &registry).unwrap();
+        assert_eq!((pairs.final_alloc, pairs.failed), (75.0, 1), "{pairs:?}");
     }
 
     #[test]
@@ -1107,6 +1229,7 @@ n,1,1,257
             cluster_gpus: 2.0,
             seeds: vec![42, 43],
             policies: vec![PolicySummary::new("FGD", vec![run.clone(), run])],
+            gang_size: None,
         };
         let table = report.to_table();
         assert!(table.contains("seeds 42..43"), "{table}");

@@ -42,6 +42,10 @@ pub struct Args {
     /// `learned` (learned online from the arriving pods, as in a live cluster).
     #[arg(long, value_enum, default_value = "trace")]
     pub typical_workload: TypicalSource,
+    /// Groups the pods asking for more than one GPU into gangs of this many (2 or more):
+    /// consecutive such pods form a PodGroup placed all or nothing by Coscheduling.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
+    pub gang_size: Option<u32>,
 }
 
 /// Where the typical workload comes from.
@@ -134,7 +138,7 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<(usize, openb::RunResult)>> = pool.install(|| {
         jobs.par_iter()
             .map(|&(i, seed)| {
-                let r = openb::run(&trace, &specs[i].args, seed, &registry)?;
+                let r = openb::run(&trace, &specs[i].args, seed, args.gang_size, &registry)?;
                 Ok((i, r))
             })
             .collect()
@@ -155,6 +159,7 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
             .zip(by_policy)
             .map(|(s, runs)| PolicySummary::new(&s.label, runs))
             .collect(),
+        gang_size: args.gang_size,
     };
     if let Some(path) = &args.plot {
         std::fs::write(path, report.to_svg())
