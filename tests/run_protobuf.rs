@@ -153,28 +153,35 @@ where
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut listed = Vec::new();
-        reflector::run(client, api, fields, format, "test", move |event| {
-            let seen = match event {
-                Event::Init => return true,
-                Event::InitApply(obj) => {
-                    listed.extend(show(&obj));
-                    return true;
-                }
-                Event::InitDone => {
-                    listed.sort();
-                    Seen::Listed(std::mem::take(&mut listed))
-                }
-                Event::Apply(obj) => match show(&obj) {
-                    Some(s) => Seen::Applied(s),
-                    None => return true,
-                },
-                Event::Delete(obj) => match show(&obj) {
-                    Some(s) => Seen::Deleted(s),
-                    None => return true,
-                },
-            };
-            tx.send(seen).is_ok()
-        })
+        reflector::run(
+            client,
+            api,
+            reflector::Selectors::fields(fields),
+            format,
+            "test",
+            move |event| {
+                let seen = match event {
+                    Event::Init => return true,
+                    Event::InitApply(obj) => {
+                        listed.extend(show(&obj));
+                        return true;
+                    }
+                    Event::InitDone => {
+                        listed.sort();
+                        Seen::Listed(std::mem::take(&mut listed))
+                    }
+                    Event::Apply(obj) => match show(&obj) {
+                        Some(s) => Seen::Applied(s),
+                        None => return true,
+                    },
+                    Event::Delete(obj) => match show(&obj) {
+                        Some(s) => Seen::Deleted(s),
+                        None => return true,
+                    },
+                };
+                tx.send(seen).is_ok()
+            },
+        )
         .await;
     });
     rx
@@ -450,7 +457,7 @@ async fn a_kind_without_protobuf_is_read_as_json() {
     tokio::spawn(reflector::run(
         gantry_client,
         api,
-        None,
+        reflector::Selectors::default(),
         Format::Protobuf(|_| Err(ProtoError::Malformed("no protobuf for widgets"))),
         "widgets",
         move |event| {

@@ -6,7 +6,8 @@
 //! lease, without a single request refused. Under the same role, gantry's PodDisruptionBudget watcher (which no
 //! plugin of the deployed configuration needs yet, so it is run from the library) finds that
 //! this 1.20 API server serves only `policy/v1beta1`, lists a budget there, and hears it
-//! change and another go.
+//! change and another go; its PodGroup watcher finds the PodGroup CRD not installed and
+//! reports itself synced with none.
 
 mod support;
 
@@ -250,9 +251,10 @@ spec:
     assert_eq!(lease.spec.and_then(|s| s.holder_identity), None);
 }
 
-/// Runs gantry's watchers with [`Tracked::DisruptionBudgets`] as the user `gantry` (bound to
-/// the deployed role): the budgets of `namespace` (`web` and `gone`, both `policy/v1beta1`)
-/// are listed, a change of `web`'s status is heard, and `gone`'s deletion.
+/// Runs gantry's watchers with [`Tracked::DisruptionBudgets`] and [`Tracked::PodGroups`] as
+/// the user `gantry` (bound to the deployed role): the budgets of `namespace` (`web` and
+/// `gone`, both `policy/v1beta1`) are listed, a change of `web`'s status is heard, and
+/// `gone`'s deletion; the PodGroup watcher, without the CRD, is synced with none.
 async fn the_budget_watcher_reads_v1beta1_under_the_role(
     plane: &ControlPlane,
     admin: &kube::Client,
@@ -263,15 +265,20 @@ async fn the_budget_watcher_reads_v1beta1_under_the_role(
     let (tasks, names) = watch::spawn_all(
         &as_gantry,
         BTreeSet::from(["gantry".to_string()]),
-        TrackedSet::of(&[Tracked::DisruptionBudgets]),
+        TrackedSet::of(&[Tracked::DisruptionBudgets, Tracked::PodGroups]),
         ContentType::Json,
+        None,
         &sender,
     );
-    assert_eq!(names, ["nodes", "pods", "poddisruptionbudgets"]);
+    assert_eq!(
+        names,
+        ["nodes", "pods", "poddisruptionbudgets", "podgroups"]
+    );
 
-    let listed = budget_inputs(&inputs, "the budgets listed", |seen| {
+    let listed = budget_inputs(&inputs, "the budgets listed, no PodGroups", |seen| {
         seen.iter()
             .any(|i| matches!(i, Input::Synced("poddisruptionbudgets")))
+            && seen.iter().any(|i| matches!(i, Input::Synced("podgroups")))
     })
     .await;
     let mut budgets: Vec<_> = listed
@@ -339,8 +346,8 @@ async fn the_budget_watcher_reads_v1beta1_under_the_role(
     }
 }
 
-/// The watchers' inputs about disruption budgets (and the budget watcher's `Synced`), the
-/// others dropped, read from `inputs` until `done` holds of those seen; panics after 20 s.
+/// The watchers' inputs about disruption budgets (and the budget and PodGroup watchers'
+/// `Synced`), the others dropped, read from `inputs` until `done` holds of those seen; panics after 20 s.
 async fn budget_inputs(
     inputs: &Receiver<Input>,
     what: &str,
@@ -354,7 +361,7 @@ async fn budget_inputs(
                 input,
                 Input::DisruptionBudgetApplied(_)
                     | Input::DisruptionBudgetDeleted { .. }
-                    | Input::Synced("poddisruptionbudgets")
+                    | Input::Synced("poddisruptionbudgets" | "podgroups")
             ) {
                 seen.push(input);
             }

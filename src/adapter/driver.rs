@@ -24,6 +24,7 @@ use super::preemption::{PreemptRequest, Victim};
 use crate::decision::DecisionRecorder;
 use crate::framework::{Code, Nomination, Preemption};
 use crate::model::disruption_budget::DisruptionBudgetModel;
+use crate::model::pod_group::PodGroupModel;
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -165,6 +166,15 @@ pub enum Input {
     DisruptionBudgetApplied(DisruptionBudgetModel),
     /// A PodDisruptionBudget was deleted (or can no longer be read).
     DisruptionBudgetDeleted {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// A PodGroup was added or changed.
+    PodGroupApplied(PodGroupModel),
+    /// A PodGroup was deleted (or can no longer be read).
+    PodGroupDeleted {
         /// Namespace.
         namespace: String,
         /// Name.
@@ -532,6 +542,15 @@ impl Driver {
             Input::DisruptionBudgetDeleted { namespace, name } => {
                 s.remove_disruption_budget(&namespace, &name)
             }
+            Input::PodGroupApplied(group) => {
+                // A change of status alone (gantry's own writes among them) changes nothing
+                // the plugin reads, and wakes no pod.
+                let known = s.cache().pod_groups().group(&group.namespace, &group.name);
+                if known.is_none_or(|g| **g != group) {
+                    s.upsert_pod_group(group, now);
+                }
+            }
+            Input::PodGroupDeleted { namespace, name } => s.remove_pod_group(&namespace, &name),
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
                     return;

@@ -23,6 +23,8 @@
 //! - [`throttle`]: `clientConnection.qps` and `burst`.
 //! - [`node_load`]: node load from Prometheus or node annotations, for LoadAware and
 //!   Overcommit.
+//! - [`pod_group_status`]: the status of PodGroups (gang scheduling), written by the
+//!   leader off the scheduling thread.
 
 pub mod batch_histogram;
 pub mod binder;
@@ -34,6 +36,7 @@ pub mod instrument;
 pub mod leader;
 pub mod metrics;
 pub mod node_load;
+pub mod pod_group_status;
 pub mod pre_bind;
 pub mod preemption;
 pub mod protobuf;
@@ -229,7 +232,21 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     scheduler.set_explain(true);
     let tracked = scheduler.cache().tracked();
     tracing::info!(?tracked, "cluster state kept beyond nodes and pods");
-    let (watchers, watched) = watch::spawn_all(&client, profiles, tracked, content_type, &inputs);
+    let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
+    let (group_status, group_status_task) = if tracked.contains(Tracked::PodGroups) {
+        let (feed, task) = pod_group_status::spawn(client.clone(), leading_rx);
+        (Some(feed), Some(task))
+    } else {
+        (None, None)
+    };
+    let (watchers, watched) = watch::spawn_all(
+        &client,
+        profiles,
+        tracked,
+        content_type,
+        group_status,
+        &inputs,
+    );
     let reads_load = tracked.contains(Tracked::NodeLoad);
     if !reads_load && !matches!(node_load.source, LoadSource::None) {
         tracing::warn!("no enabled plugin reads node load: the load source is not used");
@@ -286,6 +303,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     }
     if leading {
         let _ = inputs.send(Input::Lead);
+        let _ = leading_tx.send(true);
         let lost = async {
             match &mut elector {
                 Some(e) => e.keep_renewing().await,
@@ -308,6 +326,9 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let _ = tokio::task::spawn_blocking(move || thread.join()).await;
     for w in watchers {
         w.abort();
+    }
+    if let Some(t) = group_status_task {
+        t.abort();
     }
     let _ = binder_task.await;
     // Evictions under way are finished before a standby may take over and decide again.

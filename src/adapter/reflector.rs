@@ -242,7 +242,26 @@ impl Machine {
     }
 }
 
-/// Lists and watches `api` (with `fields` as field selector) in `format` for ever, handing
+/// The selectors of a list and its watches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selectors<'a> {
+    /// The field selector, if any.
+    pub fields: Option<&'a str>,
+    /// The label selector, if any.
+    pub labels: Option<&'a str>,
+}
+
+impl<'a> Selectors<'a> {
+    /// Only a field selector (or none).
+    pub fn fields(fields: Option<&'a str>) -> Self {
+        Selectors {
+            fields,
+            labels: None,
+        }
+    }
+}
+
+/// Lists and watches `api` (with `selectors`) in `format` for ever, handing
 /// each event to `deliver`; stops when `deliver` returns false. A list is reported as `Init`,
 /// one `InitApply` per object and `InitDone`, whether it is the first or a relist. A watch
 /// that fails (other than by the server's regular end of the request) is followed by a
@@ -251,7 +270,7 @@ impl Machine {
 pub async fn run<K>(
     client: Client,
     api: Api<K>,
-    fields: Option<&str>,
+    selectors: Selectors<'_>,
     mut format: Format<K>,
     name: &'static str,
     mut deliver: impl FnMut(Event<K>) -> bool,
@@ -272,7 +291,7 @@ pub async fn run<K>(
                 let mut open = true;
                 let listed = tokio::time::timeout(
                     LIST_TIMEOUT,
-                    list(&client, &api, fields, &from, format, |obj| {
+                    list(&client, &api, selectors, &from, format, |obj| {
                         open = open && deliver(Event::InitApply(obj));
                     }),
                 )
@@ -309,7 +328,7 @@ pub async fn run<K>(
                 let Ok(error) = watch(
                     &client,
                     &api,
-                    fields,
+                    selectors,
                     format,
                     &mut version,
                     &mut events,
@@ -366,7 +385,7 @@ struct Stopped;
 async fn watch<K>(
     client: &Client,
     api: &Api<K>,
-    fields: Option<&str>,
+    selectors: Selectors<'_>,
     format: Format<K>,
     version: &mut String,
     events: &mut usize,
@@ -376,8 +395,11 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let mut params = WatchParams::default().timeout(WATCH_TIMEOUT_SECONDS);
-    if let Some(f) = fields {
+    if let Some(f) = selectors.fields {
         params = params.fields(f);
+    }
+    if let Some(l) = selectors.labels {
+        params = params.labels(l);
     }
     let opened = tokio::time::timeout(
         LIST_TIMEOUT,
@@ -431,7 +453,7 @@ where
 /// The list request's parameters: not paged (the API server ignores limits when it serves
 /// from its watch cache, and kube-core would then leave the version out); from the watch
 /// cache unless `from` asks for the latest.
-fn list_params(fields: Option<&str>, from: &ListFrom) -> ListParams {
+fn list_params(selectors: Selectors<'_>, from: &ListFrom) -> ListParams {
     let params = match from {
         ListFrom::Any => ListParams::default().match_any(),
         ListFrom::NotOlderThan(version) => ListParams::default()
@@ -439,8 +461,12 @@ fn list_params(fields: Option<&str>, from: &ListFrom) -> ListParams {
             .at(version),
         ListFrom::Latest => ListParams::default(),
     };
-    match fields {
+    let params = match selectors.fields {
         Some(f) => params.fields(f),
+        None => params,
+    };
+    match selectors.labels {
+        Some(l) => params.labels(l),
         None => params,
     }
 }
@@ -458,7 +484,7 @@ struct Listed {
 async fn list<K>(
     client: &Client,
     api: &Api<K>,
-    fields: Option<&str>,
+    selectors: Selectors<'_>,
     from: &ListFrom,
     format: Format<K>,
     mut each: impl FnMut(K),
@@ -467,7 +493,7 @@ where
     K: Resource + DeserializeOwned,
 {
     let request = kube::core::Request::new(api.resource_url())
-        .list(&list_params(fields, from))
+        .list(&list_params(selectors, from))
         .map_err(kube::Error::BuildRequest)?;
     let (encoding, body) = send(client, request, format).await?;
     let body = read_body(body).await?;
@@ -853,7 +879,13 @@ mod tests {
     #[test]
     fn lists_ask_for_the_watch_cache_in_one_response() {
         let request = kube::core::Request::new("/api/v1/pods")
-            .list(&list_params(Some("status.phase!=Failed"), &ListFrom::Any))
+            .list(&list_params(
+                Selectors {
+                    fields: Some("status.phase!=Failed"),
+                    labels: Some("team"),
+                },
+                &ListFrom::Any,
+            ))
             .expect("list request");
         let query = request.uri().query().unwrap_or_default().to_string();
         assert!(query.contains("resourceVersion=0"), "{query}");
@@ -862,6 +894,7 @@ mod tests {
             "{query}"
         );
         assert!(query.contains("fieldSelector="), "{query}");
+        assert!(query.contains("labelSelector=team"), "{query}");
         assert!(!query.contains("limit="), "{query}");
     }
 
@@ -869,7 +902,7 @@ mod tests {
     fn a_relist_asks_for_at_least_what_was_seen_or_for_the_latest() {
         let query = |from: ListFrom| {
             kube::core::Request::new("/api/v1/nodes")
-                .list(&list_params(None, &from))
+                .list(&list_params(Selectors::default(), &from))
                 .expect("list request")
                 .uri()
                 .query()

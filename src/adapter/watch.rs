@@ -29,11 +29,13 @@ use serde::de::{DeserializeOwned, Deserializer};
 
 use super::driver::{Input, StorageInput};
 use super::events::PodRef;
+use super::pod_group_status::{GroupChange, StatusFeed};
 use super::protobuf::{self, ProtoError};
-use super::reflector::{self, Format};
+use super::reflector::{self, Format, Selectors};
 use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
 use crate::model::disruption_budget::DisruptionBudgetModel;
+use crate::model::pod_group::{self, PodGroup, PodGroupModel};
 use crate::model::selector::LabelSelector;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
@@ -252,6 +254,33 @@ impl Resource for PodDisruptionBudgetV1beta1 {
     }
 }
 
+/// PodGroups (`scheduling.x-k8s.io/v1alpha1`, a custom resource) through the typed
+/// reflector like every other kind: the model's serde struct, whose `spec` and `status` are
+/// all gantry reads and writes, named here by the CRD's group, version and plural.
+impl Resource for PodGroup {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("PodGroup")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("scheduling.x-k8s.io")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("v1alpha1")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("podgroups")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// Pods that finished hold no resources: the pod watcher leaves them out.
 pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
 
@@ -284,12 +313,14 @@ fn split_key(key: &str) -> (String, String) {
 /// list) to `inputs`; returned with their names, which must all finish their first list
 /// before scheduling starts. `profiles` are the scheduler names served: other schedulers'
 /// pending pods are not reported. Pods and nodes travel as `content_type` says; the other
-/// kinds, few and rarely changing, as JSON.
+/// kinds, few and rarely changing, as JSON. PodGroups also go to `status`, their status
+/// writer (see [`super::pod_group_status`]), when there is one.
 pub fn spawn_all(
     client: &Client,
     profiles: BTreeSet<String>,
     tracked: TrackedSet,
     content_type: ContentType,
+    status: Option<StatusFeed>,
     inputs: &Sender<Input>,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<&'static str>) {
     let (node_format, pod_format) = match content_type {
@@ -406,6 +437,10 @@ pub fn spawn_all(
         tasks.push(spawn_disruption_budgets(client, inputs));
         names.push(DISRUPTION_BUDGETS);
     }
+    if tracked.contains(Tracked::PodGroups) {
+        tasks.push(spawn_pod_groups(client, status, inputs));
+        names.push(POD_GROUPS);
+    }
     (tasks, names)
 }
 
@@ -433,12 +468,19 @@ where
     tokio::spawn(async move {
         let api = Api::<K>::all(client.clone());
         let mut state = Relist::default();
-        reflector::run(client, api, fields, format, name, move |event| {
-            state
-                .step(event, &convert, name)
-                .into_iter()
-                .all(|input| inputs.send(input).is_ok())
-        })
+        reflector::run(
+            client,
+            api,
+            Selectors::fields(fields),
+            format,
+            name,
+            move |event| {
+                state
+                    .step(event, &convert, name)
+                    .into_iter()
+                    .all(|input| inputs.send(input).is_ok())
+            },
+        )
         .await;
     })
 }
@@ -522,6 +564,50 @@ fn spawn_disruption_budgets(
             );
             let _ = inputs.send(Input::Synced(name));
         }
+    })
+}
+
+/// The name of the PodGroup watcher, in the readiness list.
+const POD_GROUPS: &str = "podgroups";
+/// How often the PodGroup watcher asks again whether the API server serves PodGroups, while
+/// it does not (the CRD may be installed after gantry starts).
+const POD_GROUPS_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The PodGroup watcher. PodGroups are a custom resource: where the API server does not
+/// serve them (the CRD is not installed), the watcher says so once, reports itself synced
+/// with none (the pods of a group then wait, refused at Permit with `PodGroup not found`,
+/// as in scheduler-plugins) and asks again every [`POD_GROUPS_RECHECK`], watching them
+/// once they are served.
+fn spawn_pod_groups(
+    client: &Client,
+    status: Option<StatusFeed>,
+    inputs: &Sender<Input>,
+) -> tokio::task::JoinHandle<()> {
+    let inputs = inputs.clone();
+    let client = client.clone();
+    let name = POD_GROUPS;
+    tokio::spawn(async move {
+        let mut absent = false;
+        while !served::<PodGroup>(&client, name).await {
+            if !absent {
+                tracing::info!(
+                    watcher = name,
+                    "the API server does not serve {} PodGroups (is the CRD installed?): none are read, and pods of a group are refused at Permit; asking again every {:?}",
+                    pod_group::API_VERSION,
+                    POD_GROUPS_RECHECK
+                );
+                absent = true;
+                if inputs.send(Input::Synced(name)).is_err() {
+                    return;
+                }
+            }
+            tokio::time::sleep(POD_GROUPS_RECHECK).await;
+        }
+        if absent {
+            tracing::info!(watcher = name, "PodGroups are served now: watching them");
+        }
+        let convert = PodGroups { status };
+        let _ = spawn::<PodGroup, _>(&client, None, Format::Json, name, convert, &inputs).await;
     })
 }
 
@@ -846,6 +932,56 @@ impl Convert<PodDisruptionBudgetV1beta1> for DisruptionBudgets {
     }
 }
 
+/// PodGroups, to the scheduling thread and to their status writer. One that cannot be read
+/// (a quantity of `spec.minResources` that does not parse, which the CRD's schema lets
+/// through) is logged with its name and the field, and treated as deleted: its pods are
+/// refused at Permit, and its status is left alone.
+struct PodGroups {
+    status: Option<StatusFeed>,
+}
+
+impl PodGroups {
+    fn tell_status(&self, change: GroupChange) {
+        if let Some(feed) = &self.status {
+            feed.send(change);
+        }
+    }
+}
+
+impl Convert<PodGroup> for PodGroups {
+    fn applied(&self, pg: &PodGroup) -> Option<Input> {
+        let (namespace, name) = split_key(&key_of(pg));
+        match PodGroupModel::from_api(pg) {
+            Ok(model) => {
+                self.tell_status(GroupChange::Applied {
+                    namespace,
+                    name,
+                    min_member: model.min_member,
+                    status: pg.status.clone().unwrap_or_default(),
+                });
+                Some(Input::PodGroupApplied(model))
+            }
+            Err(error) => {
+                tracing::warn!(kind = "podgroup", object = %key_of(pg), %error, "cannot read; treated as absent");
+                self.tell_status(GroupChange::Deleted {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                });
+                Some(Input::PodGroupDeleted { namespace, name })
+            }
+        }
+    }
+
+    fn deleted(&self, key: &str) -> Option<Input> {
+        let (namespace, name) = split_key(key);
+        self.tell_status(GroupChange::Deleted {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        });
+        Some(Input::PodGroupDeleted { namespace, name })
+    }
+}
+
 struct Services;
 
 impl Convert<Service> for Services {
@@ -1129,6 +1265,52 @@ mod tests {
         assert!(matches!(
             DisruptionBudgets.applied(&bad),
             Some(Input::DisruptionBudgetDeleted { namespace, name }) if namespace == "shop" && name == "bad"
+        ));
+    }
+
+    #[test]
+    fn a_pod_group_goes_to_the_scheduler_and_its_status_writer_or_is_treated_as_deleted() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let convert = PodGroups {
+            status: Some(StatusFeed(tx)),
+        };
+        let read = |json: serde_json::Value| -> PodGroup { serde_json::from_value(json).unwrap() };
+        let good = read(serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ml", "resourceVersion": "3"},
+            "spec": {"minMember": 3},
+            "status": {"phase": "Scheduling", "scheduled": 1}
+        }));
+        assert_eq!(key_of(&good), "ml/train");
+        match convert.applied(&good) {
+            Some(Input::PodGroupApplied(g)) => {
+                assert_eq!((g.full_name(), g.min_member), ("ml/train".to_string(), 3))
+            }
+            other => panic!("expected PodGroupApplied, got {other:?}"),
+        }
+        match rx.try_recv() {
+            Ok(GroupChange::Applied {
+                min_member, status, ..
+            }) => {
+                assert_eq!(
+                    (min_member, status.phase.as_str(), status.scheduled),
+                    (3, "Scheduling", 1)
+                );
+            }
+            other => panic!("expected Applied, got {other:?}"),
+        }
+        let bad = read(serde_json::json!({
+            "metadata": {"name": "bad", "namespace": "ml"},
+            "spec": {"minMember": 2, "minResources": {"cpu": "lots"}}
+        }));
+        assert!(matches!(
+            convert.applied(&bad),
+            Some(Input::PodGroupDeleted { namespace, name }) if namespace == "ml" && name == "bad"
+        ));
+        assert!(matches!(rx.try_recv(), Ok(GroupChange::Deleted { name, .. }) if name == "bad"));
+        assert!(matches!(
+            convert.deleted("ml/train"),
+            Some(Input::PodGroupDeleted { name, .. }) if name == "train"
         ));
     }
 

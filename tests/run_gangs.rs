@@ -1,0 +1,364 @@
+//! Gang scheduling by `gantry run` against a real kube-apiserver (1.20) with the PodGroup CRD
+//! of `deploy/05-podgroup-crd.yaml` installed, and a profile that enables Coscheduling
+//! (multiPoint, PrioritySort disabled): a gang that fits is bound entirely and its PodGroup's
+//! status says `Scheduled` (gantry running with only the deployed ClusterRole); a gang that cannot fit holds nothing once its wait at Permit ran
+//! out, and smaller pods created after it are bound; of two gangs that cannot both fit,
+//! exactly one is bound and the other holds nothing; gantry killed while a gang waits at
+//! Permit has bound none of it, and once restarted binds it all when room appears.
+//!
+//! The tests share one control plane; each has its own namespace, nodes (by label) and
+//! gantry with a profile of its own. No kubelet runs: bound pods stay `Pending`, so a group
+//! whose pods are all bound stays `Scheduled`.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use gantry::model::pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupStatus};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use support::*;
+
+/// The CRD file, applied once per test process.
+fn install_crd(plane: &ControlPlane) {
+    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+    if *installed {
+        return;
+    }
+    let crd = repo().join("deploy/05-podgroup-crd.yaml");
+    plane.kubectl(&["apply", "-f", &crd.display().to_string()]);
+    plane.kubectl(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=30s",
+        "crd/podgroups.scheduling.x-k8s.io",
+    ]);
+    // Established, and served by discovery, where gantry looks at start.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while plane
+        .try_kubectl(
+            &["get", "--raw", "/apis/scheduling.x-k8s.io/v1alpha1"],
+            None,
+        )
+        .map_or(true, |out| !out.contains("podgroups"))
+    {
+        assert!(Instant::now() < deadline, "PodGroups not served after 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    *installed = true;
+}
+
+/// The configuration of a test: profile `profile` on the nodes labelled `label`, with
+/// Coscheduling instead of PrioritySort, and `args` for it (YAML flow map) if any.
+fn gang_config(profile: &str, label: &str, args: Option<&str>) -> String {
+    let base = config(profile, label, None, "");
+    let plugins = "  plugins:\n    multiPoint:\n      enabled: [{name: Coscheduling}]\n      disabled: [{name: PrioritySort}]\n  pluginConfig:\n";
+    assert!(base.contains("  pluginConfig:\n"));
+    let mut c = base.replacen("  pluginConfig:\n", plugins, 1);
+    if let Some(args) = args {
+        c.push_str(&format!("  - name: Coscheduling\n    args: {args}\n"));
+    }
+    c
+}
+
+/// Creates PodGroup `name` in `ns`.
+async fn create_group(client: &Client, ns: &str, name: &str, min_member: i32, timeout: i32) {
+    let pg: PodGroup = serde_json::from_value(serde_json::json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member, "scheduleTimeoutSeconds": timeout}
+    }))
+    .expect("PodGroup");
+    Api::<PodGroup>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pg)
+        .await
+        .expect("create PodGroup");
+}
+
+/// The status of PodGroup `name`.
+async fn group_status(client: &Client, ns: &str, name: &str) -> PodGroupStatus {
+    Api::<PodGroup>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get PodGroup")
+        .status
+        .unwrap_or_default()
+}
+
+/// A pod of `profile` in group `group` requesting `cpu`.
+fn member(ns: &str, name: &str, profile: &str, group: &str, cpu: &str) -> Pod {
+    let mut p = pod(ns, name, profile, cpu, "64Mi");
+    p.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(POD_GROUP_LABEL.to_string(), group.to_string());
+    p
+}
+
+/// The pods of `ns` in `group` that are bound.
+async fn bound_in(client: &Client, ns: &str, group: &str) -> usize {
+    pods(client, ns)
+        .await
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POD_GROUP_LABEL))
+                .is_some_and(|g| g == group)
+                && node_of(p).is_some()
+        })
+        .count()
+}
+
+async fn is_bound(client: &Client, ns: &str, name: &str) -> bool {
+    node_of(&get_pod(client, ns, name).await).is_some()
+}
+
+/// Waits until group `name`'s status is `phase` with `scheduled` pods bound; returns it.
+async fn wait_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    phase: &str,
+    scheduled: i32,
+) -> PodGroupStatus {
+    eventually(
+        Duration::from_secs(20),
+        &format!("PodGroup {ns}/{name} {phase} with {scheduled} scheduled"),
+        || async {
+            let s = group_status(client, ns, name).await;
+            (s.phase == phase && s.scheduled == scheduled).then_some(s)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_fits_is_bound_entirely() {
+    let plane = ControlPlane::shared();
+    install_crd(&plane);
+    let client = plane.client().await;
+    let (ns, profile) = ("gang-fit", "gantry-fit");
+    create_namespace(&client, ns).await;
+    for n in ["fit-1", "fit-2"] {
+        create_node(&client, &node(n, ns, "2", "4Gi")).await;
+    }
+    // As the user "gantry" with only the deployed ClusterRole: reading PodGroups and
+    // writing their status is all it needs more.
+    let deploy = repo().join("deploy");
+    plane.kubectl(&[
+        "apply",
+        "-f",
+        &deploy.join("00-namespace.yaml").display().to_string(),
+        "-f",
+        &deploy.join("10-rbac.yaml").display().to_string(),
+    ]);
+    plane.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "gantry-user",
+        "--clusterrole=gantry",
+        "--user=gantry",
+    ]);
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        "fit",
+        &gang_config(profile, ns, None),
+        &plane.gantry_kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    create_group(&client, ns, "train", 3, 30).await;
+    for i in 0..3 {
+        create_pod(
+            &client,
+            &member(ns, &format!("train-{i}"), profile, "train", "1"),
+        )
+        .await;
+    }
+    eventually(Duration::from_secs(20), "the gang bound", || async {
+        (bound_in(&client, ns, "train").await == 3).then_some(())
+    })
+    .await;
+    let status = wait_status(&client, ns, "train", "Scheduled", 3).await;
+    assert_eq!((status.running, status.succeeded, status.failed), (0, 0, 0));
+    assert!(status.schedule_start_time.is_some(), "{status:?}");
+    assert!(
+        gantry.metric("scheduler_permit_wait_duration_seconds_count{result=\"Success\"}") >= 2.0,
+        "the first two waited at Permit for the third"
+    );
+    let log = gantry.log_text();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "a request was refused:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
+    let plane = ControlPlane::shared();
+    install_crd(&plane);
+    let client = plane.client().await;
+    let (ns, profile) = ("gang-timeout", "gantry-timeout");
+    create_namespace(&client, ns).await;
+    create_node(&client, &node("timeout-1", ns, "3", "4Gi")).await;
+    // The member that fits nowhere leaves the others waiting (a third of the group missing
+    // is within 50%): they are released by their timeout. Tried again, the group finds room
+    // for one member only, too few: PostFilter rejects it, and podGroupBackoffSeconds keeps
+    // it from taking room again for a while (else a member placed would always hold some
+    // while its siblings back off).
+    let args = "{podGroupRejectPercentage: 50, podGroupBackoffSeconds: 60}";
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        "timeout",
+        &gang_config(profile, ns, Some(args)),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    create_group(&client, ns, "big", 3, 3).await;
+    for i in 0..3 {
+        create_pod(
+            &client,
+            &member(ns, &format!("big-{i}"), profile, "big", "1500m"),
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(20),
+        "two members waiting at Permit",
+        || async { (gantry.metric("gantry_permit_waiting_pods") == 2.0).then_some(()) },
+    )
+    .await;
+    // A plain pod behind the gang: room only once the gang's waiting pods are released.
+    create_pod(&client, &pod(ns, "small", profile, "1", "64Mi")).await;
+    eventually(Duration::from_secs(20), "the small pod bound", || async {
+        is_bound(&client, ns, "small").await.then_some(())
+    })
+    .await;
+    assert!(
+        gantry.metric("scheduler_permit_wait_duration_seconds_count{result=\"Unschedulable\"}")
+            >= 2.0,
+        "the waiting members were released by their timeout"
+    );
+    // What is left (2 cpu) takes a pod only while no member of the gang holds any of it.
+    create_pod(&client, &pod(ns, "second", profile, "2", "64Mi")).await;
+    eventually(Duration::from_secs(20), "the second pod bound", || async {
+        is_bound(&client, ns, "second").await.then_some(())
+    })
+    .await;
+    assert_eq!(bound_in(&client, ns, "big").await, 0, "no member bound");
+    let status = wait_status(&client, ns, "big", "Scheduling", 0).await;
+    assert!(status.schedule_start_time.is_some(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_gangs_that_cannot_both_fit_exactly_one_is_bound() {
+    let plane = ControlPlane::shared();
+    install_crd(&plane);
+    let client = plane.client().await;
+    let (ns, profile) = ("gang-two", "gantry-two");
+    create_namespace(&client, ns).await;
+    for n in ["two-1", "two-2"] {
+        create_node(&client, &node(n, ns, "2", "4Gi")).await;
+    }
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        "two",
+        &gang_config(profile, ns, None),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    for g in ["alpha", "beta"] {
+        create_group(&client, ns, g, 3, 5).await;
+    }
+    // Interleaved: each group's pods arrive between the other's.
+    for i in 0..3 {
+        for g in ["alpha", "beta"] {
+            create_pod(&client, &member(ns, &format!("{g}-{i}"), profile, g, "1")).await;
+        }
+    }
+    let winner = eventually(Duration::from_secs(30), "one gang bound", || async {
+        let alpha = bound_in(&client, ns, "alpha").await;
+        let beta = bound_in(&client, ns, "beta").await;
+        match (alpha, beta) {
+            (3, _) => Some(("alpha", "beta")),
+            (_, 3) => Some(("beta", "alpha")),
+            _ => None,
+        }
+    })
+    .await;
+    let (won, lost) = winner;
+    // The other keeps trying, and never gets a member bound.
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        assert_eq!(
+            bound_in(&client, ns, lost).await,
+            0,
+            "{lost} has a member bound"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(bound_in(&client, ns, won).await, 3);
+    wait_status(&client, ns, won, "Scheduled", 3).await;
+    wait_status(&client, ns, lost, "Scheduling", 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_waiting_when_gantry_is_killed_is_bound_after_a_restart() {
+    let plane = ControlPlane::shared();
+    install_crd(&plane);
+    let client = plane.client().await;
+    let (ns, profile) = ("gang-restart", "gantry-restart");
+    create_namespace(&client, ns).await;
+    create_node(&client, &node("restart-1", ns, "2", "4Gi")).await;
+    let config = gang_config(profile, ns, Some("{podGroupRejectPercentage: 50}"));
+    let mut gantry = Gantry::start(plane.dir(), "restart", &config, &plane.kubeconfig());
+    gantry.wait_ready().await;
+    create_group(&client, ns, "job", 3, 60).await;
+    for i in 0..3 {
+        create_pod(
+            &client,
+            &member(ns, &format!("job-{i}"), profile, "job", "1"),
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(20),
+        "two members waiting at Permit",
+        || async { (gantry.metric("gantry_permit_waiting_pods") == 2.0).then_some(()) },
+    )
+    .await;
+    gantry.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        bound_in(&client, ns, "job").await,
+        0,
+        "a member bound alone"
+    );
+
+    let mut gantry = Gantry::start(plane.dir(), "restart", &config, &plane.kubeconfig());
+    gantry.wait_ready().await;
+    eventually(
+        Duration::from_secs(20),
+        "two members waiting again",
+        || async { (gantry.metric("gantry_permit_waiting_pods") == 2.0).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        bound_in(&client, ns, "job").await,
+        0,
+        "a member bound alone"
+    );
+    // Room for the third.
+    create_node(&client, &node("restart-2", ns, "2", "4Gi")).await;
+    eventually(Duration::from_secs(20), "the gang bound", || async {
+        (bound_in(&client, ns, "job").await == 3).then_some(())
+    })
+    .await;
+    wait_status(&client, ns, "job", "Scheduled", 3).await;
+    assert_eq!(gantry.metric("gantry_permit_waiting_pods"), 0.0);
+}
