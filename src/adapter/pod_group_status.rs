@@ -4,7 +4,7 @@
 //! `succeeded` and `failed`, and `scheduleStartTime`, when the group first left `Pending`.
 //!
 //! A task off the scheduling thread. It hears the PodGroups from their watcher
-//! ([`super::watch`]) and watches the pods that carry the group label itself, every phase
+//! (in the watch module) and watches the pods that carry the group label itself, every phase
 //! included: the scheduler's pod watcher leaves finished pods out, and a pod that finishes
 //! looks to it as deleted. A group is looked at again only when it or one of its pods
 //! changed, [`COALESCE`] after the first change (a burst of bindings is one write), and its
