@@ -88,7 +88,8 @@ pub struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
-    /// Give up when no pod was bound for this many seconds.
+    /// Give up when no pod was bound (with `--preemption`, nor any init pod evicted) for this
+    /// many seconds.
     #[arg(long, default_value_t = 120)]
     stall: u64,
     /// Also measure the rate of the last this many bindings: the pods scheduler_perf measures,
@@ -407,7 +408,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     if measured.contains(&name) {
                         result.deleted += 1;
                     } else if let Some(p) = result.preemption.as_mut() {
+                        // A scheduler may evict for every preemptor before it binds the
+                        // first: an eviction is progress too.
                         p.victims_seen += 1;
+                        last_progress = Instant::now();
                     }
                 }
                 None => {
