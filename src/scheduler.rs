@@ -952,6 +952,19 @@ impl Scheduler {
         self.queue.activate(namespace, name, now)
     }
 
+    /// Holds a preemptor out of the queue while the front end evicts its victims (see
+    /// [`SchedulingQueue::hold`]), until [`release_preemptor`](Self::release_preemptor).
+    pub fn hold_preemptor(&mut self, namespace: &str, name: &str) {
+        self.queue.hold(namespace, name);
+    }
+
+    /// Ends [`hold_preemptor`](Self::hold_preemptor): the front end calls it before it
+    /// evicts the last victim, whose deletion then wakes the pod. Returns whether it was
+    /// held.
+    pub fn release_preemptor(&mut self, namespace: &str, name: &str) -> bool {
+        self.queue.release(namespace, name)
+    }
+
     /// How many pods entered each sub-queue, by event, since the last call (for metrics).
     pub fn take_queue_incoming(&mut self) -> Vec<(QueueName, &'static str, u64)> {
         self.queue.take_incoming()

@@ -198,6 +198,15 @@ pub enum Input {
         /// Name.
         name: String,
     },
+    /// A preemption's task evicted every victim but the last: the preemptor, held since its
+    /// preemption was decided, may be woken again (by the last victim's deletion, which the
+    /// task makes after sending this).
+    Release {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
     /// This replica leads: start scheduling.
     Lead,
     /// Stop scheduling, wait for bindings in flight, and return.
@@ -583,6 +592,9 @@ impl Driver {
                     tracing::debug!(pod = %PodKey::new(&namespace, &name), "activated");
                 }
             }
+            Input::Release { namespace, name } => {
+                s.release_preemptor(&namespace, &name);
+            }
             Input::Lead => run.leading = true,
             Input::Shutdown => {
                 if run.stopping.is_none() {
@@ -671,10 +683,12 @@ impl Driver {
         }
     }
 
-    /// Hands a preemption's evictions to their task; the victims already terminating are
-    /// waited for, not evicted again.
-    fn preempt(&self, preemptor: &PodInfo, preemption: Preemption) {
-        self.metrics.preemption_victims(preemption.victims.len());
+    /// Hands a preemption's evictions to their task, and holds the preemptor out of the
+    /// queue until the task releases it; the victims already terminating are waited for, not
+    /// evicted again.
+    fn preempt(&mut self, preemptor: &PodInfo, preemption: Preemption) {
+        self.metrics
+            .preemption_victims(preemption.victims.len() + preemption.released.len());
         let victims: Vec<Victim> = preemption
             .victims
             .iter()
@@ -688,6 +702,8 @@ impl Driver {
         if victims.is_empty() && preemption.denominated.is_empty() {
             return;
         }
+        self.scheduler
+            .hold_preemptor(&preemptor.namespace, &preemptor.name);
         // Dropped only when shutting down: the next leader decides again.
         let _ = self.preemptions.send(PreemptRequest {
             preemptor: pod_ref(preemptor),
@@ -1068,13 +1084,20 @@ profiles:
             }
             other => panic!("expected a Failed record, got {other:?}"),
         }
-        // The evictions failed: the preemptor is tried again at once, and preempts again.
+        // Held while its evictions run; they failed: the task releases the preemptor, then
+        // has it tried again at once, and it preempts again.
         send(
             &h,
-            [Input::Activate {
-                namespace: "default".to_string(),
-                name: "vip".to_string(),
-            }],
+            [
+                Input::Release {
+                    namespace: "default".to_string(),
+                    name: "vip".to_string(),
+                },
+                Input::Activate {
+                    namespace: "default".to_string(),
+                    name: "vip".to_string(),
+                },
+            ],
         );
         let again = next(&mut h.preemptions).expect("a second preemption");
         assert_eq!(again.preemptor.name, "vip");

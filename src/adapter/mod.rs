@@ -4,7 +4,7 @@
 //!  watchers (async) --Input--> scheduling thread (owns the Scheduler) --BindRequest--> binder
 //!        ^                          |  |       ^                                         |
 //!        |                          |  |       +-------------- Input::Bound -------------+
-//!        |                          |  +--PreemptRequest--> preemption --Input::Activate--^
+//!        |                          |  +--PreemptRequest--> preemption --Release/Activate-^
 //!   kube-apiserver <---- events ---- Record <------------------- (Preempted events)
 //! ```
 //!
@@ -212,11 +212,19 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         metrics.clone(),
     ));
     let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();
-    let activate = inputs.clone();
+    let (release, activate) = (inputs.clone(), inputs.clone());
     let preemption_task = tokio::spawn(preemption::run(
         client.clone(),
         preempt_rx,
         recorder.clone(),
+        // Through the same channel as the watchers' events: the scheduling thread sees the
+        // release before the deletion it precedes.
+        move |pod: &events::PodRef| {
+            let _ = release.send(Input::Release {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            });
+        },
         move |pod: &events::PodRef| {
             let _ = activate.send(Input::Activate {
                 namespace: pod.namespace.clone(),

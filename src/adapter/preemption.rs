@@ -4,7 +4,13 @@
 //!
 //! A preemption's task first clears the `status.nominatedNodeName` of the pods of lower
 //! priority nominated to the node (the room is the preemptor's now), then evicts the
-//! victims, [`MAX_PARALLEL_EVICTIONS`] at a time. Evicting a pod is three calls: the
+//! victims but the last, [`MAX_PARALLEL_EVICTIONS`] at a time, then releases the preemptor,
+//! which the scheduler holds out of its queue from the moment the preemption is decided,
+//! and evicts the last victim, whose deletion wakes the preemptor: kube-scheduler's
+//! asynchronous preemption, where the preemptor is not retried while its preemption
+//! goroutine runs (so it does not preempt again over victims still being evicted), and is
+//! let go just before the last eviction, so that the last deletion's event is not missed.
+//! Evicting a pod is three calls: the
 //! `DisruptionTarget` condition on its status (unless it has it already), its deletion on
 //! the condition that it is still the same pod (a uid precondition), and a `Preempted`
 //! event, written by the event writer ([`Record::Preempted`]). A victim found gone (deleted,
@@ -13,7 +19,7 @@
 //! times in all; a call that fails for good is logged with the pod, and the preemptor is
 //! handed back to the scheduler to be tried again once its backoff allows
 //! (kube-scheduler's `Activate`), since it may otherwise wait for a victim's deletion that
-//! never comes.
+//! never comes; so is a preemptor whose last victim was found gone already.
 //!
 //! The preemptor's own nomination is written with its `PodScheduled` condition, by the
 //! event writer.
@@ -71,35 +77,43 @@ pub struct PreemptRequest {
 }
 
 /// Carries out every request from `requests`, each in a task of its own, until the channel
-/// closes and the tasks are done (at most [`SHUTDOWN_WAIT`] longer). `activate` is called
-/// with the preemptor of a preemption whose calls failed.
+/// closes and the tasks are done (at most [`SHUTDOWN_WAIT`] longer). `release` is called
+/// with the preemptor before its last victim is evicted (see [`carry_out`]), `activate`
+/// with the preemptor of a preemption whose calls failed or whose last victim was gone
+/// already.
 pub async fn run(
     client: Client,
     mut requests: mpsc::UnboundedReceiver<PreemptRequest>,
     recorder: Recorder,
+    release: impl Fn(&PodRef) + Clone + Send + 'static,
     activate: impl Fn(&PodRef) + Clone + Send + 'static,
     metrics: Arc<Metrics>,
 ) {
     let mut tasks = JoinSet::new();
     while let Some(request) = requests.recv().await {
         while tasks.try_join_next().is_some() {}
-        let (client, recorder, activate, metrics) = (
+        let (client, recorder, release, activate, metrics) = (
             client.clone(),
             recorder.clone(),
+            release.clone(),
             activate.clone(),
             metrics.clone(),
         );
         tasks.spawn(async move {
             let start = Instant::now();
             let api = PodApi(client);
-            let ok = carry_out(&api, &request, &recorder, FIRST_RETRY_WAIT).await;
-            let result = if ok {
+            let preemptor = request.preemptor.clone();
+            let outcome = carry_out(&api, &request, &recorder, FIRST_RETRY_WAIT, move || {
+                release(&preemptor)
+            })
+            .await;
+            let result = if outcome.succeeded {
                 GOROUTINE_SUCCESS
             } else {
                 GOROUTINE_ERROR
             };
             metrics.preemption_carried_out(result, start.elapsed());
-            if !ok {
+            if !outcome.succeeded || !outcome.wakes_preemptor {
                 activate(&request.preemptor);
             }
         });
@@ -152,15 +166,38 @@ impl Calls for PodApi {
     }
 }
 
-/// Clears the nominations, then evicts the victims; true when every call succeeded (or
-/// found its pod gone). A call that fails for a reason that may pass is tried again after
-/// `first_wait` ([`FIRST_RETRY_WAIT`]), then after waits [`RETRY_FACTOR`] times longer.
+/// How a preemption's calls went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Every call succeeded (or found its pod gone).
+    pub succeeded: bool,
+    /// The last victim was deleted after `release`, so its deletion's event wakes the
+    /// preemptor (or there was no victim to wait for).
+    pub wakes_preemptor: bool,
+}
+
+/// What became of one victim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evicted {
+    /// Deleted now.
+    Deleted,
+    /// Gone already (deleted, or replaced by a pod of the same name).
+    Gone,
+    /// A call failed for good.
+    Failed,
+}
+
+/// Clears the nominations, evicts the victims but the last, calls `release` (the
+/// preemptor may be woken from now on), then evicts the last victim. A call that fails for
+/// a reason that may pass is tried again after `first_wait` ([`FIRST_RETRY_WAIT`]), then
+/// after waits [`RETRY_FACTOR`] times longer.
 pub async fn carry_out(
     calls: &impl Calls,
     request: &PreemptRequest,
     recorder: &Recorder,
     first_wait: Duration,
-) -> bool {
+    release: impl FnOnce(),
+) -> Outcome {
     let preemptor = request.preemptor.display();
     tracing::debug!(%preemptor, node = %request.node, victims = request.victims.len(), "carrying a preemption out");
     let mut ok = true;
@@ -175,29 +212,40 @@ pub async fn carry_out(
             }
         }
     }
+    let Some((last, others)) = request.victims.split_last() else {
+        release();
+        return Outcome {
+            succeeded: ok,
+            wakes_preemptor: true,
+        };
+    };
     // The futures are made before the stream, not by a closure of its (whose borrow the
     // compiler cannot prove general enough for a spawned task).
-    let evictions: Vec<_> = request
-        .victims
+    let evictions: Vec<_> = others
         .iter()
         .map(|victim| evict(calls, request, victim, recorder, first_wait))
         .collect();
     let evictions = futures::stream::iter(evictions)
         .buffer_unordered(MAX_PARALLEL_EVICTIONS)
-        .collect::<Vec<bool>>()
+        .collect::<Vec<Evicted>>()
         .await;
-    ok && evictions.into_iter().all(|evicted| evicted)
+    release();
+    let last = evict(calls, request, last, recorder, first_wait).await;
+    Outcome {
+        succeeded: ok && last != Evicted::Failed && !evictions.contains(&Evicted::Failed),
+        wakes_preemptor: last == Evicted::Deleted,
+    }
 }
 
 /// Evicts one victim: its `DisruptionTarget` condition, its deletion, its `Preempted`
-/// event. True when it is gone or going.
+/// event.
 async fn evict(
     calls: &impl Calls,
     request: &PreemptRequest,
     victim: &Victim,
     recorder: &Recorder,
     first_wait: Duration,
-) -> bool {
+) -> Evicted {
     let (pod, preemptor) = (&victim.pod, request.preemptor.display());
     if !victim.marked {
         let patch = disruption_target(pod, &request.profile, Timestamp::now());
@@ -205,11 +253,11 @@ async fn evict(
             Ok(()) => {}
             Err(e) if is_not_found(&e) || is_replaced(&e) => {
                 tracing::debug!(victim = %pod.display(), %preemptor, "victim already gone");
-                return true;
+                return Evicted::Gone;
             }
             Err(e) => {
                 tracing::warn!(victim = %pod.display(), %preemptor, node = %request.node, error = %e, "cannot set the DisruptionTarget condition of a victim; not evicted");
-                return false;
+                return Evicted::Failed;
             }
         }
     }
@@ -218,11 +266,11 @@ async fn evict(
         // A conflict: the uid precondition failed, the pod was replaced.
         Err(e) if is_not_found(&e) || status_code(&e) == Some(409) => {
             tracing::debug!(victim = %pod.display(), %preemptor, "victim already gone");
-            return true;
+            return Evicted::Gone;
         }
         Err(e) => {
             tracing::warn!(victim = %pod.display(), %preemptor, node = %request.node, error = %e, "cannot delete a victim");
-            return false;
+            return Evicted::Failed;
         }
     }
     tracing::info!(victim = %pod.display(), %preemptor, node = %request.node, "preempted");
@@ -232,7 +280,7 @@ async fn evict(
         profile: request.profile.clone(),
         node: request.node.clone(),
     });
-    true
+    Evicted::Deleted
 }
 
 /// The status patch that marks `pod` as a victim of a preemption by `profile`, as
@@ -389,7 +437,20 @@ mod tests {
         fn calls(&self) -> Vec<(String, &'static str)> {
             self.calls.lock().unwrap().clone()
         }
+
+        /// The preemptor's release, recorded among the calls.
+        fn release(&self) {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(("vip".to_string(), "release"));
+        }
     }
+
+    const DONE: Outcome = Outcome {
+        succeeded: true,
+        wakes_preemptor: true,
+    };
 
     impl Calls for Script {
         async fn patch_status(
@@ -452,9 +513,16 @@ mod tests {
         let script = Script::default();
         let (recorder, mut records) = Recorder::channel();
         let req = request(&[("a", false), ("b", true)], &["low"]);
-        assert!(carry_out(&script, &req, &recorder, FAST).await);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(outcome, DONE);
         let calls = script.calls();
         assert_eq!(calls[0], ("low".to_string(), "denominate"));
+        let at = |call: (&str, &str)| calls.iter().position(|(n, k)| (n.as_str(), *k) == call);
+        assert!(at(("a", "delete")) < at(("vip", "release")));
+        assert!(
+            at(("vip", "release")) < at(("b", "delete")),
+            "released before the last victim is evicted: {calls:?}"
+        );
         let of = |name: &str| -> Vec<&'static str> {
             calls
                 .iter()
@@ -487,7 +555,8 @@ mod tests {
             &["gone"],
         );
         let script = script.answer("gone", "denominate", &[Some(404)]);
-        assert!(carry_out(&script, &req, &recorder, FAST).await);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(outcome, DONE);
         assert_eq!(preempted(&mut records), ["flaky"]);
         let deletes = script
             .calls()
@@ -511,7 +580,14 @@ mod tests {
             &[("forbidden", false), ("down", false), ("ok", false)],
             &["low"],
         );
-        assert!(!carry_out(&script, &req, &recorder, FAST).await);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(
+            outcome,
+            Outcome {
+                succeeded: false,
+                wakes_preemptor: true
+            }
+        );
         assert_eq!(preempted(&mut records), ["ok"]);
         let calls = script.calls();
         let count = |name: &str, kind| calls.iter().filter(|c| c.0 == name && c.1 == kind).count();
@@ -519,6 +595,34 @@ mod tests {
         assert_eq!(count("down", "mark"), MAX_TRIES as usize);
         assert_eq!(count("down", "delete"), 0, "not deleted unmarked");
         assert_eq!(count("low", "denominate"), MAX_TRIES as usize);
+    }
+
+    #[tokio::test]
+    async fn a_last_victim_gone_already_wakes_no_one_and_no_victim_releases_at_once() {
+        let script = Script::default().answer("last", "delete", &[Some(404)]);
+        let (recorder, _records) = Recorder::channel();
+        let req = request(&[("first", false), ("last", false)], &[]);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(
+            outcome,
+            Outcome {
+                succeeded: true,
+                wakes_preemptor: false
+            },
+            "the preemptor is activated instead"
+        );
+
+        let script = Script::default();
+        let req = request(&[], &["low"]);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(outcome, DONE);
+        assert_eq!(
+            script.calls(),
+            [
+                ("low".to_string(), "denominate"),
+                ("vip".to_string(), "release")
+            ]
+        );
     }
 
     #[test]

@@ -107,6 +107,9 @@ pub struct SchedulingQueue {
     waiting: HashSet<Arc<str>>,
     /// Keys of pods popped and not yet done, with the move-request counter at pop time.
     in_flight: HashMap<Arc<str>, u64>,
+    /// Keys of pods held out of the active queue while their preemption is carried out
+    /// ([`hold`](Self::hold)).
+    held: HashSet<Arc<str>>,
     /// Incremented by every cluster event that moves pods.
     move_requests: u64,
     seq: u64,
@@ -140,6 +143,7 @@ impl SchedulingQueue {
             active: Heap::default(),
             waiting: HashSet::new(),
             in_flight: HashMap::new(),
+            held: HashSet::new(),
             move_requests: 0,
             seq: 0,
             active_groups: HashMap::new(),
@@ -252,7 +256,7 @@ impl SchedulingQueue {
         if self.in_flight.contains_key(&key) {
             return;
         }
-        let queue = if gated.is_some() {
+        let queue = if gated.is_some() || self.held.contains(&key) {
             QueueName::Unschedulable
         } else {
             QueueName::Active
@@ -300,6 +304,10 @@ impl SchedulingQueue {
             return;
         };
         let old = std::mem::replace(&mut e.queued.pod, pod.clone());
+        if self.held.contains(&key) {
+            e.queued.gated = gated;
+            return;
+        }
         let was_parked = e.queue == QueueName::Unschedulable;
         let was_gated = e.queued.gated.is_some();
         let ungated = gated.is_none();
@@ -323,6 +331,7 @@ impl SchedulingQueue {
         let key = PodKey::new(namespace, name).to_string();
         self.remove_active(&key);
         self.waiting.remove(key.as_str());
+        self.held.remove(key.as_str());
         let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
         self.entries.remove(key.as_str()).is_some() || was_in_flight
     }
@@ -333,11 +342,30 @@ impl SchedulingQueue {
         self.entries.contains_key(key.as_str()) || self.in_flight.contains_key(key.as_str())
     }
 
-    /// Moves pods whose backoff ended, and pods parked too long, to the active queue.
+    /// Moves pods whose backoff ended, and pods parked too long, to the active queue; a held
+    /// pod whose backoff ended is parked instead (as kube-scheduler's PreEnqueue gate parks
+    /// it), to wait for the event its preemption brings.
     pub fn flush(&mut self, now: Duration) {
+        let held: Vec<Arc<str>> = self
+            .held
+            .iter()
+            .filter(|k| {
+                self.entries
+                    .get(*k)
+                    .is_some_and(|e| e.queue == QueueName::Backoff && e.backoff_until <= now)
+            })
+            .cloned()
+            .collect();
+        for key in held {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.queue = QueueName::Unschedulable;
+                e.parked_at = now;
+            }
+        }
         let due: Vec<(Arc<str>, &'static str)> = self
             .waiting
             .iter()
+            .filter(|k| !self.held.contains(*k))
             .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
             .filter_map(|(k, e)| match e.queue {
                 QueueName::Backoff if e.backoff_until <= now => {
@@ -369,7 +397,10 @@ impl SchedulingQueue {
         let Some((key, e)) = self.entries.get_key_value(key.as_str()) else {
             return false;
         };
-        if e.queue != QueueName::Unschedulable || e.queued.gated.is_some() {
+        if e.queue != QueueName::Unschedulable
+            || e.queued.gated.is_some()
+            || self.held.contains(key)
+        {
             return false;
         }
         let key = key.clone();
@@ -383,6 +414,33 @@ impl SchedulingQueue {
             self.count_incoming(QueueName::Active, EVENT_FORCE_ACTIVATE);
         }
         true
+    }
+
+    /// Holds a pod out of the active queue while its preemption is carried out, as
+    /// kube-scheduler's DefaultPreemption does with asynchronous preemption (its PreEnqueue
+    /// refuses a pod whose preemption goroutine runs): no cluster event, activation, backoff
+    /// or timeout moves it until [`release`](Self::release), so that it is not tried again,
+    /// and does not preempt again, while its victims are still being evicted.
+    pub fn hold(&mut self, namespace: &str, name: &str) {
+        let key: Arc<str> = Arc::from(PodKey::new(namespace, name).to_string());
+        if let Some(e) = self.entries.get_mut(&key)
+            && e.queue == QueueName::Active
+        {
+            e.queue = QueueName::Unschedulable;
+            e.parked_at = e.queued.enqueued;
+            self.remove_active(&key);
+            self.waiting.insert(key.clone());
+        }
+        self.held.insert(key);
+    }
+
+    /// Ends a [`hold`](Self::hold): the pod stays where it is (parked, or backing off) and
+    /// moves again as any pod does, on the next cluster event that may help it (the
+    /// deletion of its last victim, which kube-scheduler also evicts only after lifting its
+    /// gate). Returns whether it was held.
+    pub fn release(&mut self, namespace: &str, name: &str) -> bool {
+        self.held
+            .remove(PodKey::new(namespace, name).to_string().as_str())
     }
 
     /// The next pod to schedule, after flushing what is due. The pod stays tracked as in
@@ -476,9 +534,10 @@ impl SchedulingQueue {
             .waiting
             .iter()
             .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
-            .filter(|(_, e)| {
+            .filter(|(k, e)| {
                 e.queue == QueueName::Unschedulable
                     && e.queued.gated.is_none()
+                    && !self.held.contains(*k)
                     && (e.queued.unschedulable_plugins.is_empty()
                         || e.queued.unschedulable_plugins.iter().any(|p| {
                             self.events
@@ -528,10 +587,12 @@ impl SchedulingQueue {
 
     /// When the earliest backoff or parking period ends, if any pod waits on time.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        self.waiting_entries()
-            .filter_map(|e| match e.queue {
+        self.waiting
+            .iter()
+            .filter_map(|k| Some((self.held.contains(k), self.entries.get(k)?)))
+            .filter_map(|(held, e)| match e.queue {
                 QueueName::Backoff => Some(e.backoff_until),
-                QueueName::Unschedulable if e.queued.gated.is_none() => {
+                QueueName::Unschedulable if e.queued.gated.is_none() && !held => {
                     Some(e.parked_at + MAX_UNSCHEDULABLE_DURATION)
                 }
                 _ => None,

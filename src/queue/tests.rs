@@ -150,6 +150,51 @@ fn gated_pods_wait_for_an_update() {
 }
 
 #[test]
+fn a_held_preemptor_moves_only_on_an_event_after_its_release() {
+    let mut q = queue();
+    q.add(pod("a").priority(10).build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_unschedulable(p, ["NodeResourcesFit"].into_iter().collect(), T0);
+    q.hold("default", "a");
+    q.on_event(&ClusterChange::PodRemoved(&a_placed_pod()), secs(2));
+    assert!(!q.activate("default", "a", secs(2)));
+    q.update(pod("a").priority(10).build(), None, secs(2));
+    assert!(
+        q.pop(secs(400)).is_none(),
+        "held: no event, activation, update or timeout"
+    );
+    assert_eq!(q.next_wakeup(), None, "a held pod waits on no clock");
+    assert!(q.release("default", "a"));
+    assert!(!q.release("default", "a"));
+    assert_eq!(
+        q.pop(secs(400)).unwrap().pod.name,
+        "a",
+        "released, the five-minute flush applies again"
+    );
+}
+
+#[test]
+fn a_held_preemptor_backing_off_is_parked_when_its_backoff_ends() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let p = q.pop(T0).unwrap();
+    q.requeue_backoff(p, T0);
+    q.hold("default", "a");
+    assert!(q.pop(secs(5)).is_none());
+    assert_eq!(q.len(QueueName::Unschedulable), 1);
+    q.release("default", "a");
+    assert!(q.pop(secs(6)).is_none(), "released, it waits for an event");
+    q.on_event(&ClusterChange::PodRemoved(&a_placed_pod()), secs(6));
+    assert!(q.pop(secs(6)).is_some());
+    q.hold("default", "gone");
+    assert!(!q.delete("default", "gone"));
+    assert!(
+        !q.release("default", "gone"),
+        "a deleted pod is held no more"
+    );
+}
+
+#[test]
 fn deleted_pods_disappear_even_in_flight() {
     let mut q = queue();
     q.add(pod("a").build(), None, T0);

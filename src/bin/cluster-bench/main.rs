@@ -1,5 +1,6 @@
 //! `cluster-bench`: the parts of the end-to-end benchmarks (`scripts/bench-cluster.sh`, and
-//! `scripts/bench-volumes.sh` with scheduler_perf's volume workloads) that must be fast and
+//! `scripts/bench-volumes.sh` with scheduler_perf's volume workloads,
+//! `scripts/bench-preemption.sh` with its preemption workload) that must be fast and
 //! exact: creating thousands of nodes and pods (with their claims and volumes), a null
 //! binder, the measured run (watching bindings, sampling the scheduler's memory and CPU,
 //! checking placements and volume bindings), clearing a run's objects and the report. A
@@ -10,6 +11,7 @@ mod clear;
 mod measure;
 mod null_binder;
 mod populate;
+mod preemption;
 mod procfs;
 mod prom;
 mod report;

@@ -8,8 +8,13 @@
 //! "Start" is the moment the scheduler's process is started (just before `exec`): its own
 //! startup (connecting, listing nodes and pods) counts, the same way for every scheduler.
 //! Binding times are when the binding is seen on the watch.
+//!
+//! With `--preemption` (scheduler_perf's preemption workload) the namespace holds bound init
+//! pods besides the pending ones: the run measures the pending pods only, counts the init
+//! pods deleted meanwhile as the preemptions' victims, and reads the scheduler's preemption
+//! metrics and the API server's write requests by resource.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,7 +88,8 @@ pub struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 1800)]
     timeout: u64,
-    /// Give up when no pod was bound for this many seconds.
+    /// Give up when no pod was bound (with `--preemption`, nor any init pod evicted) for this
+    /// many seconds.
     #[arg(long, default_value_t = 120)]
     stall: u64,
     /// Also measure the rate of the last this many bindings: the pods scheduler_perf measures,
@@ -106,6 +112,10 @@ pub struct Args {
     /// (extension `.before.txt`): a run's requests are the difference.
     #[arg(long)]
     apiserver_metrics: Option<PathBuf>,
+    /// The preemption workload: the pods bound already at the start are init pods, which
+    /// the scheduler may evict; the pending ones are measured.
+    #[arg(long)]
+    preemption: bool,
     /// The scheduler's command line.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -192,6 +202,30 @@ pub struct RunResult {
     /// The volume check, when the pods have claims.
     #[serde(default)]
     pub volumes: Option<VolumeFindings>,
+    /// The API server's write requests during the run (from its start to the last binding
+    /// seen, plus the wait for its counters), by verb and resource, as "PATCH pods/status".
+    #[serde(default)]
+    pub api_writes: BTreeMap<String, f64>,
+    /// The preemption workload's figures, in a run with `--preemption`.
+    #[serde(default)]
+    pub preemption: Option<PreemptionFindings>,
+}
+
+/// What a run of the preemption workload found besides the bindings.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PreemptionFindings {
+    /// Init pods (bound) at the start.
+    pub init_pods: usize,
+    /// Init pods gone at the end: the victims.
+    pub victims: usize,
+    /// Init pods seen deleted on the watch by the last binding.
+    pub victims_seen: usize,
+    /// The scheduler's `scheduler_preemption_attempts_total`.
+    pub attempts_metric: Option<f64>,
+    /// The sum of its `scheduler_preemption_victims` histogram: the victims it chose.
+    pub victims_metric: Option<f64>,
+    /// The count of that histogram: the preemptions it decided.
+    pub preemptions_metric: Option<f64>,
 }
 
 impl RunResult {
@@ -211,16 +245,27 @@ impl RunResult {
     }
 
     /// Every pod bound exactly once, none on an over-committed or unknown node, every claim
-    /// bound to its volume.
+    /// bound to its volume. With the preemption workload, every measured pod bound once and
+    /// none deleted, and every pod left (the init pods not evicted too) bound.
     pub fn correct(&self) -> bool {
+        let all_bound = match self.preemption {
+            Some(_) => self.check.bound == self.check.pods,
+            None => self.check.bound == self.pods,
+        };
         self.complete
             && self.rebound == 0
             && self.deleted == 0
             && self.check.overcommitted.is_empty()
             && self.check.on_unknown_nodes == 0
-            && self.check.bound == self.pods
+            && all_bound
             && self.bindings_created.is_none_or(|n| n == self.pods as f64)
             && self.volumes.as_ref().is_none_or(VolumeFindings::ok)
+    }
+
+    /// Write requests to the API server per bound pod.
+    pub fn writes_per_pod(&self) -> Option<f64> {
+        let total: f64 = self.api_writes.values().sum();
+        (self.bound > 0 && total > 0.0).then(|| total / self.bound as f64)
     }
 }
 
@@ -253,10 +298,10 @@ struct MiniPodList {
     items: Vec<MiniPod>,
 }
 
-/// What the watch reports.
+/// What the watch reports: a pod seen bound (name, node, when), a pod deleted (name).
 enum Seen {
     Bound(String, String, Instant),
-    Deleted,
+    Deleted(String),
 }
 
 /// One measured run.
@@ -267,17 +312,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .request(Request::new(&path).list(&ListParams::default())?)
         .await
         .context("cannot list pods")?;
-    let pods = list.items.len();
-    let pending = list
+    let measured: HashSet<String> = list
         .items
         .iter()
         .filter(|p| p.spec.node_name.is_none())
-        .count();
-    anyhow::ensure!(pods > 0, "no pods in namespace {}", args.namespace);
+        .map(|p| p.metadata.name.clone())
+        .collect();
+    let pods = measured.len();
+    let init_pods = list.items.len() - pods;
+    anyhow::ensure!(pods > 0, "no pending pods in namespace {}", args.namespace);
     anyhow::ensure!(
-        pending == pods,
-        "{} of {pods} pods are bound already",
-        pods - pending
+        init_pods == 0 || args.preemption,
+        "{init_pods} of {} pods are bound already",
+        list.items.len()
     );
     let (seen_tx, mut seen) = mpsc::unbounded_channel();
     let watcher = tokio::spawn(watch(
@@ -330,6 +377,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodes: args.nodes,
         pods,
         load_at_start,
+        preemption: args.preemption.then(|| PreemptionFindings {
+            init_pods,
+            ..PreemptionFindings::default()
+        }),
         cores: std::thread::available_parallelism().ok().map(|n| n.get()),
         ..RunResult::default()
     };
@@ -340,6 +391,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     while bound.len() < pods {
         tokio::select! {
             event = seen.recv() => match event {
+                // An init pod changed (its status patched by a preemption).
+                Some(Seen::Bound(name, _, _)) if !measured.contains(&name) => {}
                 Some(Seen::Bound(name, node, at)) => {
                     let at = at.saturating_duration_since(t0);
                     match bound.get(&name) {
@@ -351,7 +404,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         }
                     }
                 }
-                Some(Seen::Deleted) => result.deleted += 1,
+                Some(Seen::Deleted(name)) => {
+                    if measured.contains(&name) {
+                        result.deleted += 1;
+                    } else if let Some(p) = result.preemption.as_mut() {
+                        // A scheduler may evict for every preemptor before it binds the
+                        // first: an eviction is progress too.
+                        p.victims_seen += 1;
+                        last_progress = Instant::now();
+                    }
+                }
                 None => {
                     result.incomplete_reason = Some("the watch stopped".to_string());
                     break;
@@ -412,6 +474,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     result.bindings_created = Some(counts.bindings_created);
     result.bindings_rejected = Some(counts.bindings_rejected);
     result.events_created = Some(counts.events_created);
+    result.api_writes = counts.writes;
     tokio::time::sleep(METRICS_DELAY).await;
 
     if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
@@ -429,6 +492,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                         result.sli_p99_s = prom::quantile(0.99, &h);
                         break;
                     }
+                }
+                if let Some(p) = result.preemption.as_mut() {
+                    let present = |name: &str| samples.iter().any(|s| s.name == name);
+                    let read = |name: &str| present(name).then(|| prom::sum(&samples, name, &[]));
+                    p.attempts_metric = read("scheduler_preemption_attempts_total");
+                    p.victims_metric = read("scheduler_preemption_victims_sum");
+                    p.preemptions_metric = read("scheduler_preemption_victims_count");
                 }
             }
             Err(e) => eprintln!("cluster-bench: cannot read {url}: {e:#}"),
@@ -468,6 +538,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot list pods")?
         .items;
     result.check = check::check(&nodes, &pods_now).map_err(anyhow::Error::msg)?;
+    if let Some(p) = result.preemption.as_mut() {
+        let left = pods_now
+            .iter()
+            .filter(|pod| {
+                pod.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| !measured.contains(n))
+            })
+            .count();
+        p.victims = p.init_pods.saturating_sub(left);
+    }
     let claimed = pods_now.iter().any(|p| {
         p.spec
             .iter()
@@ -492,7 +574,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::write(&args.out, json + "\n")
         .with_context(|| format!("cannot write {}", args.out.display()))?;
     eprintln!(
-        "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s{}, first binding {} s, peak RSS {} MiB, {}",
+        "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s{}, first binding {} s, peak RSS {} MiB{}, {}",
         result.scheduler,
         result.workload,
         result.nodes,
@@ -505,6 +587,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         fmt(result.first_binding_s, 2),
         fmt(result.peak_rss_mib, 0),
+        match &result.preemption {
+            Some(p) => format!(", {} victims", p.victims),
+            None => String::new(),
+        },
         if result.correct() {
             "correct".to_string()
         } else {
@@ -589,7 +675,7 @@ async fn watch(client: Client, path: String, mut version: String, tx: mpsc::Unbo
                 }
                 WatchEvent::Deleted(p) => {
                     version = p.metadata.resource_version;
-                    let _ = tx.send(Seen::Deleted);
+                    let _ = tx.send(Seen::Deleted(p.metadata.name));
                 }
                 WatchEvent::Bookmark(b) => version = b.metadata.resource_version,
                 WatchEvent::Error(status) => {
@@ -630,6 +716,8 @@ struct ApiCounts {
     bindings_created: f64,
     bindings_rejected: f64,
     events_created: f64,
+    /// Write requests by verb and resource ("POST pods/binding").
+    writes: BTreeMap<String, f64>,
 }
 
 impl ApiCounts {
@@ -639,6 +727,12 @@ impl ApiCounts {
             bindings_created: self.bindings_created - before.bindings_created,
             bindings_rejected: self.bindings_rejected - before.bindings_rejected,
             events_created: self.events_created - before.events_created,
+            writes: self
+                .writes
+                .iter()
+                .map(|(k, v)| (k.clone(), v - before.writes.get(k).copied().unwrap_or(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect(),
         }
     }
 }
@@ -670,10 +764,24 @@ async fn apiserver_counts(client: &Client) -> anyhow::Result<(ApiCounts, String)
         requests,
         &[("resource", "events"), ("verb", "POST"), ("code", "201")],
     );
+    let mut writes = BTreeMap::new();
+    for s in samples.iter().filter(|s| s.name == requests) {
+        let verb = s.label("verb").unwrap_or_default();
+        if !matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE") {
+            continue;
+        }
+        let resource = s.label("resource").unwrap_or_default();
+        let key = match s.label("subresource").filter(|r| !r.is_empty()) {
+            Some(sub) => format!("{verb} {resource}/{sub}"),
+            None => format!("{verb} {resource}"),
+        };
+        *writes.entry(key).or_insert(0.0) += s.value;
+    }
     let counts = ApiCounts {
         bindings_created: created,
         bindings_rejected: all - created,
         events_created: events,
+        writes,
     };
     Ok((counts, text))
 }

@@ -4,7 +4,10 @@
 //! server, many creates in flight over one client. The nodes once per control plane, the pods
 //! once per run, each run's in a namespace of its own. A volume workload's pods come with
 //! their claims and volumes, and populate waits until the PV controller has bound every
-//! claim, so that the scheduler measured afterwards finds them bound.
+//! claim, so that the scheduler measured afterwards finds them bound. The preemption
+//! workload's (see [`crate::preemption`]) come in two sets: the low-priority init pods, then
+//! (once a scheduler has placed those) the high-priority measured pods with their
+//! PriorityClass.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -14,6 +17,7 @@ use futures::{StreamExt, stream};
 use gantry::config::DEFAULT_SCHEDULER_NAME;
 use gantry::synthetic::{self, Workload};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
@@ -21,6 +25,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::preemption::{self, Set};
 use crate::volumes::{self, Kind};
 
 /// Attempts per object before giving up.
@@ -48,7 +53,8 @@ pub struct Args {
     /// Which nodes and pods: plain (requests only) or constrained (100 deployments with
     /// preferred pod anti-affinity and a zone topology spread constraint) on the synthetic
     /// nodes, or one of scheduler_perf's volume workloads on its nodes (in-tree-pvs, csi-pvs,
-    /// migrated-in-tree-pvs).
+    /// migrated-in-tree-pvs), or its preemption workload on its nodes (preemption-init: the
+    /// low-priority pods; preemption: the high-priority ones).
     #[arg(long, value_enum, default_value = "plain")]
     workload: WorkloadArg,
     /// The pods' `spec.schedulerName`.
@@ -79,16 +85,32 @@ pub enum WorkloadArg {
     CsiPvs,
     /// scheduler_perf's `SchedulingMigratedInTreePVs`.
     MigratedInTreePvs,
+    /// scheduler_perf's `Preemption`, its init pods (low priority).
+    PreemptionInit,
+    /// scheduler_perf's `Preemption`, its measured pods (high priority).
+    Preemption,
 }
 
 impl WorkloadArg {
     /// The volume workload, if it is one.
     fn volumes(self) -> Option<Kind> {
         match self {
-            WorkloadArg::Plain | WorkloadArg::Constrained => None,
+            WorkloadArg::Plain
+            | WorkloadArg::Constrained
+            | WorkloadArg::PreemptionInit
+            | WorkloadArg::Preemption => None,
             WorkloadArg::InTreePvs => Some(Kind::InTree),
             WorkloadArg::CsiPvs => Some(Kind::Csi),
             WorkloadArg::MigratedInTreePvs => Some(Kind::MigratedInTree),
+        }
+    }
+
+    /// The preemption workload's set of pods, if it is that workload.
+    fn preemption(self) -> Option<Set> {
+        match self {
+            WorkloadArg::PreemptionInit => Some(Set::Low),
+            WorkloadArg::Preemption => Some(Set::High),
+            _ => None,
         }
     }
 }
@@ -100,6 +122,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut csi_nodes = 0;
     match kind {
+        // scheduler_perf's nodes (node-default.yaml) are the in-tree volume workload's.
+        None if args.workload.preemption().is_some() => {
+            let nodes = volumes::nodes(args.nodes, Kind::InTree);
+            create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
+        }
         None => {
             let nodes = synthetic::nodes(args.nodes);
             create_all(Api::<Node>::all(client.clone()), nodes, args.concurrency).await?;
@@ -139,6 +166,27 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     create(&Api::<Namespace>::all(client.clone()), &namespace).await?;
     let pods_api = Api::<Pod>::namespaced(client.clone(), &args.namespace);
     let pods_start = Instant::now();
+    if let Some(set) = args.workload.preemption() {
+        if set == Set::High {
+            let class = preemption::high_priority_class();
+            create(&Api::<PriorityClass>::all(client.clone()), &class).await?;
+        }
+        let pods = preemption::pods(args.pods, set, &args.namespace, &args.scheduler_name);
+        create_all(pods_api, pods, args.concurrency).await?;
+        let took = pods_start.elapsed();
+        eprintln!(
+            "cluster-bench: created {} {} pods in {} in {:.1}s ({:.0}/s)",
+            args.pods,
+            match set {
+                Set::Low => "low-priority",
+                Set::High => "high-priority",
+            },
+            args.namespace,
+            took.as_secs_f64(),
+            rate(args.pods, took),
+        );
+        return Ok(());
+    }
     let Some(kind) = kind else {
         let workload = match args.workload {
             WorkloadArg::Constrained => Workload::Constrained,

@@ -1,7 +1,9 @@
 //! `cluster-bench report`: the table of a set of runs (Markdown), gantry's ratios to the null
 //! binder and to kube-scheduler, and the targets checked against them: issue 4's for the
 //! synthetic workloads, issue 19's (five times kube-scheduler's throughput, every claim bound
-//! to its volume) for scheduler_perf's volume workloads.
+//! to its volume) for scheduler_perf's volume workloads; for its preemption workload a table
+//! of its own (preemptors bound per second, victims, the API server's writes per preemptor)
+//! and issue 20's target (ten times kube-scheduler's preemptors per second, no more victims).
 
 use std::path::PathBuf;
 
@@ -109,8 +111,27 @@ fn median(values: &[f64]) -> Option<f64> {
 
 /// The report of `results`, in their order: every run, gantry's ratios in each round, and
 /// the targets judged on the median over rounds (on a shared machine one round's ratio
-/// swings with the machine; the report says how many rounds hold on their own).
+/// swings with the machine; the report says how many rounds hold on their own). The
+/// preemption workload's measured runs come after, in [`render_preemption`]'s tables.
 pub fn render(results: &[RunResult]) -> String {
+    let (preemption, others): (Vec<RunResult>, Vec<RunResult>) = results
+        .iter()
+        .cloned()
+        .partition(|r| r.preemption.is_some());
+    let mut out = String::new();
+    if !others.is_empty() {
+        out.push_str(&render_runs(&others));
+    }
+    if !preemption.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&render_preemption(&preemption));
+    }
+    out
+}
+
+fn render_runs(results: &[RunResult]) -> String {
     let mut out = String::new();
     out.push_str(
         "| nodes | pods | workload | scheduler | pods/s | first binding (s) | pods/s after first | pods/s of the last N (N) | peak RSS (MiB) | SLI p50 / p99 (s) | seen p50 / p99 (s) | scheduler CPU (s) | CPU µs/pod | API server + etcd CPU (s) | CPU ms/pod (all three) | CPU-bound pods/s | events by last binding | other CPU (s) | load | correct |\n",
@@ -244,6 +265,8 @@ pub fn render(results: &[RunResult]) -> String {
                     |x| x >= 5.0,
                 ));
             }
+        } else if workload == PREEMPTION_INIT {
+            // Placing the preemption workload's init pods is not what it measures.
         } else if workload == "plain" {
             targets.push_str(&target(
                 "gantry >= 0.9 x null binder",
@@ -262,7 +285,7 @@ pub fn render(results: &[RunResult]) -> String {
                 |x| x >= 5.0,
             ));
         }
-        if !volumes {
+        if !volumes && workload != PREEMPTION_INIT {
             targets.push_str(&target(
                 "gantry's peak RSS <= 1/4 of kube-scheduler's",
                 |r| r.rss,
@@ -288,6 +311,151 @@ pub fn render(results: &[RunResult]) -> String {
             },
             correct,
             detail,
+        ));
+    }
+    out.push_str("\nTargets:\n");
+    out.push_str(&targets);
+    out
+}
+
+/// The workload name of the preemption workload's init runs (the scheduler placing the
+/// low-priority pods), as `scripts/bench-preemption.sh` names it.
+const PREEMPTION_INIT: &str = "preemption-init";
+
+/// The preemption workload's measured runs: every run with its preemptors per second and
+/// victims, the API server's writes per preemptor by kind, gantry's ratios to kube-scheduler
+/// in each round, and issue 20's target judged on their median.
+pub fn render_preemption(results: &[RunResult]) -> String {
+    let mut out = String::from(
+        "| nodes | preemptors | scheduler | preemptors/s | first binding (s) | last binding (s) | victims | victims / preemptor | victims (metric) | preemption attempts (metric) | API writes / preemptor | peak RSS (MiB) | scheduler CPU (s) | API server + etcd CPU (s) | other CPU (s) | load | correct |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    let mut kinds: Vec<&str> = Vec::new();
+    for r in results {
+        for k in r.api_writes.keys() {
+            if !kinds.contains(&k.as_str()) {
+                kinds.push(k);
+            }
+        }
+        let p = r.preemption.clone().unwrap_or_default();
+        let per = |n: f64| (r.pods > 0).then(|| n / r.pods as f64);
+        let server = match (r.apiserver_cpu_s, r.etcd_cpu_s) {
+            (Some(a), Some(e)) => Some(a + e),
+            _ => None,
+        };
+        let correct = if r.correct() {
+            "yes".to_string()
+        } else {
+            format!(
+                "NO: {}/{} bound, {} pods left unbound, {} over-committed nodes, {} rebound, {} deleted{}",
+                r.bound,
+                r.pods,
+                r.check.pods - r.check.bound,
+                r.check.overcommitted.len(),
+                r.rebound,
+                r.deleted,
+                r.incomplete_reason
+                    .as_deref()
+                    .map(|why| format!(", {why}"))
+                    .unwrap_or_default()
+            )
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.nodes,
+            r.pods,
+            r.scheduler,
+            num(r.pods_per_s, 1),
+            num(r.first_binding_s, 2),
+            num(r.last_binding_s, 1),
+            p.victims,
+            num(per(p.victims as f64), 2),
+            num(p.victims_metric, 0),
+            num(p.attempts_metric, 0),
+            num(r.writes_per_pod(), 2),
+            num(r.peak_rss_mib, 0),
+            num(r.scheduler_cpu_s, 1),
+            num(server, 1),
+            num(r.other_cpu_s, 1),
+            num(r.load_at_start, 1),
+            correct,
+        ));
+    }
+    kinds.sort_unstable();
+    out.push_str("\nThe API server's write requests per preemptor, by kind:\n\n| scheduler |");
+    for k in &kinds {
+        out.push_str(&format!(" {k} |"));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---:|".repeat(kinds.len()));
+    out.push('\n');
+    for r in results {
+        out.push_str(&format!("| {} |", r.scheduler));
+        for k in &kinds {
+            let n = r.api_writes.get(*k).copied().unwrap_or(0.0);
+            out.push_str(&format!(
+                " {} |",
+                num((r.pods > 0).then(|| n / r.pods as f64), 2)
+            ));
+        }
+        out.push('\n');
+    }
+
+    let mut sizes: Vec<usize> = results.iter().map(|r| r.nodes).collect();
+    sizes.dedup();
+    out.push_str("\n| nodes | round | preemptors/s: gantry / kube-scheduler | victims: gantry / kube-scheduler | peak RSS: gantry / kube-scheduler |\n|---:|---:|---:|---|---:|\n");
+    let mut targets = String::new();
+    for nodes in sizes {
+        let of = |scheduler: &str| -> Vec<&RunResult> {
+            results
+                .iter()
+                .filter(|r| r.nodes == nodes && r.scheduler == scheduler)
+                .collect()
+        };
+        let (gantry, kube) = (of("gantry"), of("kube-scheduler"));
+        let victims = |r: &RunResult| r.preemption.as_ref().map_or(0, |p| p.victims);
+        let mut ratios = Vec::new();
+        let mut fewer_victims = Vec::new();
+        for (i, g) in gantry.iter().enumerate() {
+            let k = kube.get(i);
+            let r = ratio(g.pods_per_s, k.and_then(|k| k.pods_per_s));
+            ratios.extend(r);
+            // A run that did not bind every preemptor may have evicted fewer.
+            if let Some(k) = k {
+                fewer_victims.push(g.correct() && k.correct() && victims(g) <= victims(k));
+            }
+            out.push_str(&format!(
+                "| {nodes} | {} | {} | {} / {} | {} |\n",
+                i + 1,
+                num(r, 2),
+                victims(g),
+                k.map_or_else(|| "-".to_string(), |k| victims(k).to_string()),
+                num(ratio(g.peak_rss_mib, k.and_then(|k| k.peak_rss_mib)), 2),
+            ));
+        }
+        let median = median(&ratios);
+        let detail = match ratios.len() {
+            0 | 1 => String::new(),
+            n => format!(
+                " (median {:.2} of {n} rounds; {} of {n} hold; {:.2} to {:.2})",
+                median.unwrap_or_default(),
+                ratios.iter().filter(|&&v| v >= 10.0).count(),
+                ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ),
+        };
+        targets.push_str(&format!(
+            "- {nodes} nodes, preemption: gantry >= 10 x kube-scheduler's preemptors/s: {}{detail}\n",
+            verdict(median.map(|m| m >= 10.0))
+        ));
+        let fewer = (!fewer_victims.is_empty()).then(|| fewer_victims.iter().all(|&ok| ok));
+        targets.push_str(&format!(
+            "- {nodes} nodes, preemption: gantry's victims <= kube-scheduler's in every round: {}\n",
+            verdict(fewer)
+        ));
+        let correct = (!gantry.is_empty()).then(|| gantry.iter().all(|r| r.correct()));
+        targets.push_str(&format!(
+            "- {nodes} nodes, preemption: gantry: every preemptor bound exactly once, every pod left bound, no over-committed node: {}\n",
+            verdict(correct)
         ));
     }
     out.push_str("\nTargets:\n");
@@ -431,6 +599,57 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("every claim bound to its volume: misses"));
+    }
+
+    fn preemption_result(scheduler: &str, pods_per_s: f64, victims: usize) -> RunResult {
+        RunResult {
+            workload: "preemption".to_string(),
+            api_writes: [
+                ("DELETE pods".to_string(), 3.0 * 10.0),
+                ("POST pods/binding".to_string(), 10.0),
+            ]
+            .into_iter()
+            .collect(),
+            preemption: Some(crate::measure::PreemptionFindings {
+                init_pods: 40,
+                victims,
+                victims_seen: victims,
+                ..Default::default()
+            }),
+            check: crate::check::Findings {
+                pods: 50 - victims,
+                bound: 50 - victims,
+                ..Default::default()
+            },
+            ..result(scheduler, pods_per_s, 100.0)
+        }
+    }
+
+    #[test]
+    fn the_preemption_workload_is_judged_on_ten_times_and_its_victims() {
+        let text = render(&[
+            preemption_result("gantry", 500.0, 30),
+            preemption_result("kube-scheduler", 40.0, 30),
+            preemption_result("kube-scheduler", 50.0, 30),
+            preemption_result("gantry", 450.0, 31),
+        ]);
+        assert!(text.contains("| 5000 | 10 | gantry | 500.0 |"), "{text}");
+        assert!(text.contains("| 30 | 3.00 |"), "{text}");
+        assert!(text.contains("| gantry | 3.00 | 1.00 |"), "{text}");
+        assert!(
+            text.contains("| 5000 | 1 | 12.50 | 30 / 30 | 1.00 |"),
+            "{text}"
+        );
+        assert!(text.contains("| 5000 | 2 | 9.00 | 31 / 30 |"), "{text}");
+        assert!(
+            text.contains(
+                "gantry >= 10 x kube-scheduler's preemptors/s: holds (median 10.75 of 2 rounds; 1 of 2 hold"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("victims <= kube-scheduler's in every round: misses"));
+        assert!(text.contains("no over-committed node: holds"));
+        assert!(!text.contains("null binder"), "{text}");
     }
 
     #[test]

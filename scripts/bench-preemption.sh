@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Issue 20's preemption benchmark: kube-scheduler's own scheduler_perf workload `Preemption`
+# (Kubernetes 1.20.2, test/integration/scheduler_perf/config), gantry against kube-scheduler
+# 1.20.2 side by side, through a real (local) kube-apiserver and etcd.
+#
+#   scripts/bench-preemption.sh [--nodes 5000] [--init-pods N] [--pods N]
+#       [--schedulers gantry,kube-scheduler] [--rounds 1] [--out DIR] [--perf] [--no-build]
+#
+# The workload, with scheduler_perf's templates (see src/bin/cluster-bench/preemption.rs):
+# --nodes nodes of node-default.yaml (4 cpu, 32Gi, 110 pods, Ready), --init-pods init pods of
+# pod-low-priority.yaml (900m and 500Mi, priority 0, terminationGracePeriodSeconds 0; default
+# four per node, which fills every node: 3.6 of its 4 cpu), then --pods measured pods of
+# pod-high-priority.yaml (3000m and 500Mi, priority 10; default one per node), each of which
+# fits a node only once three of its low-priority pods are evicted: at least three victims
+# per preemptor. scheduler_perf's 5000Nodes counts are the defaults (5,000 nodes, 20,000 init
+# pods, 5,000 measured); --nodes 500 gives its 500Nodes ones.
+#
+# One control plane, where `cluster-bench populate` creates the nodes. Then for every round
+# and scheduler, in a namespace of the run's own:
+#  1. `cluster-bench populate` creates the init pods, pending, schedulerName default-scheduler;
+#  2. `cluster-bench run` starts the scheduler and stops it once it has bound every init pod
+#     (the run DIR/<run>-init.json: the init pods' placement, as a plain run, checked);
+#  3. `cluster-bench populate` creates the measured pods, pending;
+#  4. `cluster-bench run --preemption` waits until the API server and etcd are idle, starts
+#     the same scheduler again, and measures until every measured pod is bound: preemptors
+#     bound per second from the scheduler's start to the last binding, the victims (init pods
+#     gone at the end; also those seen deleted on the watch, and the scheduler's own
+#     scheduler_preemption_victims and scheduler_preemption_attempts_total), the API server's
+#     write requests by kind, peak RSS and CPU; then it checks that every measured pod is bound
+#     exactly once, every pod left (the init pods not evicted too) is bound and no node holds
+#     more than its allocatable;
+#  5. `cluster-bench clear` deletes the run's pods and events and compacts and defragments
+#     etcd.
+# Even rounds take the schedulers in the reverse order. At the end, `cluster-bench report`
+# prints the tables, gantry's ratio to kube-scheduler in every round, and issue 20's target
+# (ten times kube-scheduler's preemptors per second with no more victims) judged on the
+# median of the rounds.
+#
+# Two deviations from scheduler_perf, both for the real control plane:
+#  * pod-high-priority.yaml sets `priority: 10` in the pod, which scheduler_perf's API server
+#    (without admission) takes; the real API server's Priority admission refuses a pod that
+#    sets its own priority. So the measured pods name a PriorityClass of value 10
+#    (priorityClassName scheduler-perf-high-priority, created once) and the admission fills in
+#    spec.priority 10.
+#  * scheduler_perf creates its measured pods while the scheduler runs, so its figure is
+#    bounded by how fast it creates them (here about 1,000-2,000 pods a second, which would
+#    cap both schedulers and hide the ratio). Here the measured pods are all pending when the
+#    scheduler starts (step 4): the figure runs from the scheduler's start, so its startup
+#    (listing 5,000 nodes and 25,000 pods, the same for both) counts against it, and what it
+#    measures is each scheduler preempting from a full queue. The restart between steps 2 and
+#    4 loses nothing either scheduler keeps: both build their cache from the API server.
+# The schedulers (all with the admin kubeconfig, exempt from API priority and fairness):
+#  gantry          `gantry run`, default profile with DefaultPreemption enabled (not among
+#                  gantry's defaults yet), leader election off, qps/burst 5000;
+#  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
+#                  election off, qps/burst 5000.
+# Results (two JSONs per run, logs, report.md) go to DIR, default
+# target/bench-preemption/<date>. --perf records gantry's measured runs with `perf record`
+# (DIR/<run>/perf.data). --no-build uses the release binaries as they are. On a shared
+# machine, set BENCH_HOLD_FILE to a path: while that file exists, every run waits.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "${GANTRY_ROOT}"
+
+NODES=5000
+INIT_PODS=
+PODS=
+SCHEDULERS=gantry,kube-scheduler
+ROUNDS=1
+OUT=
+PERF=
+BUILD=1
+QUIET_FILE=${BENCH_HOLD_FILE:-}
+
+usage() {
+  sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+while (($#)); do
+  case "$1" in
+    --nodes) NODES=${2:?}; shift 2 ;;
+    --init-pods) INIT_PODS=${2:?}; shift 2 ;;
+    --pods) PODS=${2:?}; shift 2 ;;
+    --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
+    --out) OUT=${2:?}; shift 2 ;;
+    --perf) PERF=1; shift ;;
+    --no-build) BUILD=; shift ;;
+    -h | --help) usage ;;
+    *) log "unknown argument: $1"; usage ;;
+  esac
+done
+for n in "${NODES}" "${ROUNDS}"; do
+  [[ "${n}" =~ ^[0-9]+$ ]] || die "--nodes and --rounds take a number, not ${n}"
+done
+INIT_PODS=${INIT_PODS:-$((4 * NODES))}
+PODS=${PODS:-${NODES}}
+for n in "${INIT_PODS}" "${PODS}"; do
+  [[ "${n}" =~ ^[0-9]+$ ]] || die "--init-pods and --pods take a number, not ${n}"
+done
+((NODES > 0 && INIT_PODS > 0 && PODS > 0 && ROUNDS > 0)) ||
+  die "--nodes, --init-pods, --pods and --rounds must be positive"
+IFS=, read -r -a SCHEDULER_LIST <<<"${SCHEDULERS}"
+((${#SCHEDULER_LIST[@]})) || die "--schedulers needs at least one value"
+for s in "${SCHEDULER_LIST[@]}"; do
+  [[ "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
+done
+[[ -z "${PERF}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
+
+wait_quiet() {
+  while [[ -n "${QUIET_FILE}" && -e "${QUIET_FILE}" ]]; do
+    log "waiting: ${QUIET_FILE} exists"
+    sleep 15
+  done
+}
+
+# install-kube.sh prints the folder it fills (and is quiet once everything is in place);
+# binaries already in KUBEBUILDER_ASSETS win.
+kube_bin_dir=$(scripts/install-kube.sh)
+export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
+KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
+if [[ -n "${BUILD}" ]]; then
+  wait_quiet
+  log "building gantry and cluster-bench (release)"
+  cargo build --release --locked --quiet --bin gantry --bin cluster-bench
+fi
+GANTRY="${GANTRY_ROOT}/target/release/gantry"
+BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
+[[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
+
+OUT=${OUT:-${GANTRY_ROOT}/target/bench-preemption/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "${OUT}"
+OUT=$(cd "${OUT}" && pwd -P)
+{
+  echo "date: $(date -Iseconds)"
+  echo "command: scripts/bench-preemption.sh --nodes ${NODES} --init-pods ${INIT_PODS} --pods ${PODS} --schedulers ${SCHEDULERS} --rounds ${ROUNDS}"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+  echo "kube-scheduler: $("${KUBE_SCHEDULER}" --version 2>&1)"
+  echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+  echo "kernel: $(uname -sr)"
+  # shellcheck source=/dev/null
+  echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
+  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >"${OUT}/machine.txt"
+
+STATE="${OUT}/control-plane"
+cleanup() {
+  scripts/control-plane.sh stop "${STATE}" >/dev/null 2>&1 || true
+  rm -rf "${STATE}/etcd"
+}
+trap cleanup EXIT
+
+# scheduler_command RUN PORT: the command line of ${scheduler}, serving its metrics on PORT,
+# its configuration written into RUN; in COMMAND.
+scheduler_command() {
+  local run=$1 port=$2
+  case "${scheduler}" in
+    gantry)
+      bench_gantry_config "${run}/gantry.yaml"
+      # DefaultPreemption is not in gantry's default profile yet (issue 20); kube-scheduler
+      # 1.20's default profile has it.
+      printf '  plugins:\n    multiPoint:\n      enabled: [{name: DefaultPreemption}]\n' \
+        >>"${run}/gantry.yaml"
+      COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
+        --address "127.0.0.1:${port}")
+      ;;
+    kube-scheduler)
+      bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
+      COMMAND=("${KUBE_SCHEDULER}" --config "${run}/kube-scheduler.yaml" --secure-port=0)
+      ;;
+  esac
+}
+
+wait_quiet
+mkdir -p "${STATE}"
+log "${NODES} nodes: starting the control plane"
+scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
+# shellcheck source=/dev/null
+. "${STATE}/env"
+"${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${NODES}" --workload preemption
+RESULTS=()
+for ((round = 1; round <= ROUNDS; round++)); do
+  suffix=
+  ((ROUNDS == 1)) || suffix="-r${round}"
+  # Even rounds take the schedulers in the reverse order: a drift of the machine or of the
+  # control plane over a round then favours each scheduler as often as it hurts it.
+  order=("${SCHEDULER_LIST[@]}")
+  if ((round % 2 == 0)); then
+    order=()
+    for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SCHEDULER_LIST[i]}"); done
+  fi
+  for scheduler in "${order[@]}"; do
+    wait_quiet
+    name="${NODES}n-preemption-${scheduler}${suffix}"
+    RUN="${OUT}/${name}"
+    namespace="preemption-${scheduler}${suffix}"
+    mkdir -p "${RUN}"
+    common=(--kubeconfig "${KUBECONFIG}" --namespace "${namespace}" --scheduler "${scheduler}"
+      --nodes "${NODES}" --apiserver-pid "${APISERVER_PID}" --etcd-pid "${ETCD_PID}")
+
+    "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${INIT_PODS}" \
+      --workload preemption-init --namespace "${namespace}" 2>&1 | tee "${RUN}/populate.log" >&2
+    port=$("${BENCH}" free-port)
+    scheduler_command "${RUN}" "${port}"
+    log "${name}: ${scheduler} places the ${INIT_PODS} init pods"
+    "${BENCH}" run "${common[@]}" --workload preemption-init \
+      --metrics "http://127.0.0.1:${port}/metrics" --out "${OUT}/${name}-init.json" \
+      --log "${RUN}/scheduler-init.log" -- "${COMMAND[@]}"
+    RESULTS+=("${OUT}/${name}-init.json")
+
+    wait_quiet
+    "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
+      --workload preemption --namespace "${namespace}" 2>&1 | tee -a "${RUN}/populate.log" >&2
+    port=$("${BENCH}" free-port)
+    scheduler_command "${RUN}" "${port}"
+    extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
+    [[ -z "${PERF}" || "${scheduler}" != gantry ]] || extra+=(--perf "${RUN}/perf.data")
+    log "${name}: measuring ${PODS} preemptors"
+    "${BENCH}" run "${common[@]}" --workload preemption --preemption \
+      --metrics "http://127.0.0.1:${port}/metrics" "${extra[@]}" \
+      --out "${OUT}/${name}.json" --log "${RUN}/scheduler.log" -- "${COMMAND[@]}"
+    RESULTS+=("${OUT}/${name}.json")
+    "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}" --etcd "${ETCD_URL}"
+  done
+done
+scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
+rm -rf "${STATE}/etcd"
+"${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
+echo
+cat "${OUT}/machine.txt"
+log "results in ${OUT}"
