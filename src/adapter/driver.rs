@@ -32,7 +32,7 @@ use crate::model::volume::{
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
-use crate::scheduler::{Attempt, Scheduler};
+use crate::scheduler::{Attempt, BindTask, Scheduler};
 
 /// Longest the thread sleeps with nothing to do.
 const IDLE_TICK: Duration = Duration::from_secs(1);
@@ -338,17 +338,7 @@ impl Driver {
             Attempt::Permitted { task, waited } => {
                 self.metrics
                     .permit_waited(code_label(Code::Success), waited);
-                run.in_flight += 1;
-                self.set_in_flight(run.in_flight);
-                if let Err(e) = self.binder.send(BindRequest {
-                    task,
-                    attempt_start,
-                }) {
-                    run.in_flight -= 1;
-                    self.set_in_flight(run.in_flight);
-                    self.scheduler
-                        .binding_failed(*e.0.task, run.start.elapsed());
-                }
+                self.bind(run, task, attempt_start);
             }
             Attempt::Rejected {
                 pod,
@@ -382,18 +372,7 @@ impl Driver {
                         name: task.assumed.name.clone(),
                     });
                 }
-                run.in_flight += 1;
-                self.set_in_flight(run.in_flight);
-                if let Err(e) = self.binder.send(BindRequest {
-                    task,
-                    attempt_start,
-                }) {
-                    // The binder is gone (shutting down): give the decision back.
-                    run.in_flight -= 1;
-                    self.set_in_flight(run.in_flight);
-                    self.scheduler
-                        .binding_failed(*e.0.task, run.start.elapsed());
-                }
+                self.bind(run, task, attempt_start);
             }
             Attempt::Unschedulable {
                 pod,
@@ -680,6 +659,22 @@ impl Driver {
                     nominated: None,
                 });
             }
+        }
+    }
+
+    /// Counts the binding as outstanding and hands it to the binder.
+    fn bind(&mut self, run: &mut Run, task: Box<BindTask>, attempt_start: Instant) {
+        run.in_flight += 1;
+        self.set_in_flight(run.in_flight);
+        if let Err(e) = self.binder.send(BindRequest {
+            task,
+            attempt_start,
+        }) {
+            // The binder is gone (shutting down): give the decision back.
+            run.in_flight -= 1;
+            self.set_in_flight(run.in_flight);
+            self.scheduler
+                .binding_failed(*e.0.task, run.start.elapsed());
         }
     }
 

@@ -664,8 +664,8 @@ fn kube_schedulers_written_defaults_are_refused_only_for_the_plugins_gantry_lack
         .map(|(f, n)| (f.as_str(), n.as_str()))
         .collect();
     assert!(refused.is_empty(), "nothing refused: {refused:?}");
-    // What comes out is gantry's own default profile with DefaultPreemption at PostFilter
-    // (not in gantry's defaults yet, issue #20), with kube-scheduler's client settings.
+    // What comes out is gantry's own default profile (DefaultPreemption at PostFilter
+    // included), with kube-scheduler's client settings.
     let defaults = Config::default_with(&registry()).unwrap();
     assert_eq!(config.profiles.len(), 1);
     assert_eq!(config.profiles[0].scheduler_name, "default-scheduler");
