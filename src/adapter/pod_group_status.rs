@@ -14,16 +14,14 @@
 //! [`MAX_CONCURRENT_WRITES`] are in flight. Only the leader writes; a standby keeps its
 //! counts and writes what differs when it takes over.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::Event;
-use kube::{Client, Resource};
 use serde::Deserialize;
 use serde::de::Deserializer;
 use tokio::sync::{mpsc, watch};
@@ -214,29 +212,7 @@ impl<'de> Deserialize<'de> for GroupPod {
     }
 }
 
-impl Resource for GroupPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Pod::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Pod::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Pod::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Pod::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+reflector::pod_view!(GroupPod);
 
 /// (namespace, name).
 type Key = (String, String);
@@ -627,6 +603,8 @@ fn may_pass(e: &kube::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use kube::Resource;
+
     use super::*;
 
     const NOW: &str = "2026-01-02T03:04:05Z";

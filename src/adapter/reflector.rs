@@ -26,6 +26,39 @@ use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqA
 
 use super::protobuf::{self, EventType};
 
+/// Implements `kube::Resource` as `Pod`'s for a partial view of pods (a struct with a
+/// `metadata: ObjectMeta` field that reads only what its watcher needs).
+macro_rules! pod_view {
+    ($view:ty) => {
+        impl kube::Resource for $view {
+            type DynamicType = ();
+            type Scope = k8s_openapi::NamespaceResourceScope;
+
+            fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::kind(dt)
+            }
+            fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::group(dt)
+            }
+            fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::version(dt)
+            }
+            fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+                <k8s_openapi::api::core::v1::Pod as kube::Resource>::plural(dt)
+            }
+            fn meta(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+pub(crate) use pod_view;
+
 /// How long a watch request runs before the server ends it (kube-runtime's and client-go's
 /// choice: below the API server's own limit, so that the client decides).
 const WATCH_TIMEOUT_SECONDS: u32 = 290;

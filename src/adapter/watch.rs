@@ -164,29 +164,7 @@ impl<'de> Deserialize<'de> for LeanPod {
     }
 }
 
-impl Resource for LeanPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Pod::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Pod::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Pod::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Pod::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+reflector::pod_view!(LeanPod);
 
 /// A PodDisruptionBudget of `policy/v1beta1`, read into the `policy/v1` struct. Kubernetes
 /// serves `policy/v1` from 1.21 (and `policy/v1beta1` up to 1.24), so against a 1.20 API
