@@ -511,7 +511,8 @@ impl Scheduler {
             pool: self.pool.as_deref(),
             percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
             top_scores: TOP_SCORES,
-            nominated: Some(&self.nominated),
+            // None while nothing is nominated: the cycle then skips the nominated-pods pass.
+            nominated: (!self.nominated.is_empty()).then_some(&self.nominated),
             waiting: Some(&self.waiting),
         };
         let result = cycle::schedule_one(

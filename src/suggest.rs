@@ -5,6 +5,7 @@
 //! the way.
 
 use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::fmt;
 use std::sync::Arc;
 
@@ -222,7 +223,7 @@ pub fn suggest(
             }
         }
     }
-    short.sort_by(|a, b| {
+    smallest_sorted(&mut short, MAX_CHECKS, |a, b| {
         a.count
             .cmp(&b.count)
             .then_with(|| a.share.total_cmp(&b.share))
@@ -230,7 +231,6 @@ pub fn suggest(
     });
     if let Some(best) = short
         .into_iter()
-        .take(MAX_CHECKS)
         .find(|s| checker.only_rejected_by(s.node, node_resources_fit::NAME))
     {
         out.push(Suggestion::MoreResources {
@@ -244,14 +244,13 @@ pub fn suggest(
         if out.len() >= MAX_SUGGESTIONS {
             break;
         }
-        nodes.sort_by(|&a, &b| {
+        smallest_sorted(&mut nodes, MAX_CHECKS, |&a, &b| {
             diagnosis.node_statuses[a]
                 .0
                 .cmp(&diagnosis.node_statuses[b].0)
         });
         let found = nodes
             .iter()
-            .take(MAX_CHECKS)
             .find(|&&i| checker.only_rejected_by(&diagnosis.node_statuses[i].0, plugin));
         if let Some(&i) = found {
             let (node, status) = &diagnosis.node_statuses[i];
@@ -263,6 +262,16 @@ pub fn suggest(
         }
     }
     out
+}
+
+/// Keeps the `n` first of `items` in `order`, sorted: a cluster has thousands of rejected
+/// nodes, and only the first few are ever checked.
+fn smallest_sorted<T>(items: &mut Vec<T>, n: usize, order: impl Fn(&T, &T) -> Ordering) {
+    if items.len() > n {
+        items.select_nth_unstable_by(n, &order);
+        items.truncate(n);
+    }
+    items.sort_by(order);
 }
 
 /// A node that lacks only resources, with how far it is from fitting.

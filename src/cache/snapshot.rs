@@ -24,7 +24,9 @@ use super::workloads::Workloads;
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub(super) nodes: Vec<Arc<NodeInfo>>,
-    pub(super) index: HashMap<Arc<str>, usize>,
+    /// Node name to position; looked up for every rejected node by preemption and by the
+    /// explanation of a failed attempt, hence the fast (Fx) hash.
+    pub(super) index: FxHashMap<Arc<str>, usize>,
     pub(super) with_affinity: Vec<usize>,
     pub(super) with_required_anti_affinity: Vec<usize>,
     pub(super) namespaces: Arc<HashMap<String, Labels>>,

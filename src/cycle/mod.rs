@@ -20,6 +20,9 @@ use crate::model::PodInfo;
 /// Below this many nodes to examine in one step, filtering and scoring stay on the scheduling
 /// thread: handing a step to the other threads costs more than it saves for fewer nodes.
 const PARALLEL_THRESHOLD: usize = 1024;
+/// The same once pods are nominated: a node with nominated pods is filtered twice, the first
+/// time on a copy with them added, which costs several times a plain filter pass.
+const PARALLEL_THRESHOLD_NOMINATED: usize = 256;
 /// kube-scheduler always looks for at least this many feasible nodes.
 const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
 /// ... and never for fewer than this share of the cluster, with the adaptive default.
@@ -500,6 +503,9 @@ fn find_feasible_nodes<'s>(
         .filter(|p| !pre.skip_filter.contains(&p.name()))
         .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
         .collect();
+    // Each node's verdict: the Filter plugins on the node as it is, and where pods are
+    // nominated ahead of this one, the first of kube-scheduler's two passes, with them
+    // counted, whose rejection wins.
     let filter_block = |nodes: &[&NodeInfo], statuses: &mut [Status]| {
         for (f, name) in &filters {
             if f.filter_nodes(state, pod, nodes, statuses) > 0 {
@@ -507,6 +513,14 @@ fn find_feasible_nodes<'s>(
                     if !s.is_success() && s.plugin().is_none() {
                         s.set_plugin(name);
                     }
+                }
+            }
+        }
+        if let Some(nominated) = options.nominated {
+            for (node, status) in nodes.iter().zip(statuses.iter_mut()) {
+                let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
+                if !first.is_success() {
+                    *status = first;
                 }
             }
         }
@@ -518,9 +532,11 @@ fn find_feasible_nodes<'s>(
         let want = to_find - progress.feasible.len();
         // Never examine more nodes than could still be needed: a parallel batch is as long as
         // the number of feasible nodes still wanted, a sequential one a block at most.
-        let pool = options
-            .pool
-            .filter(|_| want.min(remaining) >= PARALLEL_THRESHOLD);
+        let threshold = match options.nominated {
+            Some(_) => PARALLEL_THRESHOLD_NOMINATED,
+            None => PARALLEL_THRESHOLD,
+        };
+        let pool = options.pool.filter(|_| want.min(remaining) >= threshold);
         let len = match pool {
             Some(_) => want,
             None => want.min(FILTER_BLOCK),
@@ -540,16 +556,6 @@ fn find_feasible_nodes<'s>(
             None => filter_block(&block, statuses),
         }
         for (node, status) in block.iter().zip(statuses.drain(..)) {
-            // The block's verdict is the second pass; the first, with the pods nominated
-            // ahead of this one counted, runs only where there are such pods.
-            let status = match options.nominated {
-                Some(nominated) => {
-                    let first =
-                        run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
-                    if first.is_success() { status } else { first }
-                }
-                None => status,
-            };
             progress.record(node, status)?;
             if progress.feasible.len() >= to_find {
                 break;
@@ -631,6 +637,7 @@ fn run_post_filter(
         nominated: options.nominated.unwrap_or(&no_nominations),
         rejections: &diagnosis.node_statuses,
         waiting: options.waiting.unwrap_or(&no_waiting),
+        pool: options.pool,
     };
     let mut reject_waiting = Vec::new();
     let mut group_failed = false;

@@ -202,6 +202,9 @@ pub struct PostFilterInput<'a> {
     pub rejections: &'a [(Arc<str>, Status)],
     /// The pods held at Permit.
     pub waiting: &'a WaitingPods,
+    /// Threads a plugin may spread its work over (preemption's dry run on many nodes);
+    /// `None` keeps it on the scheduling thread.
+    pub pool: Option<&'a rayon::ThreadPool>,
 }
 
 /// What the pod's nominated node becomes after a PostFilter plugin ran.

@@ -13,6 +13,8 @@ mod tests;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use rayon::prelude::*;
+
 use crate::cache::{NodeInfo, Tracked};
 use crate::framework::{
     ArgsError, Code, CycleState, DefaultPlace, Nomination, Plugin, PluginSpec, PostFilterInput,
@@ -35,6 +37,11 @@ pub const ERR_POLICY_NEVER: &str = "not eligible due to preemptionPolicy=Never."
 /// A pod whose earlier victims are still terminating on its nominated node.
 pub const ERR_TERMINATING_VICTIM: &str =
     "not eligible due to a terminating pod on the nominated node.";
+
+/// Nodes the dry run tries at a time, at least: fewer would hand too little to the pool.
+const MIN_DRY_RUN_BATCH: usize = 16;
+/// From this many nodes in a batch, the dry run runs on the pool's threads.
+const PARALLEL_DRY_RUN: usize = 32;
 
 /// The DefaultPreemption plugin.
 #[derive(Debug, Clone)]
@@ -167,26 +174,52 @@ impl PostFilterPlugin for DefaultPreemption {
         let mut clean: Vec<Candidate> = Vec::new();
         let mut violating: Vec<Candidate> = Vec::new();
         let mut rejected: Vec<(Arc<str>, Status)> = Vec::new();
-        for i in 0..potential.len() {
-            let node = potential[(offset + i) % potential.len()];
-            match victims::select_on_node(state, pod, node, input, &budgets) {
-                Ok(c) if c.pdb_violations == 0 => {
-                    if clean.len() < wanted {
-                        clean.push(c);
+        let mut examined = 0;
+        'search: while examined < potential.len() {
+            // The nodes are tried in a fixed order and the search stops as soon as enough
+            // candidates are found. Each node gives one candidate at most, so as many nodes
+            // as candidates are still wanted are tried at a time (on the pool's threads when
+            // they are many), and their results taken in order: the outcome is that of one
+            // node at a time.
+            let still_wanted = wanted.saturating_sub(clean.len() + violating.len());
+            let min_batch = if input.pool.is_some() {
+                MIN_DRY_RUN_BATCH
+            } else {
+                1
+            };
+            let len = still_wanted.max(min_batch).min(potential.len() - examined);
+            let batch: Vec<&Arc<NodeInfo>> = (examined..examined + len)
+                .map(|i| potential[(offset + i) % potential.len()])
+                .collect();
+            examined += len;
+            let select =
+                |node: &&Arc<NodeInfo>| victims::select_on_node(state, pod, node, input, &budgets);
+            let results: Vec<Result<Candidate, Status>> = match input.pool {
+                Some(pool) if len >= PARALLEL_DRY_RUN => {
+                    pool.install(|| batch.par_iter().map(select).collect())
+                }
+                _ => batch.iter().map(select).collect(),
+            };
+            for (node, result) in batch.iter().zip(results) {
+                match result {
+                    Ok(c) if c.pdb_violations == 0 => {
+                        if clean.len() < wanted {
+                            clean.push(c);
+                        }
                     }
-                }
-                Ok(c) => {
-                    if violating.len() < wanted {
-                        violating.push(c);
+                    Ok(c) => {
+                        if violating.len() < wanted {
+                            violating.push(c);
+                        }
                     }
+                    Err(status) if status.code() == Code::Error => {
+                        return (PostFilterResult::default(), status.with_plugin(NAME));
+                    }
+                    Err(status) => rejected.push((node.name().clone(), status)),
                 }
-                Err(status) if status.code() == Code::Error => {
-                    return (PostFilterResult::default(), status.with_plugin(NAME));
+                if !clean.is_empty() && clean.len() + violating.len() >= wanted {
+                    break 'search;
                 }
-                Err(status) => rejected.push((node.name().clone(), status)),
-            }
-            if !clean.is_empty() && clean.len() + violating.len() >= wanted {
-                break;
             }
         }
         clean.append(&mut violating);

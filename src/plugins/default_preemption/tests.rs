@@ -345,3 +345,57 @@ fn a_pod_whose_anti_affinity_keeps_the_preemptor_out_is_a_victim() {
     assert_eq!(outcome(&report, "web").node.as_deref(), Some("n1"));
     assert_eq!(report.preemptions[0].victims, ["default/loner"]);
 }
+
+#[test]
+fn the_dry_run_on_the_pool_decides_as_one_node_at_a_time() {
+    // 600 nodes: the search wants 100 candidates, tried in batches on the pool's threads.
+    // Victims differ by priority and start time from node to node, some nodes have nothing
+    // to evict, and each preemptor finds the nodes its predecessors were nominated to.
+    let mut objects = Vec::new();
+    for i in 0..600 {
+        let name = format!("n{i:03}");
+        objects.push(node(&name, "4", ""));
+        for j in 0..4 {
+            let priority = if i % 7 == 0 { 200 } else { (i * 3 + j) % 5 };
+            let started = format!("2026-01-01T00:{:02}:{:02}Z", (i * 7 + j) % 60, j * 11);
+            objects.push(running(
+                &format!("p{i:03}-{j}"),
+                &name,
+                "1",
+                priority,
+                &started,
+            ));
+        }
+    }
+    for k in 0..30 {
+        objects.push(pending(&format!("high-{k:02}"), "3", 100, ""));
+    }
+    objects.push(pending("too-big", "8", 100, ""));
+    let config = Config::parse(CONFIG, &crate::plugins::registry()).expect("valid config");
+    let input = {
+        let mut input = ClusterInput::default();
+        input
+            .add_yaml(
+                &format!("apiVersion: v1\nkind: List\nitems:{}", objects.concat()),
+                "test",
+            )
+            .expect("valid input");
+        input
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(3)
+        .build()
+        .expect("thread pool");
+    let alone = simulate(&input, config.clone(), None);
+    let pooled = simulate(&input, config, Some(Arc::new(pool)));
+    assert_eq!(alone.preemptions.len(), 30, "every preemptor preempts");
+    assert_eq!(
+        serde_json::to_value(&alone).expect("report serializes"),
+        serde_json::to_value(&pooled).expect("report serializes"),
+    );
+    let message = outcome(&alone, "too-big").message.as_deref().unwrap_or("");
+    assert!(
+        message.contains("preemption: 0/600 nodes are available"),
+        "{message}"
+    );
+}

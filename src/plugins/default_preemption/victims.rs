@@ -5,8 +5,8 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::run::{add_pod, remove_pod, run_filters_with_nominated};
-use crate::framework::{CycleState, PostFilterInput, Status};
+use crate::framework::run::{add_pod, nominated_ahead, remove_pod, run_filters};
+use crate::framework::{CycleState, NominatedPods, PostFilterInput, Profile, Status};
 use crate::model::PodInfo;
 use crate::model::disruption_budget::DisruptionBudgetModel;
 
@@ -85,9 +85,6 @@ pub fn select_on_node(
     input: &PostFilterInput<'_>,
     budgets: &[Arc<DisruptionBudgetModel>],
 ) -> Result<Candidate, Status> {
-    let profile = input.profile;
-    let mut node = node.clone();
-    let mut state = state.clone();
     let mut potential: Vec<Arc<PodInfo>> = node
         .pods
         .iter()
@@ -97,14 +94,11 @@ pub fn select_on_node(
     if potential.is_empty() {
         return Err(Status::unresolvable(ERR_NO_VICTIMS));
     }
+    let mut dry = DryRun::new(input.profile, state, pod, node, input.nominated);
     for p in &potential {
-        node.remove_pod(&p.namespace, &p.name);
-        check(remove_pod(profile, &mut state, pod, p, &node))?;
+        dry.remove(p)?;
     }
-    let fits = |state: &CycleState, node: &NodeInfo| {
-        run_filters_with_nominated(profile, state, pod, node, input.nominated)
-    };
-    let status = fits(&state, &node);
+    let status = dry.fits();
     if !status.is_success() {
         return Err(status);
     }
@@ -115,13 +109,11 @@ pub fn select_on_node(
     let mut pdb_violations = 0;
     let mut reprieve =
         |p: &Arc<PodInfo>, victims: &mut Vec<Arc<PodInfo>>| -> Result<bool, Status> {
-            node.add_pod(p.clone());
-            check(add_pod(profile, &mut state, pod, p, &node))?;
-            if fits(&state, &node).is_success() {
+            dry.add(p)?;
+            if dry.fits().is_success() {
                 return Ok(true);
             }
-            node.remove_pod(&p.namespace, &p.name);
-            check(remove_pod(profile, &mut state, pod, p, &node))?;
+            dry.remove(p)?;
             victims.push(p.clone());
             Ok(false)
         };
@@ -141,6 +133,89 @@ pub fn select_on_node(
         victims,
         pdb_violations,
     })
+}
+
+/// A copy of a node that the dry run takes pods off and puts back, with the cycle state
+/// following; and, where pods of the preemptor's priority or higher are nominated to the
+/// node, a second copy with them counted (kube-scheduler's first filter pass), kept in step
+/// with the first so that no check copies the node again.
+struct DryRun<'a> {
+    profile: &'a Profile,
+    pod: &'a PodInfo,
+    node: NodeInfo,
+    state: CycleState,
+    /// The copy with the nominated pods, or why adding them failed; `None` without them.
+    ahead: Option<Result<(NodeInfo, CycleState), Status>>,
+}
+
+impl<'a> DryRun<'a> {
+    fn new(
+        profile: &'a Profile,
+        state: &CycleState,
+        pod: &'a PodInfo,
+        node: &NodeInfo,
+        nominated: &NominatedPods,
+    ) -> Self {
+        let node = node.clone();
+        let state = state.clone();
+        let mut ahead_pods = nominated_ahead(nominated, pod, node.name()).peekable();
+        let ahead = ahead_pods.peek().is_some().then(|| {
+            let mut node_with = node.clone();
+            let mut state_with = state.clone();
+            for p in ahead_pods {
+                node_with.add_pod(p.clone());
+                check(add_pod(profile, &mut state_with, pod, p, &node_with))?;
+            }
+            Ok((node_with, state_with))
+        });
+        DryRun {
+            profile,
+            pod,
+            node,
+            state,
+            ahead,
+        }
+    }
+
+    /// Takes `p` off the node.
+    fn remove(&mut self, p: &PodInfo) -> Result<(), Status> {
+        let (profile, pod) = (self.profile, self.pod);
+        self.node.remove_pod(&p.namespace, &p.name);
+        check(remove_pod(profile, &mut self.state, pod, p, &self.node))?;
+        if let Some(Ok((node, state))) = &mut self.ahead {
+            node.remove_pod(&p.namespace, &p.name);
+            check(remove_pod(profile, state, pod, p, node))?;
+        }
+        Ok(())
+    }
+
+    /// Puts `p` back on the node.
+    fn add(&mut self, p: &Arc<PodInfo>) -> Result<(), Status> {
+        let (profile, pod) = (self.profile, self.pod);
+        self.node.add_pod(p.clone());
+        check(add_pod(profile, &mut self.state, pod, p, &self.node))?;
+        if let Some(Ok((node, state))) = &mut self.ahead {
+            node.add_pod(p.clone());
+            check(add_pod(profile, state, pod, p, node))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the pod fits the node as it now is: with the nominated pods counted, then
+    /// without them; the first rejection wins.
+    fn fits(&self) -> Status {
+        match &self.ahead {
+            Some(Err(status)) => return status.clone(),
+            Some(Ok((node, state))) => {
+                let status = run_filters(self.profile, state, self.pod, node);
+                if !status.is_success() {
+                    return status;
+                }
+            }
+            None => {}
+        }
+        run_filters(self.profile, &self.state, self.pod, &self.node)
+    }
 }
 
 fn check(status: Status) -> Result<(), Status> {
