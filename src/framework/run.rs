@@ -3,6 +3,7 @@
 //! `RunFilterPluginsWithNominatedPods`), and with pods added to or removed from a copy of the
 //! node, the cycle state following through the PreFilter extensions (preemption's dry run).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -122,12 +123,15 @@ pub fn run_filters_with_nominated_ahead(
         return Status::success();
     }
     let mut node_with = node.clone();
-    let mut state_with = state.clone();
+    let mut state_with = Cow::Borrowed(state);
+    let extensions = extensions_active(profile, state);
     for p in ahead {
         node_with.add_pod(p.clone());
-        let status = add_pod(profile, &mut state_with, pod, p, &node_with);
-        if !status.is_success() {
-            return status;
+        if extensions {
+            let status = add_pod(profile, state_with.to_mut(), pod, p, &node_with);
+            if !status.is_success() {
+                return status;
+            }
         }
     }
     run_filters(profile, &state_with, pod, &node_with)
@@ -177,19 +181,34 @@ pub fn remove_pod(
     })
 }
 
+/// Whether the plugin named `name` skipped the pod at PreFilter.
+fn skipped(state: &CycleState, name: &str) -> bool {
+    state
+        .get::<SkippedFilters>()
+        .is_some_and(|s| s.0.contains(&name))
+}
+
+/// Whether some PreFilter extension runs for the pod: only then do pods added to or taken
+/// off a node change the cycle state, so that a copy of it is needed.
+pub fn extensions_active(profile: &Profile, state: &CycleState) -> bool {
+    profile
+        .pre_filter
+        .iter()
+        .any(|p| p.as_pre_filter_extensions().is_some() && !skipped(state, p.name()))
+}
+
 fn run_extensions(
     profile: &Profile,
     state: &mut CycleState,
     mut call: impl FnMut(&dyn super::plugin::PreFilterExtensions, &mut CycleState) -> Status,
 ) -> Status {
-    let skipped = state.get::<SkippedFilters>().cloned().unwrap_or_default();
     for plugin in &profile.pre_filter {
-        if skipped.0.contains(&plugin.name()) {
-            continue;
-        }
         let Some(e) = plugin.as_pre_filter_extensions() else {
             continue;
         };
+        if skipped(state, plugin.name()) {
+            continue;
+        }
         let status = call(e, state);
         if !status.is_success() {
             let message = format!(

@@ -1,11 +1,12 @@
 //! The victims on one node and the choice among candidate nodes, by kube-scheduler's rules
 //! (`SelectVictimsOnNode`, `filterPodsWithPDBViolation`, `pickOneNodeForPreemption`).
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::run::{add_pod, nominated_ahead, remove_pod, run_filters};
+use crate::framework::run::{add_pod, extensions_active, nominated_ahead, remove_pod, run_filters};
 use crate::framework::{CycleState, NominatedPods, PostFilterInput, Profile, Status};
 use crate::model::PodInfo;
 use crate::model::disruption_budget::DisruptionBudgetModel;
@@ -139,32 +140,38 @@ pub fn select_on_node(
 /// following; and, where pods of the preemptor's priority or higher are nominated to the
 /// node, a second copy with them counted (kube-scheduler's first filter pass), kept in step
 /// with the first so that no check copies the node again.
+/// The cycle state is copied only when a PreFilter extension runs for the pod (else the
+/// changes leave it as it is).
 struct DryRun<'a> {
     profile: &'a Profile,
     pod: &'a PodInfo,
     node: NodeInfo,
-    state: CycleState,
+    state: Cow<'a, CycleState>,
+    /// Whether some PreFilter extension runs for the pod.
+    extensions: bool,
     /// The copy with the nominated pods, or why adding them failed; `None` without them.
-    ahead: Option<Result<(NodeInfo, CycleState), Status>>,
+    ahead: Option<Result<(NodeInfo, Cow<'a, CycleState>), Status>>,
 }
 
 impl<'a> DryRun<'a> {
     fn new(
         profile: &'a Profile,
-        state: &CycleState,
+        state: &'a CycleState,
         pod: &'a PodInfo,
         node: &NodeInfo,
         nominated: &NominatedPods,
     ) -> Self {
         let node = node.clone();
-        let state = state.clone();
+        let extensions = extensions_active(profile, state);
         let mut ahead_pods = nominated_ahead(nominated, pod, node.name()).peekable();
         let ahead = ahead_pods.peek().is_some().then(|| {
             let mut node_with = node.clone();
-            let mut state_with = state.clone();
+            let mut state_with = Cow::Borrowed(state);
             for p in ahead_pods {
                 node_with.add_pod(p.clone());
-                check(add_pod(profile, &mut state_with, pod, p, &node_with))?;
+                if extensions {
+                    check(add_pod(profile, state_with.to_mut(), pod, p, &node_with))?;
+                }
             }
             Ok((node_with, state_with))
         });
@@ -172,7 +179,8 @@ impl<'a> DryRun<'a> {
             profile,
             pod,
             node,
-            state,
+            state: Cow::Borrowed(state),
+            extensions,
             ahead,
         }
     }
@@ -181,10 +189,14 @@ impl<'a> DryRun<'a> {
     fn remove(&mut self, p: &PodInfo) -> Result<(), Status> {
         let (profile, pod) = (self.profile, self.pod);
         self.node.remove_pod(&p.namespace, &p.name);
-        check(remove_pod(profile, &mut self.state, pod, p, &self.node))?;
+        if self.extensions {
+            check(remove_pod(profile, self.state.to_mut(), pod, p, &self.node))?;
+        }
         if let Some(Ok((node, state))) = &mut self.ahead {
             node.remove_pod(&p.namespace, &p.name);
-            check(remove_pod(profile, state, pod, p, node))?;
+            if self.extensions {
+                check(remove_pod(profile, state.to_mut(), pod, p, node))?;
+            }
         }
         Ok(())
     }
@@ -193,10 +205,14 @@ impl<'a> DryRun<'a> {
     fn add(&mut self, p: &Arc<PodInfo>) -> Result<(), Status> {
         let (profile, pod) = (self.profile, self.pod);
         self.node.add_pod(p.clone());
-        check(add_pod(profile, &mut self.state, pod, p, &self.node))?;
+        if self.extensions {
+            check(add_pod(profile, self.state.to_mut(), pod, p, &self.node))?;
+        }
         if let Some(Ok((node, state))) = &mut self.ahead {
             node.add_pod(p.clone());
-            check(add_pod(profile, state, pod, p, node))?;
+            if self.extensions {
+                check(add_pod(profile, state.to_mut(), pod, p, node))?;
+            }
         }
         Ok(())
     }
