@@ -3,33 +3,43 @@
 # real (local) kube-apiserver and etcd, on the same synthetic cluster.
 #
 #   scripts/bench-cluster.sh [--nodes 5000[,N...]] [--pods 10000]
-#       [--workload plain,constrained] [--schedulers null,gantry,kube-scheduler]
-#       [--null-in-flight N] [--gantry-config FILE] [--rounds 1] [--out DIR] [--perf]
-#       [--perf-apiserver] [--no-build]
+#       [--workload plain,constrained[,gangs]] [--schedulers null,gantry,kube-scheduler]
+#       [--null-in-flight N] [--gantry-config FILE] [--coscheduling] [--gang-size 8]
+#       [--rounds 1] [--out DIR] [--perf] [--perf-apiserver] [--no-build]
 #
 # For every cluster size, one control plane, where `cluster-bench populate` creates the nodes
 # (32 cpu, 128Gi, 110 pods, Ready, three zones). Then for every round, workload and scheduler:
 #  1. `cluster-bench populate` creates a fresh set of pending pods in a namespace of the run's
 #     own (100m..2 cpu, 128Mi..2Gi; "constrained": pods of 100 deployments with preferred pod
-#     anti-affinity on the hostname and a zone topology spread constraint), all with
-#     schedulerName default-scheduler, before the scheduler starts;
+#     anti-affinity on the hostname and a zone topology spread constraint; "gangs": the plain
+#     pods, the same requests, in groups of --gang-size consecutive pods, each group a PodGroup
+#     created before its pods, minMember its size and minResources its pods' requests), all
+#     with schedulerName default-scheduler, before the scheduler starts;
 #  2. `cluster-bench run` waits until the API server and etcd are idle, starts the scheduler,
 #     watches the bindings until every pod is bound, reads the scheduler's /metrics, peak RSS
 #     (VmHWM) and CPU time, stops it, and checks that every pod is bound once and no node holds
-#     more than its allocatable cpu, memory or pods;
-#  3. `cluster-bench clear` deletes the run's pods and events, so that every scheduler finds
-#     the same empty nodes, and compacts and defragments etcd, so that it finds etcd as small.
-# Even rounds take the schedulers in the reverse order. At the end, `cluster-bench report`
-# prints the table, gantry's ratios in every round and issue 4's targets.
+#     more than its allocatable cpu, memory or pods (and, with gangs, that every gang is bound
+#     whole or not at all);
+#  3. `cluster-bench clear` deletes the run's pods, events and PodGroups, so that every
+#     scheduler finds the same empty nodes, and compacts and defragments etcd, so that it
+#     finds etcd as small.
+# Even rounds take the workloads and the schedulers in the reverse order (the gangs are
+# judged against the plain pods, another workload). At the end, `cluster-bench report`
+# prints the table, gantry's ratios in every round and issue 4's targets (and for gangs,
+# issue 21's: gantry on the gangs at least 0.8 of its throughput on the plain pods).
 # The schedulers:
 #  null            `cluster-bench null-binder`: binds round-robin, no decision, --null-in-flight
 #                  bindings in flight (default: null-binder's --in-flight; what the API
 #                  server can bind: the ceiling);
 #  gantry          `gantry run`, default profile, leader election off, clientConnection
-#                  qps/burst 5000;
+#                  qps/burst 5000; for gangs, with Coscheduling in place of PrioritySort
+#                  (--coscheduling: for every workload);
 #  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
 #                  election off, clientConnection qps/burst 5000.
 # All use the admin kubeconfig (system:masters: exempt from API priority and fairness).
+# kube-scheduler 1.20.2 has no gang scheduling and the null binder decides nothing: they
+# would place the gangs' pods as plain ones, so only gantry runs the gangs workload. The
+# PodGroup CRD (deploy/05-podgroup-crd.yaml) is installed when gangs are asked for.
 #
 # --rounds N repeats the whole set N times, one round after the other: the speed of a shared
 # machine drifts by a third over minutes, so a ratio means most between the runs of one
@@ -37,9 +47,9 @@
 # how many rounds hold on their own).
 # Results (one JSON per run, logs, report.md) go to DIR, default
 # target/bench-cluster/<date>. --gantry-config runs gantry with another configuration (to
-# compare settings; its profile must serve default-scheduler). --perf records gantry with
-# `perf record`, with the default options of `cluster-bench run --perf-options`
-# (DIR/<run>/perf.data; $PERF_OPTIONS replaces those options). --perf-apiserver records
+# compare settings; its profile must serve default-scheduler; it replaces the Coscheduling
+# profile of the gangs too). --perf records gantry with `perf record`, with the default
+# options of `cluster-bench run --perf-options` (DIR/<run>/perf.data; $PERF_OPTIONS replaces those options). --perf-apiserver records
 # kube-apiserver the same way, for every scheduler (DIR/<run>/perf-apiserver.data). Every run
 # keeps the API server's metrics after the last binding (DIR/<run>/apiserver-metrics.txt:
 # requests by verb and resource, watch events).
@@ -59,6 +69,8 @@ SCHEDULERS=null,gantry,kube-scheduler
 ROUNDS=1
 NULL_IN_FLIGHT=
 GANTRY_CONFIG=
+COSCHEDULING=
+GANG_SIZE=8
 OUT=
 PERF=
 PERF_APISERVER=
@@ -67,26 +79,22 @@ PERF_APISERVER=
 # without frame pointers.
 PERF_OPTIONS=${PERF_OPTIONS:-}
 BUILD=1
-QUIET_FILE=${BENCH_HOLD_FILE:-}
 
-usage() {
-  sed -n '4,6p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
+usage() { bench_usage 4 6; }
 
 while (($#)); do
+  bench_option "$@"
+  if ((BENCH_SHIFT)); then
+    shift "${BENCH_SHIFT}"
+    continue
+  fi
   case "$1" in
-    --nodes) NODES=${2:?}; shift 2 ;;
-    --pods) PODS=${2:?}; shift 2 ;;
     --workload | --workloads) WORKLOADS=${2:?}; shift 2 ;;
-    --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
     --null-in-flight) NULL_IN_FLIGHT=${2:?}; shift 2 ;;
     --gantry-config) GANTRY_CONFIG=${2:?}; shift 2 ;;
-    --rounds) ROUNDS=${2:?}; shift 2 ;;
-    --out) OUT=${2:?}; shift 2 ;;
-    --perf) PERF=1; shift ;;
+    --coscheduling) COSCHEDULING=1; shift ;;
+    --gang-size) GANG_SIZE=${2:?}; shift 2 ;;
     --perf-apiserver) PERF_APISERVER=1; shift ;;
-    --no-build) BUILD=; shift ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -96,49 +104,22 @@ IFS=, read -r -a WORKLOAD_LIST <<<"${WORKLOADS}"
 IFS=, read -r -a SCHEDULER_LIST <<<"${SCHEDULERS}"
 ((${#NODE_LIST[@]} && ${#WORKLOAD_LIST[@]} && ${#SCHEDULER_LIST[@]})) ||
   die "--nodes, --workload and --schedulers each need at least one value"
+GANGS=
 for w in "${WORKLOAD_LIST[@]}"; do
-  [[ "${w}" == plain || "${w}" == constrained ]] || die "unknown workload ${w}"
+  [[ "${w}" == plain || "${w}" == constrained || "${w}" == gangs ]] || die "unknown workload ${w}"
+  [[ "${w}" != gangs ]] || GANGS=1
 done
+[[ "${GANG_SIZE}" =~ ^[1-9][0-9]*$ ]] || die "--gang-size takes a positive number, not ${GANG_SIZE}"
 for s in "${SCHEDULER_LIST[@]}"; do
   [[ "${s}" == null || "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
 done
 [[ -z "${PERF}${PERF_APISERVER}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
 
-wait_quiet() {
-  while [[ -e "${QUIET_FILE}" ]]; do
-    log "waiting: ${QUIET_FILE} exists"
-    sleep 15
-  done
-}
-
-# install-kube.sh prints the folder it fills (and is quiet once everything is in place);
-# binaries already in KUBEBUILDER_ASSETS win.
-kube_bin_dir=$(scripts/install-kube.sh)
-export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
-KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
-if [[ -n "${BUILD}" ]]; then
-  wait_quiet
-  log "building gantry and cluster-bench (release)"
-  cargo build --release --locked --quiet --bin gantry --bin cluster-bench
-fi
-GANTRY="${GANTRY_ROOT}/target/release/gantry"
-BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
-[[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
-
-OUT=${OUT:-${GANTRY_ROOT}/target/bench-cluster/$(date +%Y%m%d-%H%M%S)}
-mkdir -p "${OUT}"
-OUT=$(cd "${OUT}" && pwd -P)
-{
-  echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS}${NULL_IN_FLIGHT:+ --null-in-flight ${NULL_IN_FLIGHT}} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "kernel: $(uname -sr)"
-  # shellcheck source=/dev/null
-  echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
-  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} >"${OUT}/machine.txt"
+bench_binaries
+bench_out bench-cluster
+gangs_options=
+[[ -z "${GANGS}" ]] || gangs_options=" --gang-size ${GANG_SIZE}"
+bench_machine "scripts/bench-cluster.sh --nodes ${NODES} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS}${NULL_IN_FLIGHT:+ --null-in-flight ${NULL_IN_FLIGHT}} --rounds ${ROUNDS}${GANTRY_CONFIG:+ --gantry-config ${GANTRY_CONFIG}}${COSCHEDULING:+ --coscheduling}${gangs_options}"
 
 STATE=
 cleanup() {
@@ -151,33 +132,38 @@ trap cleanup EXIT
 [[ "${ROUNDS}" =~ ^[1-9][0-9]*$ ]] || die "--rounds takes a positive number, not ${ROUNDS}"
 RESULTS=()
 for nodes in "${NODE_LIST[@]}"; do
-  wait_quiet
+  bench_wait_quiet
   STATE="${OUT}/control-plane-${nodes}n"
   mkdir -p "${STATE}"
   log "${nodes} nodes: starting the control plane"
   scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
   # shellcheck source=/dev/null
   . "${STATE}/env"
+  # shellcheck disable=SC2153  # KUBECTL and KUBECONFIG come from the control plane's env
+  [[ -z "${GANGS}" ]] || install_podgroup_crd "${KUBECTL}" "${KUBECONFIG}"
   "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${nodes}"
   for ((round = 1; round <= ROUNDS; round++)); do
     suffix=
     ((ROUNDS == 1)) || suffix="-r${round}"
-    # Even rounds take the schedulers in the reverse order: a drift of the machine or of the
-    # control plane over a round then favours each scheduler as often as it hurts it.
-    order=("${SCHEDULER_LIST[@]}")
+    bench_order "${round}"
+    workloads=("${WORKLOAD_LIST[@]}")
     if ((round % 2 == 0)); then
-      order=()
-      for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SCHEDULER_LIST[i]}"); done
+      workloads=()
+      for ((i = ${#WORKLOAD_LIST[@]} - 1; i >= 0; i--)); do workloads+=("${WORKLOAD_LIST[i]}"); done
     fi
-    for workload in "${WORKLOAD_LIST[@]}"; do
-      for scheduler in "${order[@]}"; do
-        wait_quiet
+    for workload in "${workloads[@]}"; do
+      for scheduler in "${ORDER[@]}"; do
+        if [[ "${workload}" == gangs && "${scheduler}" != gantry ]]; then
+          log "${scheduler} ignores PodGroups: not run on the gangs"
+          continue
+        fi
+        bench_wait_quiet
         name="${nodes}n-${PODS}p-${workload}-${scheduler}${suffix}"
         RUN="${OUT}/${name}"
         namespace="${workload}-${scheduler}${suffix}"
         mkdir -p "${RUN}"
         "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
-          --workload "${workload}" --namespace "${namespace}"
+          --workload "${workload}" --gang-size "${GANG_SIZE}" --namespace "${namespace}"
         port=$("${BENCH}" free-port)
         metrics=(--metrics "http://127.0.0.1:${port}/metrics")
         extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
@@ -192,6 +178,8 @@ for nodes in "${NODE_LIST[@]}"; do
           gantry)
             if [[ -n "${GANTRY_CONFIG}" ]]; then
               cp "${GANTRY_CONFIG}" "${RUN}/gantry.yaml"
+            elif [[ -n "${COSCHEDULING}" || "${workload}" == gangs ]]; then
+              bench_gantry_config "${RUN}/gantry.yaml" coscheduling
             else
               bench_gantry_config "${RUN}/gantry.yaml"
             fi
@@ -218,7 +206,4 @@ for nodes in "${NODE_LIST[@]}"; do
   rm -rf "${STATE}/etcd"
   STATE=
 done
-"${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
-echo
-cat "${OUT}/machine.txt"
-log "results in ${OUT}"
+bench_report "${RESULTS[@]}"

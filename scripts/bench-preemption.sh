@@ -72,23 +72,17 @@ ROUNDS=1
 OUT=
 PERF=
 BUILD=1
-QUIET_FILE=${BENCH_HOLD_FILE:-}
 
-usage() {
-  sed -n '6,7p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
+usage() { bench_usage 6 7; }
 
 while (($#)); do
+  bench_option "$@"
+  if ((BENCH_SHIFT)); then
+    shift "${BENCH_SHIFT}"
+    continue
+  fi
   case "$1" in
-    --nodes) NODES=${2:?}; shift 2 ;;
     --init-pods) INIT_PODS=${2:?}; shift 2 ;;
-    --pods) PODS=${2:?}; shift 2 ;;
-    --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
-    --rounds) ROUNDS=${2:?}; shift 2 ;;
-    --out) OUT=${2:?}; shift 2 ;;
-    --perf) PERF=1; shift ;;
-    --no-build) BUILD=; shift ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -110,42 +104,10 @@ for s in "${SCHEDULER_LIST[@]}"; do
 done
 [[ -z "${PERF}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
 
-wait_quiet() {
-  while [[ -n "${QUIET_FILE}" && -e "${QUIET_FILE}" ]]; do
-    log "waiting: ${QUIET_FILE} exists"
-    sleep 15
-  done
-}
-
-# install-kube.sh prints the folder it fills (and is quiet once everything is in place);
-# binaries already in KUBEBUILDER_ASSETS win.
-kube_bin_dir=$(scripts/install-kube.sh)
-export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
-KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
-if [[ -n "${BUILD}" ]]; then
-  wait_quiet
-  log "building gantry and cluster-bench (release)"
-  cargo build --release --locked --quiet --bin gantry --bin cluster-bench
-fi
-GANTRY="${GANTRY_ROOT}/target/release/gantry"
-BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
-[[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
-
-OUT=${OUT:-${GANTRY_ROOT}/target/bench-preemption/$(date +%Y%m%d-%H%M%S)}
-mkdir -p "${OUT}"
-OUT=$(cd "${OUT}" && pwd -P)
-{
-  echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-preemption.sh --nodes ${NODES} --init-pods ${INIT_PODS} --pods ${PODS} --schedulers ${SCHEDULERS} --rounds ${ROUNDS}"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  echo "kube-scheduler: $("${KUBE_SCHEDULER}" --version 2>&1)"
-  echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "kernel: $(uname -sr)"
-  # shellcheck source=/dev/null
-  echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
-  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} >"${OUT}/machine.txt"
+bench_binaries
+bench_out bench-preemption
+bench_machine "scripts/bench-preemption.sh --nodes ${NODES} --init-pods ${INIT_PODS} --pods ${PODS} --schedulers ${SCHEDULERS} --rounds ${ROUNDS}" \
+  "kube-scheduler: $("${KUBE_SCHEDULER}" --version 2>&1)"
 
 STATE="${OUT}/control-plane"
 cleanup() {
@@ -175,7 +137,7 @@ scheduler_command() {
   esac
 }
 
-wait_quiet
+bench_wait_quiet
 mkdir -p "${STATE}"
 log "${NODES} nodes: starting the control plane"
 scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
@@ -186,15 +148,9 @@ RESULTS=()
 for ((round = 1; round <= ROUNDS; round++)); do
   suffix=
   ((ROUNDS == 1)) || suffix="-r${round}"
-  # Even rounds take the schedulers in the reverse order: a drift of the machine or of the
-  # control plane over a round then favours each scheduler as often as it hurts it.
-  order=("${SCHEDULER_LIST[@]}")
-  if ((round % 2 == 0)); then
-    order=()
-    for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SCHEDULER_LIST[i]}"); done
-  fi
-  for scheduler in "${order[@]}"; do
-    wait_quiet
+  bench_order "${round}"
+  for scheduler in "${ORDER[@]}"; do
+    bench_wait_quiet
     name="${NODES}n-preemption-${scheduler}${suffix}"
     RUN="${OUT}/${name}"
     namespace="preemption-${scheduler}${suffix}"
@@ -212,7 +168,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
       --log "${RUN}/scheduler-init.log" -- "${COMMAND[@]}"
     RESULTS+=("${OUT}/${name}-init.json")
 
-    wait_quiet
+    bench_wait_quiet
     "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
       --workload preemption --namespace "${namespace}" 2>&1 | tee -a "${RUN}/populate.log" >&2
     port=$("${BENCH}" free-port)
@@ -229,7 +185,4 @@ for ((round = 1; round <= ROUNDS; round++)); do
 done
 scripts/control-plane.sh stop "${STATE}" 2>>"${STATE}/control-plane.log"
 rm -rf "${STATE}/etcd"
-"${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
-echo
-cat "${OUT}/machine.txt"
-log "results in ${OUT}"
+bench_report "${RESULTS[@]}"

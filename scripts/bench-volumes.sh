@@ -86,24 +86,18 @@ ROUNDS=1
 OUT=
 PERF=
 BUILD=1
-QUIET_FILE=${BENCH_HOLD_FILE:-}
 
-usage() {
-  sed -n '8,10p' "$0" | sed 's/^# \{0,1\}//' >&2
-  exit 2
-}
+usage() { bench_usage 8 10; }
 
 while (($#)); do
+  bench_option "$@"
+  if ((BENCH_SHIFT)); then
+    shift "${BENCH_SHIFT}"
+    continue
+  fi
   case "$1" in
-    --nodes) NODES=${2:?}; shift 2 ;;
     --init-pods) INIT_PODS=${2:?}; shift 2 ;;
-    --pods) PODS=${2:?}; shift 2 ;;
     --workload | --workloads) WORKLOADS=${2:?}; shift 2 ;;
-    --schedulers | --scheduler) SCHEDULERS=${2:?}; shift 2 ;;
-    --rounds) ROUNDS=${2:?}; shift 2 ;;
-    --out) OUT=${2:?}; shift 2 ;;
-    --perf) PERF=1; shift ;;
-    --no-build) BUILD=; shift ;;
     -h | --help) usage ;;
     *) log "unknown argument: $1"; usage ;;
   esac
@@ -135,44 +129,12 @@ bench_workload() {
   esac
 }
 
-wait_quiet() {
-  while [[ -e "${QUIET_FILE}" ]]; do
-    log "waiting: ${QUIET_FILE} exists"
-    sleep 15
-  done
-}
-
-# install-kube.sh prints the folder it fills (and is quiet once everything is in place);
-# binaries already in KUBEBUILDER_ASSETS win.
-kube_bin_dir=$(scripts/install-kube.sh)
-export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
-KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
+bench_binaries
 KCM=$(kube_bin kube-controller-manager) || die "no kube-controller-manager binary"
-if [[ -n "${BUILD}" ]]; then
-  wait_quiet
-  log "building gantry and cluster-bench (release)"
-  cargo build --release --locked --quiet --bin gantry --bin cluster-bench
-fi
-GANTRY="${GANTRY_ROOT}/target/release/gantry"
-BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
-[[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
-
-OUT=${OUT:-${GANTRY_ROOT}/target/bench-volumes/$(date +%Y%m%d-%H%M%S)}
-mkdir -p "${OUT}"
-OUT=$(cd "${OUT}" && pwd -P)
-{
-  echo "date: $(date -Iseconds)"
-  echo "command: scripts/bench-volumes.sh --nodes ${NODES} --init-pods ${INIT_PODS} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --rounds ${ROUNDS}"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  echo "kube-scheduler: $("${KUBE_SCHEDULER}" --version 2>&1)"
-  echo "kube-controller-manager: $("${KCM}" --version 2>&1)"
-  echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-  echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
-  echo "kernel: $(uname -sr)"
-  # shellcheck source=/dev/null
-  echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
-  echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-} >"${OUT}/machine.txt"
+bench_out bench-volumes
+bench_machine "scripts/bench-volumes.sh --nodes ${NODES} --init-pods ${INIT_PODS} --pods ${PODS} --workload ${WORKLOADS} --schedulers ${SCHEDULERS} --rounds ${ROUNDS}" \
+  "kube-scheduler: $("${KUBE_SCHEDULER}" --version 2>&1)" \
+  "kube-controller-manager: $("${KCM}" --version 2>&1)"
 
 STATE=
 PV_CONTROLLER_PID=
@@ -203,28 +165,23 @@ for w in "${WORKLOAD_LIST[@]}"; do
   workload=$(bench_workload "${w}")
   gates=()
   [[ "${w}" != migrated ]] || gates=(--feature-gates=CSIMigrationAWS=true)
-  wait_quiet
+  bench_wait_quiet
   STATE="${OUT}/control-plane-${workload}"
   mkdir -p "${STATE}"
   log "${workload}, ${NODES} nodes: starting the control plane and the PV controller"
   scripts/control-plane.sh start "${STATE}" 2>"${STATE}/control-plane.log"
   # shellcheck source=/dev/null
   . "${STATE}/env"
+  # shellcheck disable=SC2153  # KUBECONFIG comes from the control plane's env
   start_pv_controller "${KUBECONFIG}" "${STATE}/kube-controller-manager.log" \
     --kube-api-qps=5000 --kube-api-burst=5000 "${gates[@]}"
   "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${NODES}" --workload "${workload}"
   for ((round = 1; round <= ROUNDS; round++)); do
     suffix=
     ((ROUNDS == 1)) || suffix="-r${round}"
-    # Even rounds take the schedulers in the reverse order: a drift of the machine or of the
-    # control plane over a round then favours each scheduler as often as it hurts it.
-    order=("${SCHEDULER_LIST[@]}")
-    if ((round % 2 == 0)); then
-      order=()
-      for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do order+=("${SCHEDULER_LIST[i]}"); done
-    fi
-    for scheduler in "${order[@]}"; do
-      wait_quiet
+    bench_order "${round}"
+    for scheduler in "${ORDER[@]}"; do
+      bench_wait_quiet
       pv_controller_running
       name="${NODES}n-${TOTAL_PODS}p-${workload}-${scheduler}${suffix}"
       RUN="${OUT}/${name}"
@@ -266,7 +223,4 @@ for w in "${WORKLOAD_LIST[@]}"; do
   rm -rf "${STATE}/etcd"
   STATE=
 done
-"${BENCH}" report "${RESULTS[@]}" | tee "${OUT}/report.md"
-echo
-cat "${OUT}/machine.txt"
-log "results in ${OUT}"
+bench_report "${RESULTS[@]}"

@@ -53,6 +53,7 @@ kube_bin() {
 # background: kube-controller-manager running that controller only, without leader election
 # or an HTTP port, all its output in LOG, ARGs added to its command line. Sets
 # PV_CONTROLLER_PID.
+# shellcheck disable=SC2034  # the variables it sets are the caller's
 start_pv_controller() {
   local kubeconfig=$1 logfile=$2 kcm
   shift 2
@@ -62,8 +63,10 @@ start_pv_controller() {
   PV_CONTROLLER_PID=$!
 }
 
-# bench_gantry_config FILE: gantry's configuration in the end-to-end benchmarks: the default
-# profile serving default-scheduler, leader election off, client qps/burst 5000.
+# bench_gantry_config FILE [coscheduling]: gantry's configuration in the end-to-end
+# benchmarks: the default profile serving default-scheduler, leader election off, client
+# qps/burst 5000; with `coscheduling`, Coscheduling enabled in place of PrioritySort (gang
+# scheduling, as the README's "Gang scheduling" configures it, its default arguments).
 bench_gantry_config() {
   cat >"$1" <<EOC
 apiVersion: kubescheduler.config.k8s.io/v1
@@ -76,6 +79,14 @@ clientConnection:
 profiles:
 - schedulerName: default-scheduler
 EOC
+  if [[ "${2:-}" == coscheduling ]]; then
+    cat >>"$1" <<EOC
+  plugins:
+    multiPoint:
+      enabled: [{name: Coscheduling}]
+      disabled: [{name: PrioritySort}]
+EOC
+  fi
 }
 
 # bench_kube_scheduler_config FILE KUBECONFIG PORT: kube-scheduler 1.20's counterpart, in
@@ -97,4 +108,129 @@ metricsBindAddress: 127.0.0.1:$3
 profiles:
 - schedulerName: default-scheduler
 EOC
+}
+
+# The end-to-end benchmarks' shared steps (bench-cluster.sh, bench-volumes.sh,
+# bench-preemption.sh).
+
+# bench_usage FIRST LAST: prints the lines FIRST to LAST of the calling script (its synopsis,
+# in its header comment) without their comment marks, and exits 2.
+bench_usage() {
+  sed -n "$1,$2p" "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
+# bench_option ARG [VALUE]: handles an option every benchmark takes: --nodes, --pods,
+# --schedulers (or --scheduler), --rounds, --out (each with a value), --perf and --no-build,
+# setting NODES, PODS, SCHEDULERS, ROUNDS, OUT, PERF (1) or BUILD (empty). Sets BENCH_SHIFT
+# to the words it took, 0 when ARG is none of these (the script's own then, or unknown).
+# shellcheck disable=SC2034  # the variables it sets are the caller's
+bench_option() {
+  BENCH_SHIFT=2
+  case "$1" in
+    --nodes) NODES=${2:?} ;;
+    --pods) PODS=${2:?} ;;
+    --schedulers | --scheduler) SCHEDULERS=${2:?} ;;
+    --rounds) ROUNDS=${2:?} ;;
+    --out) OUT=${2:?} ;;
+    --perf) PERF=1; BENCH_SHIFT=1 ;;
+    --no-build) BUILD=; BENCH_SHIFT=1 ;;
+    *) BENCH_SHIFT=0 ;;
+  esac
+}
+
+# bench_wait_quiet: on a shared machine, waits while the file BENCH_HOLD_FILE names exists
+# (others hold the benchmark off while they measure something else).
+bench_wait_quiet() {
+  while [[ -n "${BENCH_HOLD_FILE:-}" && -e "${BENCH_HOLD_FILE}" ]]; do
+    log "waiting: ${BENCH_HOLD_FILE} exists"
+    sleep 15
+  done
+}
+
+# bench_binaries: the Kubernetes binaries (scripts/install-kube.sh prints the folder it fills
+# and is quiet once everything is in place; binaries already in KUBEBUILDER_ASSETS win, which
+# is exported) and, unless BUILD is empty, gantry and cluster-bench built (release, once the
+# machine is quiet). Sets KUBE_SCHEDULER, GANTRY and BENCH.
+# shellcheck disable=SC2034  # the variables it sets are the caller's
+bench_binaries() {
+  local kube_bin_dir
+  kube_bin_dir=$("${GANTRY_ROOT}/scripts/install-kube.sh")
+  export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin_dir}}"
+  KUBE_SCHEDULER=$(kube_bin kube-scheduler) || die "no kube-scheduler binary"
+  if [[ -n "${BUILD}" ]]; then
+    bench_wait_quiet
+    log "building gantry and cluster-bench (release)"
+    cargo build --release --locked --quiet --bin gantry --bin cluster-bench
+  fi
+  GANTRY="${GANTRY_ROOT}/target/release/gantry"
+  BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
+  [[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
+}
+
+# bench_out NAME: the results folder, OUT (default target/NAME/<date>), created; OUT is made
+# absolute.
+bench_out() {
+  OUT=${OUT:-${GANTRY_ROOT}/target/$1/$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "${OUT}"
+  OUT=$(cd "${OUT}" && pwd -P)
+}
+
+# bench_machine COMMAND [LINE...]: writes OUT/machine.txt: the date, COMMAND (the run's
+# command line), the commit, the LINEs (versions of what is measured), then the machine: cpu,
+# memory, kernel, OS and load.
+bench_machine() {
+  local command=$1
+  shift
+  {
+    echo "date: $(date -Iseconds)"
+    echo "command: ${command}"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
+    (($# == 0)) || printf '%s\n' "$@"
+    echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+    echo "memory: $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+    echo "kernel: $(uname -sr)"
+    # shellcheck source=/dev/null
+    echo "os: $(. /etc/os-release && echo "${PRETTY_NAME}")"
+    echo "load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } >"${OUT}/machine.txt"
+}
+
+# bench_order ROUND: the schedulers of SCHEDULER_LIST in the order round ROUND takes them, in
+# ORDER: even rounds reverse it, so that a drift of the machine or of the control plane over
+# a round favours each scheduler as often as it hurts it.
+bench_order() {
+  local i
+  ORDER=("${SCHEDULER_LIST[@]}")
+  if (($1 % 2 == 0)); then
+    ORDER=()
+    for ((i = ${#SCHEDULER_LIST[@]} - 1; i >= 0; i--)); do ORDER+=("${SCHEDULER_LIST[i]}"); done
+  fi
+}
+
+# bench_report RESULT...: cluster-bench's report of the runs, also in OUT/report.md, then the
+# machine.
+bench_report() {
+  "${BENCH}" report "$@" | tee "${OUT}/report.md"
+  echo
+  cat "${OUT}/machine.txt"
+  log "results in ${OUT}"
+}
+
+# install_podgroup_crd KUBECTL KUBECONFIG: applies deploy/05-podgroup-crd.yaml and waits until
+# the API server serves PodGroups (established, and listed by discovery, where gantry looks
+# when it starts).
+install_podgroup_crd() {
+  local kubectl=$1 kubeconfig=$2 i
+  "${kubectl}" --kubeconfig "${kubeconfig}" apply -f "${GANTRY_ROOT}/deploy/05-podgroup-crd.yaml" >/dev/null
+  "${kubectl}" --kubeconfig "${kubeconfig}" wait --for condition=Established --timeout=60s \
+    crd/podgroups.scheduling.x-k8s.io >/dev/null
+  for ((i = 0; i < 300; i++)); do
+    if "${kubectl}" --kubeconfig "${kubeconfig}" get --raw /apis/scheduling.x-k8s.io/v1alpha1 2>/dev/null |
+      grep -q podgroups; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "PodGroups not served 60 s after the CRD was applied"
 }

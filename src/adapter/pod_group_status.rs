@@ -14,7 +14,7 @@
 //! [`MAX_CONCURRENT_WRITES`] are in flight. Only the leader writes; a standby keeps its
 //! counts and writes what differs when it takes over.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -97,7 +97,7 @@ pub fn spawn(
     let writer = Writer {
         client,
         book: Book::default(),
-        due: BTreeMap::new(),
+        due: Due::default(),
         in_flight: HashSet::new(),
         members_synced: false,
     };
@@ -435,11 +435,53 @@ enum Outcome {
     Settled,
 }
 
+/// The groups to look at, and when, in the order of their times: the writer looks only at
+/// the first ones (those due soonest and not being written), so that an event costs it the
+/// same with a thousand groups due as with one.
+#[derive(Debug, Default)]
+struct Due {
+    at: BTreeMap<Key, Instant>,
+    by_time: BTreeSet<(Instant, Key)>,
+}
+
+impl Due {
+    /// Group `key` is to be looked at by `at`, unless it already is due (at whatever time).
+    fn by(&mut self, key: Key, at: Instant) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.at.entry(key.clone()) {
+            e.insert(at);
+            self.by_time.insert((at, key));
+        }
+    }
+
+    /// Group `key` is to be looked at `at`, whenever it was due before.
+    fn set(&mut self, key: Key, at: Instant) {
+        if let Some(before) = self.at.insert(key.clone(), at) {
+            self.by_time.remove(&(before, key.clone()));
+        }
+        self.by_time.insert((at, key));
+    }
+
+    /// The group due soonest of those `busy` does not hold, and its time. It skips only the
+    /// busy groups due before it (at most the writes in flight).
+    fn first(&self, busy: &HashSet<Key>) -> Option<(Instant, &Key)> {
+        self.by_time
+            .iter()
+            .find(|(_, k)| !busy.contains(k))
+            .map(|(at, k)| (*at, k))
+    }
+
+    fn remove(&mut self, key: &Key) {
+        if let Some(at) = self.at.remove(key) {
+            self.by_time.remove(&(at, key.clone()));
+        }
+    }
+}
+
 struct Writer {
     client: Client,
     book: Book,
     /// The groups to look at, and when.
-    due: BTreeMap<Key, Instant>,
+    due: Due,
     in_flight: HashSet<Key>,
     /// The member pods' first list is in: before it the counts are partial.
     members_synced: bool,
@@ -462,10 +504,8 @@ impl Writer {
             }
             let next = self
                 .due
-                .iter()
-                .filter(|(k, _)| !self.in_flight.contains(*k))
-                .map(|(_, at)| *at)
-                .min()
+                .first(&self.in_flight)
+                .map(|(at, _)| at)
                 .filter(|_| may_write && writes.len() < MAX_CONCURRENT_WRITES);
             tokio::select! {
                 change = groups.recv() => match change {
@@ -500,24 +540,19 @@ impl Writer {
     /// Group `key` is to be looked at [`COALESCE`] from `now`, unless it already is sooner.
     fn soon(&mut self, key: Key, now: Instant) {
         if self.book.groups.contains_key(&key) {
-            self.due.entry(key).or_insert(now + COALESCE);
+            self.due.by(key, now + COALESCE);
         }
     }
 
-    /// Starts the writes of the groups due by `now`, as many as may be in flight; the due
-    /// groups whose status is already right are done with.
+    /// Starts the writes of the groups due by `now`, soonest first, as many as may be in
+    /// flight; the due groups whose status is already right are done with.
     fn start_due(&mut self, now: Instant, writes: &mut JoinSet<(Key, Outcome)>) {
-        let ready: Vec<Key> = self
-            .due
-            .iter()
-            .filter(|(k, at)| **at <= now && !self.in_flight.contains(*k))
-            .map(|(k, _)| k.clone())
-            .collect();
         let stamp = now_rfc3339();
-        for key in ready {
-            if writes.len() >= MAX_CONCURRENT_WRITES {
-                break;
-            }
+        while writes.len() < MAX_CONCURRENT_WRITES {
+            let key = match self.due.first(&self.in_flight) {
+                Some((at, key)) if at <= now => key.clone(),
+                _ => break,
+            };
             self.due.remove(&key);
             let Some(status) = self.book.wanted(&key, &stamp) else {
                 if let Some(g) = self.book.groups.get_mut(&key) {
@@ -545,7 +580,7 @@ impl Writer {
             }
             Outcome::Retry if group.attempts < MAX_ATTEMPTS => {
                 let delay = FIRST_RETRY * 2u32.pow(group.attempts.saturating_sub(1));
-                self.due.insert(key, now + delay);
+                self.due.set(key, now + delay);
             }
             Outcome::Retry | Outcome::Settled => {
                 tracing::warn!(podgroup = %format!("{}/{}", key.0, key.1), attempts = group.attempts, "status not written; left until the group changes again");
@@ -751,6 +786,29 @@ mod tests {
             name: "train".to_string(),
         });
         assert!(book.wanted(&key("train"), NOW).is_none());
+    }
+
+    #[test]
+    fn due_groups_come_soonest_first_skipping_those_being_written() {
+        let t = Instant::now();
+        let ms = Duration::from_millis;
+        let mut due = Due::default();
+        due.by(key("b"), t + ms(2));
+        due.by(key("a"), t + ms(3));
+        // Already due: the earlier time stays.
+        due.by(key("b"), t + ms(9));
+        let none = HashSet::new();
+        assert_eq!(due.first(&none), Some((t + ms(2), &key("b"))));
+        let busy = HashSet::from([key("b")]);
+        assert_eq!(due.first(&busy), Some((t + ms(3), &key("a"))));
+        // A retry moves it later.
+        due.set(key("b"), t + ms(5));
+        assert_eq!(due.first(&none), Some((t + ms(3), &key("a"))));
+        due.remove(&key("a"));
+        assert_eq!(due.first(&none), Some((t + ms(5), &key("b"))));
+        due.remove(&key("b"));
+        assert_eq!(due.first(&none), None);
+        assert!(due.by_time.is_empty() && due.at.is_empty());
     }
 
     #[test]

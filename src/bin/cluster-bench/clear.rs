@@ -5,7 +5,8 @@
 //! a graceful one), many deletes in flight; the events (a scheduler writes one per pod, and
 //! they would live for an hour) go in one request. The claims and volumes go in one request
 //! each, and then their protection finalizers (which the API server adds, and whose
-//! controllers the benchmark does not run) are removed one by one. Then etcd's history is
+//! controllers the benchmark does not run) are removed one by one; the PodGroups, where the
+//! API server serves them, go in one request too. Then etcd's history is
 //! compacted and its database defragmented: every run writes 40,000 revisions or more, and
 //! without this each run would find etcd larger than the one before it did.
 
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
+use gantry::model::pod_group::PodGroup;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde::de::DeserializeOwned;
@@ -34,7 +36,7 @@ pub struct Args {
     /// Admin kubeconfig of the API server.
     #[arg(long)]
     kubeconfig: PathBuf,
-    /// The namespace whose pods, events and claims go, with the volumes labelled with it
+    /// The namespace whose pods, events, claims and PodGroups go, with the volumes labelled with it
     /// (`cluster-bench/run`).
     #[arg(long)]
     namespace: String,
@@ -47,7 +49,7 @@ pub struct Args {
     etcd: Option<String>,
 }
 
-/// Deletes every pod, event and claim of the namespace and the volumes labelled with it, and
+/// Deletes every pod, event, claim and PodGroup of the namespace and the volumes labelled with it, and
 /// waits until none is listed.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
@@ -73,18 +75,28 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot delete the events of {}", args.namespace))?;
     let claims_api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &args.namespace);
     let claims = delete_protected(&claims_api, &all, "claims", args.concurrency).await?;
-    let volumes_api = Api::<PersistentVolume>::all(client);
+    let volumes_api = Api::<PersistentVolume>::all(client.clone());
     let run_volumes = ListParams::default().labels(&format!("{RUN_LABEL}={}", args.namespace));
     let volumes = delete_protected(&volumes_api, &run_volumes, "volumes", args.concurrency).await?;
+    let groups_api = Api::<PodGroup>::namespaced(client, &args.namespace);
+    let groups = delete_pod_groups(&groups_api).await?;
     wait_gone(&api, &all, "pods", start).await?;
     wait_gone(&claims_api, &all, "claims", start).await?;
     wait_gone(&volumes_api, &run_volumes, "volumes", start).await?;
+    if groups > 0 {
+        wait_gone(&groups_api, &all, "PodGroups", start).await?;
+    }
     eprintln!(
-        "cluster-bench: deleted {} pods of {}{} in {:.1}s",
+        "cluster-bench: deleted {} pods of {}{}{} in {:.1}s",
         names.len(),
         args.namespace,
         if claims + volumes > 0 {
             format!(", {claims} claims and {volumes} volumes")
+        } else {
+            String::new()
+        },
+        if groups > 0 {
+            format!(", {groups} PodGroups")
         } else {
             String::new()
         },
@@ -167,6 +179,24 @@ where
         );
     }
     Ok(names.len())
+}
+
+/// Deletes the namespace's PodGroups in one request; returns how many there were, none when
+/// the API server does not serve PodGroups (the CRD is installed only for the gang
+/// workload).
+async fn delete_pod_groups(api: &Api<PodGroup>) -> anyhow::Result<usize> {
+    let all = ListParams::default();
+    let names = match api.list_metadata(&all).await {
+        Ok(list) => list.items.len(),
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(0),
+        Err(e) => return Err(e).context("cannot list the PodGroups"),
+    };
+    if names > 0 {
+        api.delete_collection(&DeleteParams::default(), &all)
+            .await
+            .context("cannot delete the PodGroups")?;
+    }
+    Ok(names)
 }
 
 /// Waits until `api` lists nothing with `params`, until [`GONE_MAX`] after `start`.

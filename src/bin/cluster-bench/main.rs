@@ -8,6 +8,7 @@
 
 mod check;
 mod clear;
+mod gangs;
 mod measure;
 mod null_binder;
 mod populate;

@@ -3,7 +3,8 @@
 //! under test (the command after `--`), and records when each pod is seen bound. Once every
 //! pod is bound (or the run times out or stalls) it reads the scheduler's metrics, memory and
 //! CPU time, stops it, checks the placements (and, when the pods have claims, that each claim
-//! is bound to its volume) and writes one JSON result.
+//! is bound to its volume; when they name PodGroups, that each group is bound whole or not at
+//! all) and writes one JSON result.
 //!
 //! "Start" is the moment the scheduler's process is started (just before `exec`): its own
 //! startup (connecting, listing nodes and pods) counts, the same way for every scheduler.
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::check::{self, Findings, VolumeFindings};
+use crate::gangs::{self, GangFindings};
 use crate::procfs::{self, Proc};
 use crate::prom;
 
@@ -202,6 +204,9 @@ pub struct RunResult {
     /// The volume check, when the pods have claims.
     #[serde(default)]
     pub volumes: Option<VolumeFindings>,
+    /// The gang check, when the pods name PodGroups: every group bound whole or not at all.
+    #[serde(default)]
+    pub gangs: Option<GangFindings>,
     /// The API server's write requests during the run (from its start to the last binding
     /// seen, plus the wait for its counters), by verb and resource, as "PATCH pods/status".
     #[serde(default)]
@@ -245,7 +250,7 @@ impl RunResult {
     }
 
     /// Every pod bound exactly once, none on an over-committed or unknown node, every claim
-    /// bound to its volume. With the preemption workload, every measured pod bound once and
+    /// bound to its volume, every gang bound whole or not at all. With the preemption workload, every measured pod bound once and
     /// none deleted, and every pod left (the init pods not evicted too) bound.
     pub fn correct(&self) -> bool {
         let all_bound = match self.preemption {
@@ -260,6 +265,7 @@ impl RunResult {
             && all_bound
             && self.bindings_created.is_none_or(|n| n == self.pods as f64)
             && self.volumes.as_ref().is_none_or(VolumeFindings::ok)
+            && self.gangs.as_ref().is_none_or(GangFindings::ok)
     }
 
     /// Write requests to the API server per bound pod.
@@ -538,6 +544,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot list pods")?
         .items;
     result.check = check::check(&nodes, &pods_now).map_err(anyhow::Error::msg)?;
+    result.gangs = gangs::check(&pods_now);
     if let Some(p) = result.preemption.as_mut() {
         let left = pods_now
             .iter()

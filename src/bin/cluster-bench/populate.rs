@@ -2,7 +2,8 @@
 //! 110 pods, Ready, over three zones; pending pods requesting 100m..2 cpu and 128Mi..2Gi), or
 //! one of scheduler_perf's volume workloads (see [`crate::volumes`]), created in a real API
 //! server, many creates in flight over one client. The nodes once per control plane, the pods
-//! once per run, each run's in a namespace of its own. A volume workload's pods come with
+//! once per run, each run's in a namespace of its own. The gang workload's pods are the plain
+//! workload's in groups (see [`crate::gangs`]), their PodGroups created first. A volume workload's pods come with
 //! their claims and volumes, and populate waits until the PV controller has bound every
 //! claim, so that the scheduler measured afterwards finds them bound. The preemption
 //! workload's (see [`crate::preemption`]) come in two sets: the low-priority init pods, then
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
 use gantry::config::DEFAULT_SCHEDULER_NAME;
+use gantry::model::pod_group::PodGroup;
 use gantry::synthetic::{self, Workload};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -25,6 +27,7 @@ use kube::api::{Api, ListParams, PostParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::gangs;
 use crate::preemption::{self, Set};
 use crate::volumes::{self, Kind};
 
@@ -50,9 +53,9 @@ pub struct Args {
     /// The pods' namespace (created if missing).
     #[arg(long, default_value = crate::DEFAULT_NAMESPACE)]
     namespace: String,
-    /// Which nodes and pods: plain (requests only) or constrained (100 deployments with
-    /// preferred pod anti-affinity and a zone topology spread constraint) on the synthetic
-    /// nodes, or one of scheduler_perf's volume workloads on its nodes (in-tree-pvs, csi-pvs,
+    /// Which nodes and pods: plain (requests only), constrained (100 deployments with
+    /// preferred pod anti-affinity and a zone topology spread constraint) or gangs (the plain
+    /// pods in PodGroups of `--gang-size`; needs the PodGroup CRD) on the synthetic nodes, or one of scheduler_perf's volume workloads on its nodes (in-tree-pvs, csi-pvs,
     /// migrated-in-tree-pvs), or its preemption workload on its nodes (preemption-init: the
     /// low-priority pods; preemption: the high-priority ones).
     #[arg(long, value_enum, default_value = "plain")]
@@ -63,6 +66,9 @@ pub struct Args {
     /// Seed of the pods' requests.
     #[arg(long, default_value_t = gantry::synthetic::DEFAULT_SEED)]
     seed: u64,
+    /// The gang workload: pods per PodGroup (consecutive pods; its `minMember`).
+    #[arg(long, default_value_t = crate::gangs::DEFAULT_GANG_SIZE)]
+    gang_size: usize,
     /// Creates in flight at once.
     #[arg(long, default_value_t = crate::DEFAULT_CONCURRENCY)]
     concurrency: usize,
@@ -79,6 +85,8 @@ pub enum WorkloadArg {
     Plain,
     /// Deployments with anti-affinity and spreading.
     Constrained,
+    /// The plain pods in gangs, each a PodGroup.
+    Gangs,
     /// scheduler_perf's `SchedulingInTreePVs`.
     InTreePvs,
     /// scheduler_perf's `SchedulingCSIPVs`.
@@ -97,6 +105,7 @@ impl WorkloadArg {
         match self {
             WorkloadArg::Plain
             | WorkloadArg::Constrained
+            | WorkloadArg::Gangs
             | WorkloadArg::PreemptionInit
             | WorkloadArg::Preemption => None,
             WorkloadArg::InTreePvs => Some(Kind::InTree),
@@ -196,11 +205,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         for p in &mut pods {
             p.metadata.namespace = Some(args.namespace.clone());
         }
+        let mut groups = 0;
+        if matches!(args.workload, WorkloadArg::Gangs) {
+            let pod_groups = gangs::group(&mut pods, args.gang_size, &args.namespace)
+                .map_err(anyhow::Error::msg)?;
+            groups = pod_groups.len();
+            let api = Api::<PodGroup>::namespaced(client.clone(), &args.namespace);
+            create_all(api, pod_groups, args.concurrency)
+                .await
+                .context("cannot create the PodGroups (is the PodGroup CRD installed?)")?;
+        }
         create_all(pods_api, pods, args.concurrency).await?;
         let took = pods_start.elapsed();
         eprintln!(
-            "cluster-bench: created {} pods in {} in {:.1}s ({:.0}/s)",
+            "cluster-bench: created {} pods{} in {} in {:.1}s ({:.0}/s)",
             args.pods,
+            if groups > 0 {
+                format!(" in {groups} PodGroups")
+            } else {
+                String::new()
+            },
             args.namespace,
             took.as_secs_f64(),
             rate(args.pods, took),

@@ -3,7 +3,9 @@
 //! synthetic workloads, issue 19's (five times kube-scheduler's throughput, every claim bound
 //! to its volume) for scheduler_perf's volume workloads; for its preemption workload a table
 //! of its own (preemptors bound per second, victims, the API server's writes per preemptor)
-//! and issue 20's target (ten times kube-scheduler's preemptors per second, no more victims).
+//! and issue 20's target (ten times kube-scheduler's preemptors per second, no more victims);
+//! for the gang workload gantry's throughput against its own on the plain workload (the same
+//! pods without groups) and issue 21's target (at least 0.8 of it), every gang bound whole.
 
 use std::path::PathBuf;
 
@@ -67,9 +69,14 @@ struct Round {
     bound_to_null: Option<f64>,
     bound_to_kube: Option<f64>,
     tail_to_kube: Option<f64>,
+    /// The gang workload: gantry's pods/s against its own in the same round of the plain
+    /// workload (same nodes and pods).
+    gangs_to_plain: Option<f64>,
 }
 
-fn rounds(group: &[&RunResult]) -> Vec<Round> {
+/// The rounds of `group`; `plain` holds gantry's runs of the plain workload with the same
+/// nodes and pods when `group` is the gang workload's (empty otherwise).
+fn rounds(group: &[&RunResult], plain: &[&RunResult]) -> Vec<Round> {
     let of = |scheduler: &str| -> Vec<&RunResult> {
         group
             .iter()
@@ -92,6 +99,7 @@ fn rounds(group: &[&RunResult]) -> Vec<Round> {
                 bound_to_null: ratio(bound(g), bound(n)),
                 bound_to_kube: ratio(bound(g), bound(k)),
                 tail_to_kube: ratio(tail(g), tail(k)),
+                gangs_to_plain: ratio(rate(g), rate(plain.get(i))),
             }
         })
         .collect()
@@ -160,8 +168,17 @@ fn render_runs(results: &[RunResult]) -> String {
                 ),
                 _ => String::new(),
             };
+            let gangs = match &r.gangs {
+                Some(g) if !g.ok() => format!(
+                    ", {} of {} gangs bound partly ({})",
+                    g.groups - g.whole - g.none,
+                    g.groups,
+                    g.first_partial.as_deref().unwrap_or_default()
+                ),
+                _ => String::new(),
+            };
             format!(
-                "NO: {}/{} bound, {} over-committed nodes, {} rebound{volumes}{}",
+                "NO: {}/{} bound, {} over-committed nodes, {} rebound{volumes}{gangs}{}",
                 r.check.bound,
                 r.pods,
                 r.check.overcommitted.len(),
@@ -208,18 +225,29 @@ fn render_runs(results: &[RunResult]) -> String {
             groups.push(key);
         }
     }
-    out.push_str("\n| nodes | pods | workload | round | gantry / null binder | gantry / kube-scheduler | gantry RSS / kube-scheduler RSS | CPU-bound: gantry / null binder | CPU-bound: gantry / kube-scheduler | last N: gantry / kube-scheduler |\n");
-    out.push_str("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("\n| nodes | pods | workload | round | gantry / null binder | gantry / kube-scheduler | gantry RSS / kube-scheduler RSS | CPU-bound: gantry / null binder | CPU-bound: gantry / kube-scheduler | last N: gantry / kube-scheduler | gantry: gangs / plain |\n");
+    out.push_str("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     let mut targets = String::new();
     for &(nodes, pods, workload) in &groups {
         let group: Vec<&RunResult> = results
             .iter()
             .filter(|r| r.nodes == nodes && r.pods == pods && r.workload == workload)
             .collect();
-        let rounds = rounds(&group);
+        let plain: Vec<&RunResult> = if workload == GANGS {
+            results
+                .iter()
+                .filter(|r| {
+                    (r.nodes, r.pods, r.workload.as_str(), r.scheduler.as_str())
+                        == (nodes, pods, "plain", "gantry")
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let rounds = rounds(&group, &plain);
         for (i, round) in rounds.iter().enumerate() {
             out.push_str(&format!(
-                "| {nodes} | {pods} | {workload} | {} | {} | {} | {} | {} | {} | {} |\n",
+                "| {nodes} | {pods} | {workload} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 i + 1,
                 num(round.to_null, 2),
                 num(round.to_kube, 2),
@@ -227,6 +255,7 @@ fn render_runs(results: &[RunResult]) -> String {
                 num(round.bound_to_null, 2),
                 num(round.bound_to_kube, 2),
                 num(round.tail_to_kube, 2),
+                num(round.gangs_to_plain, 2),
             ));
         }
         let line = |what: &str, ok: Option<bool>, detail: String| {
@@ -267,6 +296,12 @@ fn render_runs(results: &[RunResult]) -> String {
             }
         } else if workload == PREEMPTION_INIT {
             // Placing the preemption workload's init pods is not what it measures.
+        } else if workload == GANGS {
+            targets.push_str(&target(
+                "gantry's gangs >= 0.8 x its plain pods/s",
+                |r| r.gangs_to_plain,
+                |x| x >= 0.8,
+            ));
         } else if workload == "plain" {
             targets.push_str(&target(
                 "gantry >= 0.9 x null binder",
@@ -285,7 +320,7 @@ fn render_runs(results: &[RunResult]) -> String {
                 |x| x >= 5.0,
             ));
         }
-        if !volumes && workload != PREEMPTION_INIT {
+        if !volumes && workload != PREEMPTION_INIT && workload != GANGS {
             targets.push_str(&target(
                 "gantry's peak RSS <= 1/4 of kube-scheduler's",
                 |r| r.rss,
@@ -306,6 +341,8 @@ fn render_runs(results: &[RunResult]) -> String {
         targets.push_str(&line(
             if volumes {
                 "gantry: every pod bound exactly once, no over-committed node, every claim bound to its volume"
+            } else if workload == GANGS {
+                "gantry: every pod bound exactly once, no over-committed node, every gang bound whole"
             } else {
                 "gantry: every pod bound exactly once, no over-committed node"
             },
@@ -317,6 +354,10 @@ fn render_runs(results: &[RunResult]) -> String {
     out.push_str(&targets);
     out
 }
+
+/// The gang workload's name, as `scripts/bench-cluster.sh` names it; judged against gantry's
+/// runs of the plain workload.
+const GANGS: &str = "gangs";
 
 /// The workload name of the preemption workload's init runs (the scheduler placing the
 /// low-priority pods), as `scripts/bench-preemption.sh` names it.
@@ -650,6 +691,58 @@ mod tests {
         assert!(text.contains("victims <= kube-scheduler's in every round: misses"));
         assert!(text.contains("no over-committed node: holds"));
         assert!(!text.contains("null binder"), "{text}");
+    }
+
+    fn gang_result(pods_per_s: f64, partial: bool) -> RunResult {
+        RunResult {
+            workload: "gangs".to_string(),
+            gangs: Some(crate::gangs::GangFindings {
+                groups: 2,
+                whole: if partial { 1 } else { 2 },
+                none: 0,
+                first_partial: partial.then(|| "ns/gang-00001: 3 of 5 bound".to_string()),
+            }),
+            ..result("gantry", pods_per_s, 100.0)
+        }
+    }
+
+    #[test]
+    fn the_gang_workload_is_judged_against_gantry_on_the_plain_pods() {
+        let text = render(&[
+            result("null", 1000.0, 20.0),
+            result("gantry", 1000.0, 100.0),
+            gang_result(850.0, false),
+            result("gantry", 1000.0, 100.0),
+            result("null", 1000.0, 20.0),
+            gang_result(750.0, false),
+        ]);
+        assert!(
+            text.contains("| 5000 | 10 | gangs | 1 | - | - | - | - | - | - | 0.85 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| gangs | 2 | - | - | - | - | - | - | 0.75 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "gangs: gantry's gangs >= 0.8 x its plain pods/s: holds (median 0.80 of 2 rounds; 1 of 2 hold; 0.75 to 0.85)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("gangs: gantry: every pod bound exactly once, no over-committed node, every gang bound whole: holds"),
+            "{text}"
+        );
+        assert!(!text.contains("gangs: gantry >= 5"), "{text}");
+        assert!(!text.contains("gangs: gantry's peak RSS"), "{text}");
+
+        let text = render(&[result("gantry", 1000.0, 100.0), gang_result(900.0, true)]);
+        assert!(
+            text.contains("1 of 2 gangs bound partly (ns/gang-00001: 3 of 5 bound)"),
+            "{text}"
+        );
+        assert!(text.contains("every gang bound whole: misses"), "{text}");
     }
 
     #[test]
