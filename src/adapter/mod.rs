@@ -242,7 +242,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     tracing::info!(?tracked, "cluster state kept beyond nodes and pods");
     let (leading_tx, leading_rx) = tokio::sync::watch::channel(false);
     let (group_status, group_status_task) = if tracked.contains(Tracked::PodGroups) {
-        let (feed, task) = pod_group_status::spawn(client.clone(), leading_rx);
+        let (feed, task) = pod_group_status::spawn(client.clone(), content_type, leading_rx);
         (Some(feed), Some(task))
     } else {
         (None, None)

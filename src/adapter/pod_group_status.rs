@@ -22,13 +22,17 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher::Event;
+use prost::Message;
 use serde::Deserialize;
 use serde::de::Deserializer;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use super::protobuf::ProtoError;
+use super::protobuf::pod::PodMembership;
 use super::reflector::{self, Format, Selectors};
+use crate::config::ContentType;
 use crate::model::pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupStatus};
 
 /// How long after a change a group's status is computed and written: the changes of a
@@ -85,15 +89,17 @@ impl StatusFeed {
     }
 }
 
-/// Starts the writer and the watcher of the groups' pods; the writer writes only while
+/// Starts the writer and the watcher of the groups' pods (in `content_type`, as the
+/// scheduler's pod watch); the writer writes only while
 /// `leading` holds true. It stops once every [`StatusFeed`] is dropped.
 pub fn spawn(
     client: Client,
+    content_type: ContentType,
     leading: watch::Receiver<bool>,
 ) -> (StatusFeed, tokio::task::JoinHandle<()>) {
     let (feed, groups) = mpsc::unbounded_channel();
     let (pods_tx, pods) = mpsc::unbounded_channel();
-    let members = tokio::spawn(watch_members(client.clone(), pods_tx));
+    let members = tokio::spawn(watch_members(client.clone(), content_type, pods_tx));
     let writer = Writer {
         client,
         book: Book::default(),
@@ -110,13 +116,21 @@ pub fn spawn(
 
 /// Lists and watches the pods carrying [`POD_GROUP_LABEL`], in every phase, handing their
 /// events to the writer.
-async fn watch_members(client: Client, out: mpsc::UnboundedSender<Event<GroupPod>>) {
+async fn watch_members(
+    client: Client,
+    content_type: ContentType,
+    out: mpsc::UnboundedSender<Event<GroupPod>>,
+) {
     let api = Api::<GroupPod>::all(client.clone());
     let selectors = Selectors {
         fields: None,
         labels: Some(POD_GROUP_LABEL),
     };
-    reflector::run(client, api, selectors, Format::Json, MEMBERS, |event| {
+    let format = match content_type {
+        ContentType::Protobuf => Format::Protobuf(GroupPod::decode as fn(&[u8]) -> _),
+        ContentType::Json => Format::Json,
+    };
+    reflector::run(client, api, selectors, format, MEMBERS, |event| {
         out.send(event).is_ok()
     })
     .await;
@@ -181,6 +195,50 @@ struct RawGroupPod {
     status: Option<RawStatus>,
 }
 
+impl GroupPod {
+    /// The pod with these fields of its object.
+    fn new(
+        meta: ObjectMeta,
+        mut labels: BTreeMap<String, String>,
+        node_name: Option<String>,
+        phase: Option<&str>,
+    ) -> GroupPod {
+        let group = labels.remove(POD_GROUP_LABEL).filter(|g| !g.is_empty());
+        let phase = match phase {
+            Some("Running") => Phase::Running,
+            Some("Succeeded") => Phase::Succeeded,
+            Some("Failed") => Phase::Failed,
+            _ => Phase::Other,
+        };
+        GroupPod {
+            metadata: ObjectMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                resource_version: meta.resource_version,
+                ..ObjectMeta::default()
+            },
+            group,
+            bound: node_name.is_some_and(|n| !n.is_empty()),
+            phase,
+        }
+    }
+
+    /// Reads a pod from its protobuf encoding, the few fields the writer needs only: the
+    /// same encoding as the scheduler's own pod watch, which the API server then encodes
+    /// once for both.
+    pub fn decode(raw: &[u8]) -> Result<GroupPod, ProtoError> {
+        let pod = PodMembership::decode(raw)?;
+        let mut meta = pod.metadata.unwrap_or_default();
+        let labels = std::mem::take(&mut meta.labels);
+        Ok(GroupPod::new(
+            meta.into(),
+            labels,
+            pod.spec.and_then(|s| s.node_name),
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        ))
+    }
+}
+
 impl<'de> Deserialize<'de> for GroupPod {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let RawGroupPod {
@@ -188,27 +246,18 @@ impl<'de> Deserialize<'de> for GroupPod {
             spec,
             status,
         } = RawGroupPod::deserialize(deserializer)?;
-        let group = metadata
-            .labels
-            .and_then(|mut l| l.remove(POD_GROUP_LABEL))
-            .filter(|g| !g.is_empty());
-        let phase = match status.and_then(|s| s.phase).as_deref() {
-            Some("Running") => Phase::Running,
-            Some("Succeeded") => Phase::Succeeded,
-            Some("Failed") => Phase::Failed,
-            _ => Phase::Other,
+        let meta = ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            resource_version: metadata.resource_version,
+            ..ObjectMeta::default()
         };
-        Ok(GroupPod {
-            metadata: ObjectMeta {
-                name: metadata.name,
-                namespace: metadata.namespace,
-                resource_version: metadata.resource_version,
-                ..ObjectMeta::default()
-            },
-            group,
-            bound: spec.and_then(|s| s.node_name).is_some(),
-            phase,
-        })
+        Ok(GroupPod::new(
+            meta,
+            metadata.labels.unwrap_or_default(),
+            spec.and_then(|s| s.node_name),
+            status.as_ref().and_then(|s| s.phase.as_deref()),
+        ))
     }
 }
 
@@ -826,5 +875,85 @@ mod tests {
             PodGroup::url_path(&(), Some("ml")),
             "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ml/podgroups"
         );
+    }
+}
+
+#[cfg(test)]
+mod protobuf_tests {
+    use std::collections::BTreeMap;
+
+    use prost::Message;
+
+    use super::*;
+    use crate::adapter::protobuf::meta::ObjectMeta as ProtoMeta;
+    use crate::adapter::protobuf::pod::{
+        Container, MembershipStatus, Pod as ProtoPod, PodSpec as ProtoSpec,
+    };
+
+    /// A whole pod as the API server encodes it, with `phase` in its status.
+    fn encoded(labels: &[(&str, &str)], node: &str, phase: &str) -> Vec<u8> {
+        let pod = ProtoPod {
+            metadata: Some(ProtoMeta {
+                name: Some("w-0".to_string()),
+                namespace: Some("ml".to_string()),
+                resource_version: Some("7".to_string()),
+                labels: labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+                ..Default::default()
+            }),
+            spec: Some(ProtoSpec {
+                containers: vec![Container {
+                    name: Some("a".to_string()),
+                    ..Default::default()
+                }],
+                // The API server writes string fields even when empty.
+                node_name: Some(node.to_string()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let mut raw = pod.encode_to_vec();
+        // A second `status` field merges into the first, as protobuf reads it.
+        raw.extend(
+            PodMembership {
+                metadata: None,
+                spec: None,
+                status: Some(MembershipStatus {
+                    phase: Some(phase.to_string()),
+                }),
+            }
+            .encode_to_vec(),
+        );
+        raw
+    }
+
+    #[test]
+    fn a_member_reads_from_protobuf_as_from_json() {
+        let pod = GroupPod::decode(&encoded(
+            &[(POD_GROUP_LABEL, "train"), ("app", "x")],
+            "n1",
+            "Running",
+        ))
+        .expect("decodes");
+        assert_eq!(pod.group.as_deref(), Some("train"));
+        assert!(pod.bound);
+        assert_eq!(pod.phase, Phase::Running);
+        assert_eq!(pod.metadata.name.as_deref(), Some("w-0"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("ml"));
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("7"));
+
+        let pending =
+            GroupPod::decode(&encoded(&[(POD_GROUP_LABEL, "")], "", "Pending")).expect("decodes");
+        assert_eq!(pending.group, None, "an empty label names no group");
+        assert!(!pending.bound, "an empty nodeName is no node");
+        assert_eq!(pending.phase, Phase::Other);
+    }
+
+    #[test]
+    fn a_truncated_member_is_an_error() {
+        let raw = encoded(&[(POD_GROUP_LABEL, "train")], "n1", "Failed");
+        assert!(GroupPod::decode(&raw[..raw.len() / 2]).is_err());
     }
 }

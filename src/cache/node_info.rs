@@ -55,6 +55,22 @@ impl NodeInfo {
         }
     }
 
+    /// A copy with room for `more` pods besides: a dry run adds pods to its copy, and a plain
+    /// clone leaves no room, so that its first addition copies the list again.
+    pub fn copy_with_room(&self, more: usize) -> NodeInfo {
+        let mut pods = Vec::with_capacity(self.pods.len() + more);
+        pods.extend(self.pods.iter().cloned());
+        NodeInfo {
+            node: self.node.clone(),
+            pods,
+            requested: self.requested.clone(),
+            used_ports: self.used_ports.clone(),
+            gpu_used: self.gpu_used.clone(),
+            load: self.load.clone(),
+            ..*self
+        }
+    }
+
     /// Replaces the node object (its GPUs may have changed), keeping the pods.
     pub fn set_node(&mut self, node: Arc<NodeModel>) {
         self.node = node;

@@ -122,7 +122,7 @@ pub fn run_filters_with_nominated_ahead(
     if ahead.peek().is_none() {
         return Status::success();
     }
-    let mut node_with = node.clone();
+    let mut node_with = node.copy_with_room(nominated.on(node.name()).len());
     let mut state_with = Cow::Borrowed(state);
     let extensions = extensions_active(profile, state);
     for p in ahead {

@@ -502,3 +502,34 @@ impl From<PodSchedulingGate> for api::PodSchedulingGate {
         }
     }
 }
+
+/// A pod as the PodGroup status writer reads it: its metadata (labels included), whether it
+/// has a node, and its phase; every other field is skipped undecoded.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodMembership {
+    /// `metadata`.
+    #[prost(message, optional, tag = "1")]
+    pub metadata: Option<ObjectMeta>,
+    /// `spec`, of which `nodeName` only.
+    #[prost(message, optional, tag = "2")]
+    pub spec: Option<MembershipSpec>,
+    /// `status`, of which `phase` only.
+    #[prost(message, optional, tag = "3")]
+    pub status: Option<MembershipStatus>,
+}
+
+/// `PodSpec`, as far as [`PodMembership`] reads it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MembershipSpec {
+    /// `nodeName`.
+    #[prost(string, optional, tag = "10")]
+    pub node_name: Option<String>,
+}
+
+/// `PodStatus`, as far as [`PodMembership`] reads it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MembershipStatus {
+    /// `phase`.
+    #[prost(string, optional, tag = "1")]
+    pub phase: Option<String>,
+}

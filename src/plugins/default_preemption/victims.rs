@@ -95,14 +95,7 @@ pub fn select_on_node(
     if potential.is_empty() {
         return Err(Status::unresolvable(ERR_NO_VICTIMS));
     }
-    let mut dry = DryRun::new(input.profile, state, pod, node, input.nominated);
-    for p in &potential {
-        dry.remove(p)?;
-    }
-    let status = dry.fits();
-    if !status.is_success() {
-        return Err(status);
-    }
+    let mut dry = DryRun::without(input.profile, state, pod, node, input.nominated, &potential)?;
     potential.sort_by(|a, b| more_important(a, b));
     let (violating, other) = split_by_budget(potential, budgets);
     let mixed = !violating.is_empty() && !other.is_empty();
@@ -139,9 +132,8 @@ pub fn select_on_node(
 /// A copy of a node that the dry run takes pods off and puts back, with the cycle state
 /// following; and, where pods of the preemptor's priority or higher are nominated to the
 /// node, a second copy with them counted (kube-scheduler's first filter pass), kept in step
-/// with the first so that no check copies the node again.
-/// The cycle state is copied only when a PreFilter extension runs for the pod (else the
-/// changes leave it as it is).
+/// with the first so that no check copies the node again. The cycle state is copied only
+/// when a PreFilter extension runs for the pod (else the changes leave it as it is).
 struct DryRun<'a> {
     profile: &'a Profile,
     pod: &'a PodInfo,
@@ -149,40 +141,71 @@ struct DryRun<'a> {
     state: Cow<'a, CycleState>,
     /// Whether some PreFilter extension runs for the pod.
     extensions: bool,
-    /// The copy with the nominated pods, or why adding them failed; `None` without them.
-    ahead: Option<Result<(NodeInfo, Cow<'a, CycleState>), Status>>,
+    /// The copy with the nominated pods, when there are any.
+    ahead: Option<(NodeInfo, Cow<'a, CycleState>)>,
 }
 
 impl<'a> DryRun<'a> {
-    fn new(
+    /// `node` with `victims` taken off, if the pod then fits there; else the rejection. The
+    /// copy with the nominated pods is checked first, as kube-scheduler's first pass is:
+    /// where they take the room (most nodes a preemption is refused on, once many pods
+    /// are nominated), the plain copy is never made.
+    fn without(
         profile: &'a Profile,
         state: &'a CycleState,
         pod: &'a PodInfo,
         node: &NodeInfo,
         nominated: &NominatedPods,
-    ) -> Self {
-        let node = node.clone();
+        victims: &[Arc<PodInfo>],
+    ) -> Result<Self, Status> {
         let extensions = extensions_active(profile, state);
-        let mut ahead_pods = nominated_ahead(nominated, pod, node.name()).peekable();
-        let ahead = ahead_pods.peek().is_some().then(|| {
-            let mut node_with = node.clone();
-            let mut state_with = Cow::Borrowed(state);
-            for p in ahead_pods {
-                node_with.add_pod(p.clone());
+        let take_off = |node: &mut NodeInfo, state: &mut Cow<'a, CycleState>| {
+            for p in victims {
+                node.remove_pod(&p.namespace, &p.name);
                 if extensions {
-                    check(add_pod(profile, state_with.to_mut(), pod, p, &node_with))?;
+                    check(remove_pod(profile, state.to_mut(), pod, p, node))?;
                 }
             }
-            Ok((node_with, state_with))
-        });
-        DryRun {
+            Ok::<(), Status>(())
+        };
+        let mut ahead_pods = nominated_ahead(nominated, pod, node.name()).peekable();
+        let ahead = match ahead_pods.peek() {
+            None => None,
+            Some(_) => {
+                let mut node_with = node.copy_with_room(nominated.on(node.name()).len());
+                let mut state_with = Cow::Borrowed(state);
+                for p in ahead_pods {
+                    node_with.add_pod(p.clone());
+                    if extensions {
+                        let status = add_pod(profile, state_with.to_mut(), pod, p, &node_with);
+                        if !status.is_success() {
+                            return Err(status);
+                        }
+                    }
+                }
+                take_off(&mut node_with, &mut state_with)?;
+                let status = run_filters(profile, &state_with, pod, &node_with);
+                if !status.is_success() {
+                    return Err(status);
+                }
+                Some((node_with, state_with))
+            }
+        };
+        let mut plain = node.clone();
+        let mut state = Cow::Borrowed(state);
+        take_off(&mut plain, &mut state)?;
+        let status = run_filters(profile, &state, pod, &plain);
+        if !status.is_success() {
+            return Err(status);
+        }
+        Ok(DryRun {
             profile,
             pod,
-            node,
-            state: Cow::Borrowed(state),
+            node: plain,
+            state,
             extensions,
             ahead,
-        }
+        })
     }
 
     /// Takes `p` off the node.
@@ -192,7 +215,7 @@ impl<'a> DryRun<'a> {
         if self.extensions {
             check(remove_pod(profile, self.state.to_mut(), pod, p, &self.node))?;
         }
-        if let Some(Ok((node, state))) = &mut self.ahead {
+        if let Some((node, state)) = &mut self.ahead {
             node.remove_pod(&p.namespace, &p.name);
             if self.extensions {
                 check(remove_pod(profile, state.to_mut(), pod, p, node))?;
@@ -208,7 +231,7 @@ impl<'a> DryRun<'a> {
         if self.extensions {
             check(add_pod(profile, self.state.to_mut(), pod, p, &self.node))?;
         }
-        if let Some(Ok((node, state))) = &mut self.ahead {
+        if let Some((node, state)) = &mut self.ahead {
             node.add_pod(p.clone());
             if self.extensions {
                 check(add_pod(profile, state.to_mut(), pod, p, node))?;
@@ -220,15 +243,11 @@ impl<'a> DryRun<'a> {
     /// Whether the pod fits the node as it now is: with the nominated pods counted, then
     /// without them; the first rejection wins.
     fn fits(&self) -> Status {
-        match &self.ahead {
-            Some(Err(status)) => return status.clone(),
-            Some(Ok((node, state))) => {
-                let status = run_filters(self.profile, state, self.pod, node);
-                if !status.is_success() {
-                    return status;
-                }
+        if let Some((node, state)) = &self.ahead {
+            let status = run_filters(self.profile, state, self.pod, node);
+            if !status.is_success() {
+                return status;
             }
-            None => {}
         }
         run_filters(self.profile, &self.state, self.pod, &self.node)
     }
