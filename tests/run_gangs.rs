@@ -54,10 +54,7 @@ fn install_crd(plane: &ControlPlane) {
 /// The configuration of a test: profile `profile` on the nodes labelled `label`, with
 /// Coscheduling instead of PrioritySort, and `args` for it (YAML flow map) if any.
 fn gang_config(profile: &str, label: &str, args: Option<&str>) -> String {
-    let base = config(profile, label, None, "");
-    let plugins = "  plugins:\n    multiPoint:\n      enabled: [{name: Coscheduling}]\n      disabled: [{name: PrioritySort}]\n  pluginConfig:\n";
-    assert!(base.contains("  pluginConfig:\n"));
-    let mut c = base.replacen("  pluginConfig:\n", plugins, 1);
+    let mut c = config_with_plugins(profile, label, &["Coscheduling"], &["PrioritySort"]);
     if let Some(args) = args {
         c.push_str(&format!("  - name: Coscheduling\n    args: {args}\n"));
     }
@@ -101,7 +98,7 @@ fn member(ns: &str, name: &str, profile: &str, group: &str, cpu: &str) -> Pod {
 
 /// The pods of `ns` in `group` that are bound.
 async fn bound_in(client: &Client, ns: &str, group: &str) -> usize {
-    pods(client, ns)
+    bound_pods(client, ns)
         .await
         .iter()
         .filter(|p| {
@@ -110,13 +107,8 @@ async fn bound_in(client: &Client, ns: &str, group: &str) -> usize {
                 .as_ref()
                 .and_then(|l| l.get(POD_GROUP_LABEL))
                 .is_some_and(|g| g == group)
-                && node_of(p).is_some()
         })
         .count()
-}
-
-async fn is_bound(client: &Client, ns: &str, name: &str) -> bool {
-    node_of(&get_pod(client, ns, name).await).is_some()
 }
 
 /// Waits until group `name`'s status is `phase` with `scheduled` pods bound; returns it.
@@ -142,12 +134,9 @@ async fn wait_status(
 async fn a_gang_that_fits_is_bound_entirely() {
     let plane = ControlPlane::shared();
     install_crd(&plane);
-    let client = plane.client().await;
     let (ns, profile) = ("gang-fit", "gantry-fit");
-    create_namespace(&client, ns).await;
-    for n in ["fit-1", "fit-2"] {
-        create_node(&client, &node(n, ns, "2", "4Gi")).await;
-    }
+    let client = client_with_namespace(&plane, ns).await;
+    create_nodes(&client, &["fit-1", "fit-2"], ns, "2", "4Gi").await;
     // As the user "gantry" with only the deployed ClusterRole: reading PodGroups and
     // writing their status is all it needs more.
     let deploy = repo().join("deploy");
@@ -165,13 +154,13 @@ async fn a_gang_that_fits_is_bound_entirely() {
         "--clusterrole=gantry",
         "--user=gantry",
     ]);
-    let mut gantry = Gantry::start(
+    let gantry = Gantry::start_ready(
         plane.dir(),
         "fit",
         &gang_config(profile, ns, None),
         &plane.gantry_kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
     create_group(&client, ns, "train", 3, 30).await;
     for i in 0..3 {
         create_pod(
@@ -202,9 +191,8 @@ async fn a_gang_that_fits_is_bound_entirely() {
 async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
     let plane = ControlPlane::shared();
     install_crd(&plane);
-    let client = plane.client().await;
     let (ns, profile) = ("gang-timeout", "gantry-timeout");
-    create_namespace(&client, ns).await;
+    let client = client_with_namespace(&plane, ns).await;
     create_node(&client, &node("timeout-1", ns, "3", "4Gi")).await;
     // The member that fits nowhere leaves the others waiting (a third of the group missing
     // is within 50%): they are released by their timeout. Tried again, the group finds room
@@ -212,13 +200,13 @@ async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
     // it from taking room again for a while (else a member placed would always hold some
     // while its siblings back off).
     let args = "{podGroupRejectPercentage: 50, podGroupBackoffSeconds: 60}";
-    let mut gantry = Gantry::start(
+    let gantry = Gantry::start_ready(
         plane.dir(),
         "timeout",
         &gang_config(profile, ns, Some(args)),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
     create_group(&client, ns, "big", 3, 3).await;
     for i in 0..3 {
         create_pod(
@@ -235,10 +223,7 @@ async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
     .await;
     // A plain pod behind the gang: room only once the gang's waiting pods are released.
     create_pod(&client, &pod(ns, "small", profile, "1", "64Mi")).await;
-    eventually(Duration::from_secs(20), "the small pod bound", || async {
-        is_bound(&client, ns, "small").await.then_some(())
-    })
-    .await;
+    wait_bound(&client, ns, "small", Duration::from_secs(20)).await;
     assert!(
         gantry.metric("scheduler_permit_wait_duration_seconds_count{result=\"Unschedulable\"}")
             >= 2.0,
@@ -246,10 +231,7 @@ async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
     );
     // What is left (2 cpu) takes a pod only while no member of the gang holds any of it.
     create_pod(&client, &pod(ns, "second", profile, "2", "64Mi")).await;
-    eventually(Duration::from_secs(20), "the second pod bound", || async {
-        is_bound(&client, ns, "second").await.then_some(())
-    })
-    .await;
+    wait_bound(&client, ns, "second", Duration::from_secs(20)).await;
     assert_eq!(bound_in(&client, ns, "big").await, 0, "no member bound");
     let status = wait_status(&client, ns, "big", "Scheduling", 0).await;
     assert!(status.schedule_start_time.is_some(), "{status:?}");
@@ -259,19 +241,16 @@ async fn a_gang_that_cannot_fit_holds_nothing_after_its_timeout() {
 async fn of_two_gangs_that_cannot_both_fit_exactly_one_is_bound() {
     let plane = ControlPlane::shared();
     install_crd(&plane);
-    let client = plane.client().await;
     let (ns, profile) = ("gang-two", "gantry-two");
-    create_namespace(&client, ns).await;
-    for n in ["two-1", "two-2"] {
-        create_node(&client, &node(n, ns, "2", "4Gi")).await;
-    }
-    let mut gantry = Gantry::start(
+    let client = client_with_namespace(&plane, ns).await;
+    create_nodes(&client, &["two-1", "two-2"], ns, "2", "4Gi").await;
+    let _gantry = Gantry::start_ready(
         plane.dir(),
         "two",
         &gang_config(profile, ns, None),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
     for g in ["alpha", "beta"] {
         create_group(&client, ns, g, 3, 5).await;
     }
@@ -311,13 +290,12 @@ async fn of_two_gangs_that_cannot_both_fit_exactly_one_is_bound() {
 async fn a_gang_waiting_when_gantry_is_killed_is_bound_after_a_restart() {
     let plane = ControlPlane::shared();
     install_crd(&plane);
-    let client = plane.client().await;
     let (ns, profile) = ("gang-restart", "gantry-restart");
-    create_namespace(&client, ns).await;
+    let client = client_with_namespace(&plane, ns).await;
     create_node(&client, &node("restart-1", ns, "2", "4Gi")).await;
     let config = gang_config(profile, ns, Some("{podGroupRejectPercentage: 50}"));
-    let mut gantry = Gantry::start(plane.dir(), "restart", &config, &plane.kubeconfig());
-    gantry.wait_ready().await;
+    let mut gantry =
+        Gantry::start_ready(plane.dir(), "restart", &config, &plane.kubeconfig()).await;
     create_group(&client, ns, "job", 3, 60).await;
     for i in 0..3 {
         create_pod(
@@ -340,8 +318,7 @@ async fn a_gang_waiting_when_gantry_is_killed_is_bound_after_a_restart() {
         "a member bound alone"
     );
 
-    let mut gantry = Gantry::start(plane.dir(), "restart", &config, &plane.kubeconfig());
-    gantry.wait_ready().await;
+    let gantry = Gantry::start_ready(plane.dir(), "restart", &config, &plane.kubeconfig()).await;
     eventually(
         Duration::from_secs(20),
         "two members waiting again",

@@ -34,10 +34,7 @@ const NS: &str = "preempt";
 
 /// The test configuration, with DefaultPreemption enabled.
 fn preempting_config() -> String {
-    let base = config(PROFILE, LABEL, None, "");
-    let enabled = "  plugins:\n    multiPoint:\n      enabled: [{name: DefaultPreemption}]\n  pluginConfig:\n";
-    assert!(base.contains("  pluginConfig:\n"));
-    base.replacen("  pluginConfig:\n", enabled, 1)
+    config_with_plugins(PROFILE, LABEL, &["DefaultPreemption"], &[])
 }
 
 /// A priority-0 pod (no PriorityClass, no global default) deleted at once when evicted.
@@ -63,13 +60,6 @@ fn placed(mut pod: Pod, node: &str) -> Pod {
     pod
 }
 
-/// Creates the objects of `yaml` with kubectl.
-fn apply(plane: &ControlPlane, yaml: &str) {
-    plane
-        .try_kubectl(&["apply", "-f", "-"], Some(yaml))
-        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
-}
-
 fn name(p: &Pod) -> &str {
     p.metadata.name.as_deref().unwrap_or_default()
 }
@@ -81,9 +71,7 @@ fn nominated_node(p: &Pod) -> Option<&str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preemption_evicts_the_fewest_pods_and_only_when_it_helps() {
     let plane = ControlPlane::start();
-    let client = plane.client().await;
-    apply(
-        &plane,
+    plane.apply(
         "apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: high}
@@ -96,29 +84,27 @@ value: 1000
 preemptionPolicy: Never
 ",
     );
-    create_namespace(&client, NS).await;
+    let client = client_with_namespace(&plane, NS).await;
     let allocatable: BTreeMap<String, i64> = [("pre-1", 4000), ("pre-2", 4000)]
         .into_iter()
         .map(|(n, m)| (n.to_string(), m))
         .collect();
-    for n in allocatable.keys() {
-        create_node(&client, &node(n, LABEL, "4", "8Gi")).await;
-    }
-    let mut gantry = Gantry::start(
+    let names: Vec<&str> = allocatable.keys().map(String::as_str).collect();
+    create_nodes(&client, &names, LABEL, "4", "8Gi").await;
+    let mut gantry = Gantry::start_ready(
         plane.dir(),
         "preempt",
         &preempting_config(),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
 
     // The cluster filled with priority-0 pods: 4 of 1 cpu on each node.
     for i in 0..8 {
         create_pod(&client, &low(&format!("low-{i}"))).await;
     }
     eventually(Duration::from_secs(30), "the 8 low pods bound", || async {
-        let ps = pods(&client, NS).await;
-        (ps.iter().filter(|p| node_of(p).is_some()).count() == 8).then_some(())
+        (bound_pods(&client, NS).await.len() == 8).then_some(())
     })
     .await;
     let created = pods(&client, NS).await;
@@ -264,17 +250,8 @@ preemptionPolicy: Never
             "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
         ),
     ] {
-        eventually(
-            Duration::from_secs(30),
-            &format!("{pod} reported unschedulable"),
-            || async {
-                let p = get_pod(&client, NS, pod).await;
-                pod_scheduled(&p)
-                    .filter(|c| c.0 == "False" && c.1 == "Unschedulable" && c.2 == message)
-                    .map(|_| ())
-            },
-        )
-        .await;
+        let got = wait_unschedulable(&client, NS, pod, Duration::from_secs(30)).await;
+        assert_eq!(got, message, "{pod}");
     }
     let attempts = metric_value(&gantry.metrics(), "scheduler_preemption_attempts_total");
     // Time for an eviction to show, were there one.
@@ -322,9 +299,7 @@ async fn preempted(client: &kube::Client) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_of_lower_priority_does_not_take_the_room_a_preemptor_waits_for() {
     let plane = ControlPlane::start();
-    let client = plane.client().await;
-    apply(
-        &plane,
+    plane.apply(
         "apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: high}
@@ -336,7 +311,7 @@ metadata: {name: mid}
 value: 500
 ",
     );
-    create_namespace(&client, NS).await;
+    let client = client_with_namespace(&plane, NS).await;
     let node_name = "nominee";
     create_node(&client, &node(node_name, LABEL, "4", "8Gi")).await;
     // A victim of 2 cpu that takes its time to go: deleted with its grace period, it stays
@@ -348,13 +323,13 @@ value: 500
         .expect("spec")
         .termination_grace_period_seconds = Some(300);
     create_pod(&client, &victim).await;
-    let mut gantry = Gantry::start(
+    let mut gantry = Gantry::start_ready(
         plane.dir(),
         "nominee",
         &preempting_config(),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
 
     // 3 cpu at priority 1000: fits only without the victim, so evicts it and waits for it.
     create_pod(&client, &classed("preemptor", "high", "3")).await;
@@ -380,18 +355,12 @@ value: 500
         assert_eq!(node_of(p), None, "{} bound {what}", name(p));
         assert_eq!(nominated_node(p), None, "{} nominated {what}", name(p));
     };
-    eventually(
-        Duration::from_secs(30),
-        "the latecomer reported unschedulable",
-        || async {
-            let p = get_pod(&client, NS, "latecomer").await;
-            pending(&p, "while the victim terminates");
-            pod_scheduled(&p)
-                .filter(|c| c.0 == "False" && c.1 == "Unschedulable")
-                .map(|c| assert_eq!(c.2, latecomer_message))
-        },
-    )
-    .await;
+    let message = wait_unschedulable(&client, NS, "latecomer", Duration::from_secs(30)).await;
+    assert_eq!(message, latecomer_message);
+    pending(
+        &get_pod(&client, NS, "latecomer").await,
+        "while the victim terminates",
+    );
     // Time for more attempts (the backoff is at most 2 s): the window stays shut.
     tokio::time::sleep(Duration::from_secs(3)).await;
     pending(
@@ -413,11 +382,8 @@ value: 500
 
     // The victim goes: the preemptor takes the room, the latecomer still finds none.
     delete_pod(&client, NS, "leaving").await;
-    eventually(Duration::from_secs(30), "the preemptor bound", || async {
-        let p = get_pod(&client, NS, "preemptor").await;
-        node_of(&p).map(|n| assert_eq!(n, node_name, "bound where nominated"))
-    })
-    .await;
+    let bound = wait_bound(&client, NS, "preemptor", Duration::from_secs(30)).await;
+    assert_eq!(bound, node_name, "bound where nominated");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let now = pods(&client, NS).await;
     let allocatable = BTreeMap::from([(node_name.to_string(), 4000)]);
@@ -450,9 +416,7 @@ value: 500
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_victim_a_disruption_budget_protects_is_spared_when_another_will_do() {
     let plane = ControlPlane::start();
-    let client = plane.client().await;
-    apply(
-        &plane,
+    plane.apply(
         "apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: high}
@@ -464,7 +428,7 @@ metadata: {name: mid}
 value: 10
 ",
     );
-    create_namespace(&client, NS).await;
+    let client = client_with_namespace(&plane, NS).await;
     // Two nodes, each full with one pod: `guarded` (priority 0, under a budget that allows
     // no disruption) and `spare` (priority 10, under a budget that allows one). Ignoring
     // the budgets, the lowest priority of the most important victim would choose guarded's
@@ -520,22 +484,18 @@ value: 10
     let guarded_uid = get_pod(&client, NS, "guarded").await.metadata.uid;
 
     // Started once the budgets are in place: ready, it has read them.
-    let mut gantry = Gantry::start(
+    let mut gantry = Gantry::start_ready(
         plane.dir(),
         "budget",
         &preempting_config(),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
-    create_pod(&client, &classed("preemptor", "high", "2")).await;
-    eventually(Duration::from_secs(30), "the preemptor bound", || async {
-        let p = get_pod(&client, NS, "preemptor").await;
-        node_of(&p).map(|n| {
-            assert_eq!(n, "pdb-2", "bound where spare was");
-            assert_eq!(nominated_node(&p), Some("pdb-2"), "nominated there");
-        })
-    })
+    )
     .await;
+    create_pod(&client, &classed("preemptor", "high", "2")).await;
+    let bound = wait_bound(&client, NS, "preemptor", Duration::from_secs(30)).await;
+    assert_eq!(bound, "pdb-2", "bound where spare was");
+    let p = get_pod(&client, NS, "preemptor").await;
+    assert_eq!(nominated_node(&p), Some("pdb-2"), "nominated there");
     // Time for a wrong eviction to show, were there one.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let now = pods(&client, NS).await;

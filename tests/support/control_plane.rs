@@ -167,6 +167,13 @@ impl ControlPlane {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Creates or updates the objects of `yaml` with `kubectl apply`; panics with what
+    /// kubectl said if it fails.
+    pub fn apply(&self, yaml: &str) {
+        self.try_kubectl(&["apply", "-f", "-"], Some(yaml))
+            .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    }
+
     /// Runs kubectl as admin with `stdin` as its input (for `-f -`): its output, or what it
     /// said when it failed.
     pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {

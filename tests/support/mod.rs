@@ -130,6 +130,14 @@ impl Gantry {
         }
     }
 
+    /// Starts `gantry run` as [`Gantry::start`] does and waits until it is ready: what
+    /// nearly every test does before it creates the pods gantry is to schedule.
+    pub async fn start_ready(dir: &Path, name: &str, config: &str, kubeconfig: &Path) -> Gantry {
+        let mut gantry = Gantry::start(dir, name, config, kubeconfig);
+        gantry.wait_ready().await;
+        gantry
+    }
+
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -484,6 +492,31 @@ profiles:
     )
 }
 
+/// [`config`] with the plugins `enabled` and `disabled` at `multiPoint` (a disabled list
+/// only when one is given): the profile of a test of a plugin outside the defaults.
+pub fn config_with_plugins(
+    profile: &str,
+    label: &str,
+    enabled: &[&str],
+    disabled: &[&str],
+) -> String {
+    let list = |names: &[&str]| {
+        let items: Vec<String> = names.iter().map(|n| format!("{{name: {n}}}")).collect();
+        format!("[{}]", items.join(", "))
+    };
+    let mut plugins = format!(
+        "  plugins:\n    multiPoint:\n      enabled: {}\n",
+        list(enabled)
+    );
+    if !disabled.is_empty() {
+        plugins.push_str(&format!("      disabled: {}\n", list(disabled)));
+    }
+    plugins.push_str("  pluginConfig:\n");
+    let base = config(profile, label, None, "");
+    assert!(base.contains("  pluginConfig:\n"));
+    base.replacen("  pluginConfig:\n", &plugins, 1)
+}
+
 /// A ready node labelled `gantry-test=<label>` with `cpu` and `memory` allocatable.
 pub fn node(name: &str, label: &str, cpu: &str, memory: &str) -> Node {
     serde_json::from_value(serde_json::json!({
@@ -533,6 +566,13 @@ pub fn pod(namespace: &str, name: &str, scheduler: &str, cpu: &str, memory: &str
     .expect("pod")
 }
 
+/// A client of `plane`, with the test's own namespace `ns` created.
+pub async fn client_with_namespace(plane: &ControlPlane, ns: &str) -> Client {
+    let client = plane.client().await;
+    create_namespace(&client, ns).await;
+    client
+}
+
 /// Creates a namespace.
 pub async fn create_namespace(client: &Client, name: &str) {
     let ns = Namespace {
@@ -554,6 +594,13 @@ pub async fn create_node(client: &Client, node: &Node) {
         .create(&PostParams::default(), node)
         .await
         .expect("create node");
+}
+
+/// Creates the nodes `names`, each as [`node`] makes it.
+pub async fn create_nodes(client: &Client, names: &[&str], label: &str, cpu: &str, memory: &str) {
+    for n in names {
+        create_node(client, &node(n, label, cpu, memory)).await;
+    }
 }
 
 /// Creates a pod.
@@ -624,6 +671,41 @@ pub async fn get_pod(client: &Client, namespace: &str, name: &str) -> Pod {
 /// The node a pod is bound to.
 pub fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref()?.node_name.as_deref()
+}
+
+/// The pods of a namespace that are bound to a node.
+pub async fn bound_pods(client: &Client, namespace: &str) -> Vec<Pod> {
+    let mut all = pods(client, namespace).await;
+    all.retain(|p| node_of(p).is_some());
+    all
+}
+
+/// Waits (at most `timeout`) until pod `namespace/name` is bound; returns its node.
+pub async fn wait_bound(client: &Client, namespace: &str, name: &str, timeout: Duration) -> String {
+    eventually(timeout, &format!("{name} bound"), || async {
+        node_of(&get_pod(client, namespace, name).await).map(str::to_string)
+    })
+    .await
+}
+
+/// Waits (at most `timeout`) until pod `namespace/name` is reported unschedulable (its
+/// `PodScheduled` condition False, reason `Unschedulable`); returns the condition's message.
+pub async fn wait_unschedulable(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> String {
+    eventually(
+        timeout,
+        &format!("{name} reported unschedulable"),
+        || async {
+            pod_scheduled(&get_pod(client, namespace, name).await)
+                .filter(|c| c.0 == "False" && c.1 == "Unschedulable")
+                .map(|c| c.2)
+        },
+    )
+    .await
 }
 
 /// The events (events.k8s.io/v1) of a namespace.

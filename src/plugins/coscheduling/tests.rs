@@ -2,6 +2,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::config::Config;
+use crate::model::gpu::{
+    GPU_ASSIGNMENT_ANNOTATION, GPU_MILLI_ANNOTATION, GPU_MODEL_ANNOTATION, GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+};
 use crate::model::pod_group::{PodGroup, PodGroupModel};
 use crate::plugins::registry;
 use crate::scheduler::{Attempt, Scheduler};
@@ -358,5 +362,397 @@ profiles:
     assert!(
         s.cache().node("n1").unwrap().pods.is_empty(),
         "its room is free"
+    );
+}
+
+// With GpuShare: gang members get their devices from GpuShare's Reserve, by its policy,
+// and hold them while they wait at Permit like any other reservation. Shares of a GPU
+// (`gantry.io/gpu-milli`) are GpuShare's alone to count: NodeResourcesFit sees no
+// `nvidia.com/gpu` request in them.
+
+/// Coscheduling (with `args`) and GpuShare with `policy`, without preemption; one node
+/// `gpu` of `gpus` T4s.
+fn gpu_scheduler(policy: &str, gpus: &str, args: &str) -> Scheduler {
+    let yaml = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled: [{{name: Coscheduling}}, {{name: GpuShare}}]
+      disabled: [{{name: PrioritySort}}, {{name: DefaultPreemption}}]
+  pluginConfig:
+  - name: Coscheduling
+    args: {args}
+  - name: GpuShare
+    args: {{scoringStrategy: {policy}}}
+"
+    );
+    let config = Config::parse(&yaml, &registry()).expect("config");
+    let mut s = Scheduler::new(config, None);
+    s.upsert_node(
+        node("gpu")
+            .capacity("32", "128Gi")
+            .alloc(GPU_RESOURCE, gpus)
+            .label(GPU_PRODUCT_LABEL, "T4")
+            .build(),
+        Duration::ZERO,
+    );
+    s
+}
+
+/// A pod asking for `milli` thousandths of one GPU, in `group` if given.
+fn gpu_share(name: &str, group: Option<&str>, milli: u32) -> Arc<PodInfo> {
+    let p = pod(name)
+        .req("cpu", "1")
+        .annotation(GPU_MILLI_ANNOTATION, &milli.to_string());
+    match group {
+        Some(g) => p.label(POD_GROUP_LABEL, g),
+        None => p,
+    }
+    .build()
+}
+
+/// The devices a bound or assumed pod was given.
+fn devices(p: &PodInfo) -> Option<String> {
+    p.annotations
+        .get(GPU_ASSIGNMENT_ANNOTATION)
+        .map(str::to_string)
+}
+
+/// Runs the queue; returns each attempt in a word, with the pod and, for a binding, the
+/// devices it writes (its plan's `gantry.io/gpu-assignment`, also on the assumed pod).
+fn run_gpu(s: &mut Scheduler, now: Duration) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    while let Some(a) = s.schedule_next(now) {
+        out.push(match a {
+            Attempt::Scheduled(task, _) | Attempt::Permitted { task, .. } => {
+                let planned = task
+                    .plan
+                    .annotations
+                    .iter()
+                    .find(|(k, _)| k == GPU_ASSIGNMENT_ANNOTATION)
+                    .map(|(_, v)| v.clone());
+                assert_eq!(planned, devices(&task.assumed), "{}", task.assumed.name);
+                s.binding_succeeded(&task, now).expect("bound");
+                let d = planned.unwrap_or_default();
+                (task.assumed.name.clone(), format!("bound {d}"))
+            }
+            Attempt::Waiting { pod, .. } => {
+                let d = devices(&pod).unwrap_or_default();
+                (pod.name.clone(), format!("waiting {d}"))
+            }
+            Attempt::Rejected { pod, status, .. } => (pod.name.clone(), status.message()),
+            Attempt::Unschedulable { pod, message, .. } => (pod.name.clone(), message),
+            Attempt::Failed { pod, status, .. } => (pod.name.clone(), format!("error: {status}")),
+        });
+    }
+    out
+}
+
+/// What each GPU of node `gpu` has taken, in thousandths.
+fn gpu_used(s: &Scheduler) -> Vec<u32> {
+    s.cache().node("gpu").expect("node").gpu_used.clone()
+}
+
+#[test]
+fn a_gang_of_gpu_shares_that_fits_is_bound_whole_with_the_devices_of_gpu_shares_policy() {
+    // 600 and 400 of a GPU, then a whole one, on two GPUs: BestFit puts the 400 beside the
+    // 600 (the tightest GPU), which leaves the second GPU whole for the third member.
+    let mut s = gpu_scheduler("BestFit", "2", "{}");
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 3}",
+    );
+    let whole = pod("m2")
+        .req("cpu", "1")
+        .req(GPU_RESOURCE, "1")
+        .label(POD_GROUP_LABEL, "g")
+        .build();
+    add(
+        &mut s,
+        [
+            gpu_share("m0", Some("g"), 600),
+            gpu_share("m1", Some("g"), 400),
+            whole,
+        ],
+    );
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[
+            ("m0", "waiting 0:600"),
+            ("m1", "waiting 0:400"),
+            ("m2", "bound 1:1000"),
+            ("m0", "bound 0:600"),
+            ("m1", "bound 0:400"),
+        ])
+    );
+    assert_eq!(gpu_used(&s), vec![1000, 1000]);
+    for name in ["m0", "m1", "m2"] {
+        let placed = s
+            .cache()
+            .node("gpu")
+            .unwrap()
+            .pods
+            .iter()
+            .any(|p| p.name == name && devices(p).is_some());
+        assert!(placed, "{name} bound with its devices");
+    }
+
+    // Spread puts the 400 on the empty GPU instead: the whole GPU then fits nowhere, and the
+    // gang, missing a third, is released whole.
+    let mut s = gpu_scheduler("Spread", "2", "{}");
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 3}",
+    );
+    let whole = pod("m2")
+        .req("cpu", "1")
+        .req(GPU_RESOURCE, "1")
+        .label(POD_GROUP_LABEL, "g")
+        .build();
+    add(
+        &mut s,
+        [
+            gpu_share("m0", Some("g"), 600),
+            gpu_share("m1", Some("g"), 400),
+            whole,
+        ],
+    );
+    let out = run_gpu(&mut s, Duration::ZERO);
+    assert_eq!(
+        &out[..2],
+        pairs(&[("m0", "waiting 0:600"), ("m1", "waiting 1:400")])
+    );
+    assert_eq!(
+        out[2].1,
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu. PodGroup default/g gets rejected due to Pod m2 is unschedulable even after PostFilter"
+    );
+    assert_eq!(gpu_used(&s), vec![0, 0], "{out:?}");
+}
+
+#[test]
+fn a_gang_of_gpu_shares_that_does_not_fit_holds_no_gpu_once_rejected() {
+    // Three shares of 700 on two GPUs: the first two take one GPU each and wait; the third
+    // fits on neither (GpuShare counts the waiting ones' shares), and the gang is released.
+    let mut s = gpu_scheduler("BestFit", "2", "{}");
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 3}",
+    );
+    add(
+        &mut s,
+        (0..3).map(|i| gpu_share(&format!("m{i}"), Some("g"), 700)),
+    );
+    assert_eq!(
+        next(&mut s, Duration::ZERO).unwrap(),
+        ("m0".into(), "waiting".into())
+    );
+    assert_eq!(
+        next(&mut s, Duration::ZERO).unwrap(),
+        ("m1".into(), "waiting".into())
+    );
+    assert_eq!(
+        gpu_used(&s),
+        vec![700, 700],
+        "the waiting members hold their shares"
+    );
+    let rejected = "optimistic rejection in PostFilter";
+    assert_eq!(
+        run(&mut s, Duration::ZERO),
+        pairs(&[
+            (
+                "m2",
+                "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share. PodGroup default/g gets rejected due to Pod m2 is unschedulable even after PostFilter"
+            ),
+            ("m0", rejected),
+            ("m1", rejected),
+        ])
+    );
+    assert!(s.waiting_pods().is_empty());
+    assert_eq!(gpu_used(&s), vec![0, 0], "no GPU held after the rejection");
+    assert!(s.cache().node("gpu").unwrap().pods.is_empty());
+    // The members wait for their retry as they came, without devices.
+    let queued: Vec<_> = s
+        .waiting()
+        .map(|(q, _)| (q.pod.name.clone(), devices(&q.pod)))
+        .collect();
+    assert_eq!(queued.len(), 3, "{queued:?}");
+    assert!(queued.iter().all(|(_, d)| d.is_none()), "{queued:?}");
+    // Both GPUs whole again: a pod of two takes them.
+    add(
+        &mut s,
+        [pod("pair").req("cpu", "1").req(GPU_RESOURCE, "2").build()],
+    );
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[("pair", "bound 0:1000,1:1000")])
+    );
+}
+
+#[test]
+fn gpu_shares_of_members_waiting_at_permit_are_not_given_to_another_pod() {
+    // m0 waits on GPU 0 for m1, which fits nowhere yet (no GPU of its model) and does not
+    // release it (podGroupRejectPercentage 100). A pod of 600 then takes GPU 1 (without m0's
+    // share held, both GPUs would be free and it would take GPU 0, the first of equals), and
+    // a second finds no room until m0's wait runs out.
+    let mut s = gpu_scheduler("BestFit", "2", "{podGroupRejectPercentage: 100}");
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 2, scheduleTimeoutSeconds: 30}",
+    );
+    let v100 = pod("m1")
+        .req("cpu", "1")
+        .annotation(GPU_MILLI_ANNOTATION, "600")
+        .annotation(GPU_MODEL_ANNOTATION, "V100M32")
+        .label(POD_GROUP_LABEL, "g")
+        .build();
+    add(&mut s, [gpu_share("m0", Some("g"), 600), v100]);
+    let out = run_gpu(&mut s, Duration::ZERO);
+    assert_eq!(out[0], ("m0".to_string(), "waiting 0:600".to_string()));
+    assert!(
+        out[1].1.contains("didn't have the requested GPU model"),
+        "{out:?}"
+    );
+    assert_eq!(gpu_used(&s), vec![600, 0]);
+
+    add(&mut s, [gpu_share("other", None, 600)]);
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[("other", "bound 1:600")])
+    );
+    add(&mut s, [gpu_share("third", None, 600)]);
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[(
+            "third",
+            "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share."
+        )])
+    );
+    assert_eq!(gpu_used(&s), vec![600, 600]);
+
+    // The wait runs out: GPU 0's share is given back, and the pod left waiting takes it.
+    let later = Duration::from_secs(30);
+    let out = run_gpu(&mut s, later);
+    assert_eq!(
+        out[0],
+        (
+            "m0".to_string(),
+            "rejected due to timeout after waiting 30s at plugin Coscheduling".to_string()
+        )
+    );
+    assert!(
+        out.contains(&("third".to_string(), "bound 0:600".to_string())),
+        "{out:?}"
+    );
+}
+
+/// Two jobs of three 600 shares each (no two fit one GPU) on four GPUs, their pods
+/// interleaved, scheduled at time 0 with Coscheduling's `args`.
+fn two_gpu_gangs(args: &str) -> (Scheduler, Vec<(String, String)>) {
+    let mut s = gpu_scheduler("BestFit", "4", args);
+    for g in ["a", "b"] {
+        group(
+            &mut s,
+            &format!(
+                "metadata: {{name: {g}, namespace: default}}\nspec: {{minMember: 3, scheduleTimeoutSeconds: 10}}"
+            ),
+        );
+    }
+    for i in 0..3 {
+        add(
+            &mut s,
+            ["a", "b"].map(|g| gpu_share(&format!("{g}-{i}"), Some(g), 600)),
+        );
+    }
+    let out = run_gpu(&mut s, Duration::ZERO);
+    (s, out)
+}
+
+#[test]
+fn of_two_gpu_gangs_that_cannot_both_fit_one_is_bound_and_the_other_holds_nothing() {
+    // Job a is taken first and bound on three GPUs; job b's first member takes the fourth
+    // and waits, its second fits nowhere, and PostFilter releases the first; backed off,
+    // job b's third is refused before it takes a GPU.
+    let (mut s, out) = two_gpu_gangs("{podGroupBackoffSeconds: 30}");
+    let rejected =
+        "PodGroup default/b gets rejected due to Pod b-1 is unschedulable even after PostFilter";
+    assert_eq!(
+        out,
+        pairs(&[
+            ("a-0", "waiting 0:600"),
+            ("a-1", "waiting 1:600"),
+            ("a-2", "bound 2:600"),
+            ("a-0", "bound 0:600"),
+            ("a-1", "bound 1:600"),
+            ("b-0", "waiting 3:600"),
+            (
+                "b-1",
+                &format!(
+                    "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share. {rejected}"
+                )
+            ),
+            ("b-0", "optimistic rejection in PostFilter"),
+            (
+                "b-2",
+                "0/1 nodes are available: podGroup default/b failed recently. PodGroup default/b gets rejected due to Pod b-2 is unschedulable even after PostFilter"
+            ),
+        ])
+    );
+    assert!(s.waiting_pods().is_empty());
+    assert_eq!(gpu_used(&s), vec![600, 600, 600, 0], "job b holds nothing");
+    // The GPU job b gave back is whole.
+    add(
+        &mut s,
+        [pod("w").req("cpu", "1").req(GPU_RESOURCE, "1").build()],
+    );
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[("w", "bound 3:1000")])
+    );
+}
+
+#[test]
+fn a_member_of_a_gang_that_cannot_complete_holds_its_gpu_until_its_wait_runs_out() {
+    // Without a backoff, job b's third member is tried after the rejection (as in
+    // scheduler-plugins), takes the GPU its sibling gave back and waits: its share is held
+    // like any reservation, until its wait runs out.
+    let (mut s, out) = two_gpu_gangs("{}");
+    assert_eq!(
+        &out[5..],
+        pairs(&[
+            ("b-0", "waiting 3:600"),
+            (
+                "b-1",
+                "0/1 nodes are available: 1 node(s) didn't have a GPU with enough free share. PodGroup default/b gets rejected due to Pod b-1 is unschedulable even after PostFilter"
+            ),
+            ("b-0", "optimistic rejection in PostFilter"),
+            ("b-2", "waiting 3:600"),
+        ])
+    );
+    assert_eq!(gpu_used(&s), vec![600, 600, 600, 600]);
+    add(
+        &mut s,
+        [pod("w").req("cpu", "1").req(GPU_RESOURCE, "1").build()],
+    );
+    assert_eq!(
+        run_gpu(&mut s, Duration::ZERO),
+        pairs(&[(
+            "w",
+            "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        )])
+    );
+    let out = run_gpu(&mut s, Duration::from_secs(10));
+    assert_eq!(
+        out[0],
+        (
+            "b-2".to_string(),
+            "rejected due to timeout after waiting 10s at plugin Coscheduling".to_string()
+        )
+    );
+    assert!(
+        out.contains(&("w".to_string(), "bound 3:1000".to_string())),
+        "{out:?}"
     );
 }
