@@ -241,7 +241,7 @@ fn room_made_for_a_nominated_pod_is_kept_from_pods_of_lower_priority() {
     );
 }
 
-fn run_with(config: &str, objects: &[String]) -> Report {
+fn input_of(objects: &[String]) -> ClusterInput {
     let mut input = ClusterInput::default();
     input
         .add_yaml(
@@ -249,6 +249,11 @@ fn run_with(config: &str, objects: &[String]) -> Report {
             "test",
         )
         .expect("valid input");
+    input
+}
+
+fn run_with(config: &str, objects: &[String]) -> Report {
+    let input = input_of(objects);
     let config = Config::parse(config, &crate::plugins::registry()).expect("valid config");
     let report = simulate(&input, config, None);
     assert!(report.invalid.is_empty(), "{:?}", report.invalid);
@@ -372,16 +377,7 @@ fn the_dry_run_on_the_pool_decides_as_one_node_at_a_time() {
     }
     objects.push(pending("too-big", "8", 100, ""));
     let config = Config::parse(CONFIG, &crate::plugins::registry()).expect("valid config");
-    let input = {
-        let mut input = ClusterInput::default();
-        input
-            .add_yaml(
-                &format!("apiVersion: v1\nkind: List\nitems:{}", objects.concat()),
-                "test",
-            )
-            .expect("valid input");
-        input
-    };
+    let input = input_of(&objects);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(3)
         .build()
