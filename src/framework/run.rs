@@ -118,10 +118,25 @@ pub fn run_filters_with_nominated_ahead(
     if nominated.is_empty() {
         return Status::success();
     }
-    let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
-    if ahead.peek().is_none() {
-        return Status::success();
+    match with_nominated_ahead(profile, state, pod, node, nominated) {
+        None => Status::success(),
+        Some(Err(status)) => status,
+        Some(Ok((node_with, state_with))) => run_filters(profile, &state_with, pod, &node_with),
     }
+}
+
+/// A copy of `node` with the pods nominated ahead of `pod` added, and the cycle state
+/// following (copied only when a PreFilter extension runs for the pod); `None` when there
+/// are no such pods, an error status when an extension failed.
+pub fn with_nominated_ahead<'a>(
+    profile: &Profile,
+    state: &'a CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &NominatedPods,
+) -> Option<Result<(NodeInfo, Cow<'a, CycleState>), Status>> {
+    let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
+    ahead.peek()?;
     let mut node_with = node.copy_with_room(nominated.on(node.name()).len());
     let mut state_with = Cow::Borrowed(state);
     let extensions = extensions_active(profile, state);
@@ -130,11 +145,11 @@ pub fn run_filters_with_nominated_ahead(
         if extensions {
             let status = add_pod(profile, state_with.to_mut(), pod, p, &node_with);
             if !status.is_success() {
-                return status;
+                return Some(Err(status));
             }
         }
     }
-    run_filters(profile, &state_with, pod, &node_with)
+    Some(Ok((node_with, state_with)))
 }
 
 /// Runs the Filter plugins on `node` twice when pods of the same or higher priority are

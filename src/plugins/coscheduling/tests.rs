@@ -456,11 +456,9 @@ fn gpu_used(s: &Scheduler) -> Vec<u32> {
     s.cache().node("gpu").expect("node").gpu_used.clone()
 }
 
-#[test]
-fn a_gang_of_gpu_shares_that_fits_is_bound_whole_with_the_devices_of_gpu_shares_policy() {
-    // 600 and 400 of a GPU, then a whole one, on two GPUs: BestFit puts the 400 beside the
-    // 600 (the tightest GPU), which leaves the second GPU whole for the third member.
-    let mut s = gpu_scheduler("BestFit", "2", "{}");
+/// A gang `g` of three on two GPUs under `policy`: 600 and 400 of a GPU, then a whole one.
+fn shares_and_a_whole_gpu(policy: &str) -> Scheduler {
+    let mut s = gpu_scheduler(policy, "2", "{}");
     group(
         &mut s,
         "metadata: {name: g, namespace: default}\nspec: {minMember: 3}",
@@ -478,6 +476,14 @@ fn a_gang_of_gpu_shares_that_fits_is_bound_whole_with_the_devices_of_gpu_shares_
             whole,
         ],
     );
+    s
+}
+
+#[test]
+fn a_gang_of_gpu_shares_that_fits_is_bound_whole_with_the_devices_of_gpu_shares_policy() {
+    // 600 and 400 of a GPU, then a whole one, on two GPUs: BestFit puts the 400 beside the
+    // 600 (the tightest GPU), which leaves the second GPU whole for the third member.
+    let mut s = shares_and_a_whole_gpu("BestFit");
     assert_eq!(
         run_gpu(&mut s, Duration::ZERO),
         pairs(&[
@@ -502,24 +508,7 @@ fn a_gang_of_gpu_shares_that_fits_is_bound_whole_with_the_devices_of_gpu_shares_
 
     // Spread puts the 400 on the empty GPU instead: the whole GPU then fits nowhere, and the
     // gang, missing a third, is released whole.
-    let mut s = gpu_scheduler("Spread", "2", "{}");
-    group(
-        &mut s,
-        "metadata: {name: g, namespace: default}\nspec: {minMember: 3}",
-    );
-    let whole = pod("m2")
-        .req("cpu", "1")
-        .req(GPU_RESOURCE, "1")
-        .label(POD_GROUP_LABEL, "g")
-        .build();
-    add(
-        &mut s,
-        [
-            gpu_share("m0", Some("g"), 600),
-            gpu_share("m1", Some("g"), 400),
-            whole,
-        ],
-    );
+    let mut s = shares_and_a_whole_gpu("Spread");
     let out = run_gpu(&mut s, Duration::ZERO);
     assert_eq!(
         &out[..2],

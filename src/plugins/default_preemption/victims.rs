@@ -6,7 +6,9 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::run::{add_pod, extensions_active, nominated_ahead, remove_pod, run_filters};
+use crate::framework::run::{
+    add_pod, extensions_active, remove_pod, run_filters, with_nominated_ahead,
+};
 use crate::framework::{CycleState, NominatedPods, PostFilterInput, Profile, Status};
 use crate::model::PodInfo;
 use crate::model::disruption_budget::DisruptionBudgetModel;
@@ -168,21 +170,10 @@ impl<'a> DryRun<'a> {
             }
             Ok::<(), Status>(())
         };
-        let mut ahead_pods = nominated_ahead(nominated, pod, node.name()).peekable();
-        let ahead = match ahead_pods.peek() {
+        let ahead = match with_nominated_ahead(profile, state, pod, node, nominated) {
             None => None,
-            Some(_) => {
-                let mut node_with = node.copy_with_room(nominated.on(node.name()).len());
-                let mut state_with = Cow::Borrowed(state);
-                for p in ahead_pods {
-                    node_with.add_pod(p.clone());
-                    if extensions {
-                        let status = add_pod(profile, state_with.to_mut(), pod, p, &node_with);
-                        if !status.is_success() {
-                            return Err(status);
-                        }
-                    }
-                }
+            Some(with) => {
+                let (mut node_with, mut state_with) = with?;
                 take_off(&mut node_with, &mut state_with)?;
                 let status = run_filters(profile, &state_with, pod, &node_with);
                 if !status.is_success() {
