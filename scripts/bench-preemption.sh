@@ -4,7 +4,7 @@
 # 1.20.2 side by side, through a real (local) kube-apiserver and etcd.
 #
 #   scripts/bench-preemption.sh [--nodes 5000] [--init-pods N] [--pods N]
-#       [--schedulers gantry,kube-scheduler] [--rounds 1] [--out DIR] [--perf] [--no-build]
+#       [--schedulers null,gantry,kube-scheduler] [--rounds 1] [--out DIR] [--perf] [--no-build]
 #
 # The workload, with scheduler_perf's templates (see src/bin/cluster-bench/preemption.rs):
 # --nodes nodes of node-default.yaml (4 cpu, 32Gi, 110 pods, Ready), --init-pods init pods of
@@ -50,13 +50,19 @@
 #    measures is each scheduler preempting from a full queue. The restart between steps 2 and
 #    4 loses nothing either scheduler keeps: both build their cache from the API server.
 # The schedulers (all with the admin kubeconfig, exempt from API priority and fairness):
-#  gantry          `gantry run`, default profile with DefaultPreemption enabled (not among
-#                  gantry's defaults yet), leader election off, qps/burst 5000;
+#  null            the ceiling: `cluster-bench null-binder` places the init pods (round-robin,
+#                  four per node), then `cluster-bench null-preemptor` makes kube-scheduler
+#                  1.20's ten API writes per preemption (nomination, events, three DELETEs,
+#                  binding) with no decision, preemptor i on node i; not in the default list;
+#  gantry          `gantry run`, default profile (DefaultPreemption among its plugins, as in
+#                  kube-scheduler's), leader election off, qps/burst 5000;
 #  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
 #                  election off, qps/burst 5000.
 # Results (two JSONs per run, logs, report.md) go to DIR, default
 # target/bench-preemption/<date>. --perf records gantry's measured runs with `perf record`
-# (DIR/<run>/perf.data). --no-build uses the release binaries as they are. On a shared
+# (DIR/<run>/perf.data), with the options of `perf record` in PERF_OPTIONS if set (default
+# `-e cpu-clock -g`; `-e cpu-clock --call-graph dwarf` gives call chains from the release
+# build, which has no frame pointers). --no-build uses the release binaries as they are. On a shared
 # machine, set BENCH_HOLD_FILE to a path: while that file exists, every run waits.
 set -euo pipefail
 
@@ -100,7 +106,7 @@ done
 IFS=, read -r -a SCHEDULER_LIST <<<"${SCHEDULERS}"
 ((${#SCHEDULER_LIST[@]})) || die "--schedulers needs at least one value"
 for s in "${SCHEDULER_LIST[@]}"; do
-  [[ "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
+  [[ "${s}" == null || "${s}" == gantry || "${s}" == kube-scheduler ]] || die "unknown scheduler ${s}"
 done
 [[ -z "${PERF}" ]] || command -v perf >/dev/null || die "--perf needs perf (apt-get install linux-perf)"
 
@@ -116,17 +122,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# scheduler_command RUN PORT: the command line of ${scheduler}, serving its metrics on PORT,
-# its configuration written into RUN; in COMMAND.
+# scheduler_command RUN PORT STEP: the command line of ${scheduler} for STEP (init or
+# preemption), serving its metrics on PORT, its configuration written into RUN; in COMMAND,
+# and the measurement's --metrics option in METRICS.
 scheduler_command() {
-  local run=$1 port=$2
+  local run=$1 port=$2 step=$3
+  METRICS=(--metrics "http://127.0.0.1:${port}/metrics")
   case "${scheduler}" in
+    null)
+      METRICS=()
+      if [[ "${step}" == init ]]; then
+        COMMAND=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}")
+      else
+        COMMAND=("${BENCH}" null-preemptor --kubeconfig "${KUBECONFIG}")
+      fi
+      ;;
     gantry)
       bench_gantry_config "${run}/gantry.yaml"
-      # DefaultPreemption is not in gantry's default profile yet (issue 20); kube-scheduler
-      # 1.20's default profile has it.
-      printf '  plugins:\n    multiPoint:\n      enabled: [{name: DefaultPreemption}]\n' \
-        >>"${run}/gantry.yaml"
       COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
         --address "127.0.0.1:${port}")
       ;;
@@ -161,10 +173,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
     "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${INIT_PODS}" \
       --workload preemption-init --namespace "${namespace}" 2>&1 | tee "${RUN}/populate.log" >&2
     port=$("${BENCH}" free-port)
-    scheduler_command "${RUN}" "${port}"
+    scheduler_command "${RUN}" "${port}" init
     log "${name}: ${scheduler} places the ${INIT_PODS} init pods"
     "${BENCH}" run "${common[@]}" --workload preemption-init \
-      --metrics "http://127.0.0.1:${port}/metrics" --out "${OUT}/${name}-init.json" \
+      "${METRICS[@]}" --out "${OUT}/${name}-init.json" \
       --log "${RUN}/scheduler-init.log" -- "${COMMAND[@]}"
     RESULTS+=("${OUT}/${name}-init.json")
 
@@ -172,12 +184,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
     "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
       --workload preemption --namespace "${namespace}" 2>&1 | tee -a "${RUN}/populate.log" >&2
     port=$("${BENCH}" free-port)
-    scheduler_command "${RUN}" "${port}"
+    scheduler_command "${RUN}" "${port}" preemption
     extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
     [[ -z "${PERF}" || "${scheduler}" != gantry ]] || extra+=(--perf "${RUN}/perf.data")
+    [[ -z "${PERF}" || -z "${PERF_OPTIONS:-}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")
     log "${name}: measuring ${PODS} preemptors"
     "${BENCH}" run "${common[@]}" --workload preemption --preemption \
-      --metrics "http://127.0.0.1:${port}/metrics" "${extra[@]}" \
+      "${METRICS[@]}" "${extra[@]}" \
       --out "${OUT}/${name}.json" --log "${RUN}/scheduler.log" -- "${COMMAND[@]}"
     RESULTS+=("${OUT}/${name}.json")
     "${BENCH}" clear --kubeconfig "${KUBECONFIG}" --namespace "${namespace}" --etcd "${ETCD_URL}"

@@ -11,6 +11,7 @@ mod clear;
 mod gangs;
 mod measure;
 mod null_binder;
+mod null_preemptor;
 mod populate;
 mod preemption;
 mod procfs;
@@ -50,6 +51,8 @@ enum Command {
     Clear(clear::Args),
     /// Bind every pending pod round-robin, deciding nothing (the API server's ceiling).
     NullBinder(null_binder::Args),
+    /// Make the preemption workload's API writes, deciding nothing (the API server's ceiling).
+    NullPreemptor(null_preemptor::Args),
     /// Print the table of a set of runs, the ratios and the targets.
     Report(report::Args),
     /// Print a free loopback TCP port.
@@ -72,6 +75,7 @@ fn main() -> std::process::ExitCode {
                         Command::Run(args) => measure::run(*args).await,
                         Command::Clear(args) => clear::run(args).await,
                         Command::NullBinder(args) => null_binder::run(args).await,
+                        Command::NullPreemptor(args) => null_preemptor::run(args).await,
                         Command::Report(_) | Command::FreePort => Ok(()),
                     }
                 })
