@@ -199,16 +199,18 @@ async fn preempt(client: kube::Client, p: Preemption) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An events.k8s.io/v1 event about `pod`, as kube-scheduler writes them.
+/// An events.k8s.io/v1 event about `pod`, as kube-scheduler writes them: named after the pod
+/// and the time in nanoseconds (hexadecimal).
 fn event(pod: &Pod, reason: &str, kind: &str, action: &str, note: &str) -> Event {
     let name = pod.metadata.name.clone().unwrap_or_default();
+    let now = k8s_openapi::jiff::Timestamp::now();
     Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}.")),
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
             namespace: pod.metadata.namespace.clone(),
             ..Default::default()
         },
-        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        event_time: Some(MicroTime(now)),
         reporting_controller: Some(REPORTER.to_string()),
         reporting_instance: Some(REPORTER.to_string()),
         action: Some(action.to_string()),
