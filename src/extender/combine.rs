@@ -26,7 +26,7 @@ use crate::model::PodInfo;
 /// What the extenders decided for one pod.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Verdict {
-    /// The nodes every filtering extender kept, in the order the plugins found them.
+    /// The nodes every filtering extender kept, in the order the last one returned them.
     pub survivors: Vec<Arc<str>>,
     /// The nodes extenders rejected, with their statuses (a later extender's replaces an
     /// earlier one's for the same node, as kube-scheduler's map does).
@@ -168,7 +168,7 @@ impl Exchange {
 pub type Filtering = (Vec<Arc<str>>, Vec<(Arc<str>, Status)>);
 
 /// One extender's filter answer applied to the nodes it was sent: the nodes it kept (in
-/// the order they were sent), and the statuses of those it rejected. An error reported in
+/// its order), and the statuses of those it rejected. An error reported in
 /// the answer, or a kept node that was not sent, is an error, as in kube-scheduler.
 pub fn apply_filter(
     extender: &Extender,

@@ -106,8 +106,8 @@ fn filters_run_in_order_each_on_the_survivors_of_the_one_before() {
     };
     assert_eq!(x.filtered(0, Ok(answer)), None);
     let (i, sent) = x.next_filter().expect("second");
-    // Kept in the order the plugins found them, not the extender's.
-    assert_eq!((i, sent.to_vec()), (1, names(&["n1", "n3"])));
+    // Kept in the extender's order, as kube-scheduler keeps them.
+    assert_eq!((i, sent.to_vec()), (1, names(&["n3", "n1"])));
     let answer = FilterResult {
         node_names: Some(vec!["n1".to_string()]),
         failed_nodes: [("n3".to_string(), "busy".to_string())].into(),
