@@ -10,6 +10,7 @@ pub mod cache;
 pub mod config;
 pub mod cycle;
 pub mod decision;
+pub mod extender;
 pub mod framework;
 #[cfg(test)]
 mod fuzz;

@@ -9,8 +9,11 @@ use std::time::Duration;
 use crate::cache::{Cache, CacheError, GroupProgress, NodeInfo, Snapshot, TrackedSet};
 use crate::config::Config;
 use crate::cycle::{
-    self, CycleError, CycleMemory, CycleOptions, Diagnosis, NodeScores, RejectionCount,
+    self, CycleError, CycleMemory, CycleOptions, Diagnosis, Filtered, NodeScores, Placement,
+    RejectionCount,
 };
+use crate::extender::Extenders;
+use crate::extender::combine::{Exchange, Verdict as ExtenderVerdict};
 use crate::framework::{
     BindPlan, ClusterChange, ClusterEvent, Code, CycleState, NominatedPods, Nomination,
     PodsToActivate, PostFilterResult, PreBindAction, Profile, ReservedAnnotations, ReservedVolumes,
@@ -42,6 +45,9 @@ pub struct BindTask {
     pub profile: String,
     /// Per-cycle plugin state, kept for Unreserve if the binding fails.
     pub state: CycleState,
+    /// The extender that binds the pod instead of the Bind plugins (its position among
+    /// the configured extenders), if one is interested in it.
+    pub extender_binder: Option<usize>,
 }
 
 /// How the cycle went, for the decision log and metrics.
@@ -120,6 +126,11 @@ pub enum Attempt {
         /// For a pod of a PodGroup, how far its group has got, once it is released.
         group: Option<GroupProgress>,
     },
+    /// Extenders filter or score the pod: its cycle stopped after the Filter plugins,
+    /// and resumes once the front end hands their answer to
+    /// [`Scheduler::extenders_answered`]; a later [`Scheduler::schedule_next`] reports how
+    /// it ends.
+    Extending(Box<ExtenderRequest>),
     /// Something failed (a plugin error); the pod retries after backoff.
     Failed {
         /// The pod.
@@ -129,6 +140,42 @@ pub enum Attempt {
         /// What failed.
         status: Status,
     },
+}
+
+/// What a pod asks the extenders, for the front end to carry out.
+#[derive(Debug)]
+pub struct ExtenderRequest {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// Its attempt number, given back with the answer.
+    pub attempt: u32,
+    /// The calls to make, and how their answers combine.
+    pub exchange: Exchange,
+    /// The feasible nodes as the cache has them, for extenders sent Node objects (empty
+    /// when every interested extender is node-cache capable).
+    pub nodes: Vec<Arc<NodeModel>>,
+    /// How many nodes the Filter plugins examined, for the decision log.
+    pub evaluated: usize,
+}
+
+/// The extenders' answer about a pod.
+#[derive(Debug)]
+pub struct ExtenderAnswer {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The attempt of the request.
+    pub attempt: u32,
+    /// What they decided, or why a non-ignorable one failed the attempt.
+    pub verdict: Result<ExtenderVerdict, String>,
+}
+
+/// A pod whose extenders have not answered yet.
+struct Asking {
+    queued: QueuedPod,
+    profile: Arc<Profile>,
+    filtered: Filtered,
 }
 
 /// The scheduling core with its state.
@@ -149,6 +196,10 @@ pub struct Scheduler {
     waiting: WaitingPods,
     /// What each pod held at Permit needs to be bound or given back.
     held: HashMap<(String, String), Held>,
+    /// Pods waiting for their extenders' answers.
+    asking: HashMap<(String, String), Asking>,
+    /// Answers not acted on yet.
+    answers: std::collections::VecDeque<ExtenderAnswer>,
 }
 
 /// A pod held at Permit: its queue entry and cycle state, kept until a verdict.
@@ -189,6 +240,8 @@ impl Scheduler {
             nominated: NominatedPods::default(),
             waiting: WaitingPods::default(),
             held: HashMap::new(),
+            asking: HashMap::new(),
+            answers: std::collections::VecDeque::new(),
         }
     }
 
@@ -269,6 +322,7 @@ impl Scheduler {
         if pod.node_name.is_some() {
             // Bound (by us or anyone else): no longer ours to schedule.
             self.release_held(&pod.namespace, &pod.name);
+            self.stop_asking(&pod.namespace, &pod.name);
             self.queue.delete(&pod.namespace, &pod.name);
             self.nominated.remove(&pod.namespace, &pod.name);
             let was_placed = self
@@ -312,6 +366,7 @@ impl Scheduler {
     /// change anything. A pod held at Permit is released first.
     pub fn stop_trying(&mut self, namespace: &str, name: &str) {
         self.release_held(namespace, name);
+        self.stop_asking(namespace, name);
         self.queue.delete(namespace, name);
         self.nominated.remove(namespace, name);
     }
@@ -319,6 +374,7 @@ impl Scheduler {
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
         self.release_held(namespace, name);
+        self.stop_asking(namespace, name);
         self.cache.forget_member(namespace, name);
         self.queue.delete(namespace, name);
         self.nominated.remove(namespace, name);
@@ -500,6 +556,9 @@ impl Scheduler {
         if let Some(attempt) = self.carry_out_verdict(now) {
             return Some(attempt);
         }
+        if let Some(attempt) = self.resume_answered(now) {
+            return Some(attempt);
+        }
         let queued = self.queue.pop(now)?;
         let Some(profile) = self.profile(&queued.pod.scheduler_name).cloned() else {
             self.queue.done(&queued.pod.namespace, &queued.pod.name);
@@ -507,14 +566,20 @@ impl Scheduler {
         };
         self.cache.update_snapshot(&mut self.snapshot);
         self.snapshot.set_now(now);
-        let options = CycleOptions {
-            pool: self.pool.as_deref(),
-            percentage_of_nodes_to_score: self.config.percentage_of_nodes_to_score,
-            top_scores: TOP_SCORES,
-            // None while nothing is nominated: the cycle then skips the nominated-pods pass.
-            nominated: (!self.nominated.is_empty()).then_some(&self.nominated),
-            waiting: Some(&self.waiting),
-        };
+        let options = cycle_options(&self.config, &self.pool, &self.nominated, &self.waiting);
+        if self.config.extenders.asked_to_place(&queued.pod) {
+            let filtered = cycle::filter_for_extenders(
+                &profile,
+                &self.snapshot,
+                &queued.pod,
+                &mut self.memory,
+                &options,
+            );
+            return Some(match filtered {
+                Ok(filtered) => self.ask_extenders(profile, queued, filtered),
+                Err(e) => self.conclude(&profile, queued, Err(e), now),
+            });
+        }
         let result = cycle::schedule_one(
             &profile,
             &self.snapshot,
@@ -522,6 +587,114 @@ impl Scheduler {
             &mut self.memory,
             &options,
         );
+        Some(self.conclude(&profile, queued, result, now))
+    }
+
+    /// Holds the pod until its extenders answered, and says what to ask them.
+    fn ask_extenders(
+        &mut self,
+        profile: Arc<Profile>,
+        queued: QueuedPod,
+        filtered: Filtered,
+    ) -> Attempt {
+        let extenders = &self.config.extenders;
+        let exchange = Exchange::new(extenders, &queued.pod, filtered.feasible.clone());
+        let full_nodes = extenders.all().iter().any(|e| {
+            !e.node_cache_capable
+                && (e.filter_verb.is_some() || e.prioritize_verb.is_some())
+                && e.is_interested(&queued.pod)
+        });
+        let nodes = if full_nodes {
+            filtered
+                .feasible
+                .iter()
+                .filter_map(|n| self.snapshot.get(n).map(|i| i.node.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let request = ExtenderRequest {
+            pod: queued.pod.clone(),
+            attempt: queued.attempts,
+            exchange,
+            nodes,
+            evaluated: filtered.evaluated,
+        };
+        let key = (queued.pod.namespace.clone(), queued.pod.name.clone());
+        self.asking.insert(
+            key,
+            Asking {
+                queued,
+                profile,
+                filtered,
+            },
+        );
+        Attempt::Extending(Box::new(request))
+    }
+
+    /// The extenders answered about a pod: it resumes at the next
+    /// [`Scheduler::schedule_next`].
+    pub fn extenders_answered(&mut self, answer: ExtenderAnswer) {
+        self.answers.push_back(answer);
+    }
+
+    /// Whether some answer waits to be acted on.
+    pub fn has_answers(&self) -> bool {
+        !self.answers.is_empty()
+    }
+
+    /// Resumes the next pod whose extenders answered, if any (answers about pods gone or
+    /// retried meanwhile are dropped).
+    fn resume_answered(&mut self, now: Duration) -> Option<Attempt> {
+        while let Some(answer) = self.answers.pop_front() {
+            let key = (answer.namespace, answer.name);
+            let asking = match self.asking.remove(&key) {
+                Some(a) if a.queued.attempts == answer.attempt => a,
+                Some(a) => {
+                    self.asking.insert(key, a);
+                    continue;
+                }
+                None => continue,
+            };
+            let verdict = match answer.verdict {
+                Ok(verdict) => verdict,
+                Err(message) => {
+                    return Some(self.failed(asking.queued, Status::error(message), now));
+                }
+            };
+            self.cache.update_snapshot(&mut self.snapshot);
+            self.snapshot.set_now(now);
+            let options = cycle_options(&self.config, &self.pool, &self.nominated, &self.waiting);
+            let result = cycle::resume_after_extenders(
+                &asking.profile,
+                &self.snapshot,
+                &asking.queued.pod,
+                &mut self.memory,
+                &options,
+                &asking.filtered,
+                &verdict,
+            );
+            return Some(self.conclude(&asking.profile, asking.queued, result, now));
+        }
+        None
+    }
+
+    /// A pod waiting for its extenders is gone or bound by someone else: their answer will
+    /// be dropped.
+    fn stop_asking(&mut self, namespace: &str, name: &str) {
+        self.asking
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The end of an attempt whose cycle gave `result`: the pod reserved and its binding
+    /// planned, or requeued.
+    fn conclude(
+        &mut self,
+        profile: &Arc<Profile>,
+        queued: QueuedPod,
+        result: Result<Placement, CycleError>,
+        now: Duration,
+    ) -> Attempt {
         match result {
             Ok(placement) => {
                 let summary = CycleSummary {
@@ -532,14 +705,14 @@ impl Scheduler {
                     scores: placement.scores,
                     rejections: placement.rejections,
                 };
-                Some(self.reserve_and_plan(
-                    &profile,
+                self.reserve_and_plan(
+                    profile,
                     queued,
                     placement.node,
                     placement.state,
                     summary,
                     now,
-                ))
+                )
             }
             Err(CycleError::Unschedulable(mut diagnosis)) => {
                 self.release_waiting_victims(&mut diagnosis.post_filter);
@@ -554,7 +727,7 @@ impl Scheduler {
                 diagnosis.group = self.group_progress(&queued.pod).map(Box::new);
                 let message = diagnosis.message();
                 let suggestions = if self.explain {
-                    suggest::suggest(&profile, &self.snapshot, &queued.pod, &diagnosis)
+                    suggest::suggest(profile, &self.snapshot, &queued.pod, &diagnosis)
                 } else {
                     Vec::new()
                 };
@@ -564,22 +737,22 @@ impl Scheduler {
                     diagnosis.unschedulable_plugins.clone(),
                     now,
                 );
-                Some(Attempt::Unschedulable {
+                Attempt::Unschedulable {
                     pod,
                     attempt,
                     diagnosis,
                     message,
                     suggestions,
-                })
+                }
             }
             Err(CycleError::Error(status)) => {
                 let (pod, attempt) = (queued.pod.clone(), queued.attempts);
                 self.queue.requeue_backoff(queued, now);
-                Some(Attempt::Failed {
+                Attempt::Failed {
                     pod,
                     attempt,
                     status,
-                })
+                }
             }
         }
     }
@@ -706,7 +879,14 @@ impl Scheduler {
         }
         match plan(profile, &assumed, &node, &state, reserved) {
             Ok(plan) => Attempt::Scheduled(
-                Box::new(bind_task(profile, queued, assumed, plan, state)),
+                Box::new(bind_task(
+                    profile,
+                    queued,
+                    assumed,
+                    plan,
+                    state,
+                    &self.config.extenders,
+                )),
                 summary,
             ),
             Err(status) => {
@@ -761,7 +941,14 @@ impl Scheduler {
             return Some(match verdict {
                 Verdict::Allowed => match plan(&profile, &assumed, &node, &state, reserved) {
                     Ok(plan) => Attempt::Permitted {
-                        task: Box::new(bind_task(&profile, queued, assumed, plan, state)),
+                        task: Box::new(bind_task(
+                            &profile,
+                            queued,
+                            assumed,
+                            plan,
+                            state,
+                            &self.config.extenders,
+                        )),
                         waited,
                     },
                     Err(status) => {
@@ -991,6 +1178,23 @@ impl Scheduler {
     }
 }
 
+/// What a cycle needs from the scheduler's state.
+fn cycle_options<'a>(
+    config: &'a Config,
+    pool: &'a Option<Arc<rayon::ThreadPool>>,
+    nominated: &'a NominatedPods,
+    waiting: &'a WaitingPods,
+) -> CycleOptions<'a> {
+    CycleOptions {
+        pool: pool.as_deref(),
+        percentage_of_nodes_to_score: config.percentage_of_nodes_to_score,
+        top_scores: TOP_SCORES,
+        // None while nothing is nominated: the cycle then skips the nominated-pods pass.
+        nominated: (!nominated.is_empty()).then_some(nominated),
+        waiting: Some(waiting),
+    }
+}
+
 fn gate(profile: &Profile, pod: &PodInfo) -> Option<Status> {
     profile.pre_enqueue.iter().find_map(|p| {
         let s = p.as_pre_enqueue()?.pre_enqueue(pod);
@@ -1072,8 +1276,10 @@ fn bind_task(
     assumed: Arc<PodInfo>,
     plan: BindPlan,
     state: CycleState,
+    extenders: &Extenders,
 ) -> BindTask {
     BindTask {
+        extender_binder: extenders.binder_for(&assumed),
         queued,
         assumed,
         plan,

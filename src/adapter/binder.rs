@@ -14,8 +14,10 @@ use kube::core::Request;
 use kube::{Api, Client};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use super::extender::Clients;
 use super::metrics::Metrics;
 use super::pre_bind;
+use crate::extender::protocol::BindingArgs;
 use crate::framework::Code;
 use crate::scheduler::BindTask;
 
@@ -81,6 +83,7 @@ enum Answer {
 /// has passed: a binding still being read back then is left to the next leader's lists).
 pub async fn run(
     client: Client,
+    extenders: Option<Clients>,
     mut requests: mpsc::UnboundedReceiver<BindRequest>,
     report: impl Fn(Box<BindRequest>, BindOutcome) + Clone + Send + 'static,
     metrics: Arc<Metrics>,
@@ -89,13 +92,20 @@ pub async fn run(
     let withheld = Arc::new(AtomicUsize::new(MAX_IN_FLIGHT - FIRST_IN_FLIGHT));
     while let Some(request) = requests.recv().await {
         let (client, report, metrics) = (client.clone(), report.clone(), metrics.clone());
+        let extenders = extenders.clone();
         let (limit, withheld) = (limit.clone(), withheld.clone());
         if request.task.plan.pre_bind.is_empty() {
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 return;
             };
             tokio::spawn(bind_and_report(
-                client, request, permit, limit, withheld, report, metrics,
+                Binders { client, extenders },
+                request,
+                permit,
+                limit,
+                withheld,
+                report,
+                metrics,
             ));
             continue;
         }
@@ -117,7 +127,8 @@ pub async fn run(
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 return;
             };
-            bind_and_report(client, request, permit, limit, withheld, report, metrics).await;
+            let binders = Binders { client, extenders };
+            bind_and_report(binders, request, permit, limit, withheld, report, metrics).await;
         });
     }
     // Every permit back in the semaphore means no binding is in flight any more.
@@ -128,9 +139,15 @@ pub async fn run(
     }
 }
 
+/// Who binds: the API server, or an extender that binds the pods it is interested in.
+struct Binders {
+    client: Client,
+    extenders: Option<Clients>,
+}
+
 /// Binds the pod (holding `permit`, one of the binding slots) and reports the outcome.
 async fn bind_and_report(
-    client: Client,
+    binders: Binders,
     request: BindRequest,
     permit: OwnedSemaphorePermit,
     limit: Arc<Semaphore>,
@@ -139,7 +156,17 @@ async fn bind_and_report(
     metrics: Arc<Metrics>,
 ) {
     let start = Instant::now();
-    let answer = bind(&client, &request.task).await;
+    let client = &binders.client;
+    let answer = match (&binders.extenders, request.task.extender_binder) {
+        (Some(extenders), Some(i)) => {
+            match bind_by_extender(client, extenders, i, &request.task).await {
+                Ok(true) => Answer::Bound,
+                Ok(false) => bind(client, &request.task).await,
+                Err(message) => Answer::Refused(message),
+            }
+        }
+        _ => bind(client, &request.task).await,
+    };
     let code = match answer {
         Answer::Bound => Code::Success,
         _ => Code::Error,
@@ -159,7 +186,7 @@ async fn bind_and_report(
             metrics.binding_unconfirmed();
             let pod = &request.task.assumed;
             tracing::warn!(pod = %pod.key(), node = %request.task.plan.node, %reason, "binding outcome unknown; the pod stays assumed until it is read back");
-            read_back(&client, &request.task, &reason).await
+            read_back(client, &request.task, &reason).await
         }
     };
     // The permit is held while the binding is read back: when the API server is
@@ -210,6 +237,42 @@ async fn bind(client: &Client, task: &BindTask) -> Answer {
         Ok(request) => answer(client.request_text(request).await),
         Err(e) => Answer::Refused(e.to_string()),
     }
+}
+
+/// Binds through extender `i` (kube-scheduler's `extendersBinding`): the plan's
+/// annotations, which a Binding would carry, are patched onto the pod first. `Ok(false)`:
+/// the ignorable extender failed, and the default binding applies.
+async fn bind_by_extender(
+    client: &Client,
+    extenders: &Clients,
+    i: usize,
+    task: &BindTask,
+) -> Result<bool, String> {
+    let pod = &task.assumed;
+    if !task.plan.annotations.is_empty() {
+        let annotations: BTreeMap<&str, &str> = task
+            .plan
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+        pods.patch(
+            &pod.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| format!("annotating the pod before the extender binds it: {e}"))?;
+    }
+    let args = BindingArgs {
+        pod_name: pod.name.clone(),
+        pod_namespace: pod.namespace.clone(),
+        pod_uid: pod.uid.clone(),
+        node: task.plan.node.to_string(),
+    };
+    extenders.bind(i, &args).await
 }
 
 /// Sorts the API server's answer (or its absence) into what it tells about the binding.
@@ -298,6 +361,7 @@ mod tests {
             },
             profile: "gantry".to_string(),
             state: CycleState::new(),
+            extender_binder: None,
         }
     }
 

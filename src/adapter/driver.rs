@@ -32,7 +32,7 @@ use crate::model::volume::{
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
-use crate::scheduler::{Attempt, BindTask, Scheduler};
+use crate::scheduler::{Attempt, BindTask, ExtenderAnswer, ExtenderRequest, Scheduler};
 
 /// Longest the thread sleeps with nothing to do.
 const IDLE_TICK: Duration = Duration::from_secs(1);
@@ -207,6 +207,8 @@ pub enum Input {
         /// Name.
         name: String,
     },
+    /// The extenders answered about a pod.
+    Extenders(Box<ExtenderAnswer>),
     /// This replica leads: start scheduling.
     Lead,
     /// Stop scheduling, wait for bindings in flight, and return.
@@ -223,6 +225,8 @@ pub struct Driver {
     pub binder: UnboundedSender<BindRequest>,
     /// Where preemptions go.
     pub preemptions: UnboundedSender<PreemptRequest>,
+    /// Where questions to the scheduler extenders go (none configured: `None`).
+    pub extenders: Option<UnboundedSender<ExtenderRequest>>,
     /// Where events and conditions go.
     pub recorder: Recorder,
     /// Metrics.
@@ -332,6 +336,7 @@ impl Driver {
             self.metrics.decision_log_dropped();
         }
         match attempt {
+            Attempt::Extending(request) => self.ask_extenders(request),
             Attempt::Waiting { pod, node, .. } => {
                 tracing::debug!(pod = %pod.key(), %node, "waiting at Permit");
             }
@@ -574,6 +579,7 @@ impl Driver {
             Input::Release { namespace, name } => {
                 s.release_preemptor(&namespace, &name);
             }
+            Input::Extenders(answer) => s.extenders_answered(*answer),
             Input::Lead => run.leading = true,
             Input::Shutdown => {
                 if run.stopping.is_none() {
@@ -659,6 +665,26 @@ impl Driver {
                     nominated: None,
                 });
             }
+        }
+    }
+
+    /// Hands a pod's questions to the extenders' task; without one (shutting down), the
+    /// attempt fails and the pod retries after backoff.
+    fn ask_extenders(&mut self, request: Box<ExtenderRequest>) {
+        tracing::debug!(pod = %request.pod.key(), nodes = request.exchange.survivors().len(), "asking the scheduler extenders");
+        let (namespace, name) = (request.pod.namespace.clone(), request.pod.name.clone());
+        let attempt = request.attempt;
+        let sent = match &self.extenders {
+            Some(tx) => tx.send(*request).is_ok(),
+            None => false,
+        };
+        if !sent {
+            self.scheduler.extenders_answered(ExtenderAnswer {
+                namespace,
+                name,
+                attempt,
+                verdict: Err("the scheduler extenders cannot be reached".to_string()),
+            });
         }
     }
 
@@ -786,6 +812,7 @@ mod tests {
             inputs: rx,
             binder: bind_tx,
             preemptions: preempt_tx,
+            extenders: None,
             recorder,
             instrumentation: Instrumentation::new(metrics.clone()),
             metrics,

@@ -15,6 +15,8 @@
 //! - [`driver`]: the scheduling thread; never blocks on the network.
 //! - [`binder`]: many bindings in flight over one client.
 //! - [`preemption`]: the evictions DefaultPreemption decides, a task per preemption.
+//! - [`extender`]: the calls to scheduler extenders, a task per pod they filter or score,
+//!   and their bind call.
 //! - [`client`]: the API client, over HTTP/2 when the API server offers it.
 //! - [`events`]: events and `PodScheduled` conditions, coalesced, off the critical path.
 //! - [`leader`]: Lease-based leader election.
@@ -31,6 +33,7 @@ pub mod binder;
 pub mod client;
 pub mod driver;
 pub mod events;
+pub mod extender;
 pub mod health;
 pub mod instrument;
 pub mod leader;
@@ -72,6 +75,9 @@ const EVENTS_GRACE: Duration = Duration::from_secs(5);
 /// returned as a `source` as well (the CLI would print it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum AdapterError {
+    /// A scheduler extender cannot be set up (its TLS files).
+    #[error(transparent)]
+    Extender(#[from] extender::SetupError),
     /// The kubeconfig cannot be read or used.
     #[error("kubeconfig {path}: {error}")]
     Kubeconfig {
@@ -200,9 +206,31 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let (bind_tx, bind_rx) = tokio::sync::mpsc::unbounded_channel();
     let (recorder, events_task) = events::spawn(client.clone(), identity.clone(), metrics.clone());
+    let extender_clients = if config.extenders.is_empty() {
+        None
+    } else {
+        Some(extender::Clients::new(&config.extenders)?)
+    };
+    let (extender_tx, extender_task) = match &extender_clients {
+        Some(clients) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let answers = inputs.clone();
+            let task = tokio::spawn(extender::run(
+                clients.clone(),
+                client.clone(),
+                rx,
+                move |answer| {
+                    let _ = answers.send(Input::Extenders(Box::new(answer)));
+                },
+            ));
+            (Some(tx), Some(task))
+        }
+        None => (None, None),
+    };
     let bound = inputs.clone();
     let binder_task = tokio::spawn(binder::run(
         client.clone(),
+        extender_clients,
         bind_rx,
         move |request, outcome| {
             // The scheduling thread is gone only when shutting down; the result no longer
@@ -280,6 +308,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         inputs: inputs_rx,
         binder: bind_tx,
         preemptions: preempt_tx,
+        extenders: extender_tx,
         recorder,
         metrics,
         instrumentation,
@@ -336,6 +365,10 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         w.abort();
     }
     if let Some(t) = group_status_task {
+        t.abort();
+    }
+    // Answers would find no scheduling thread: calls under way are dropped.
+    if let Some(t) = extender_task {
         t.abort();
     }
     let _ = binder_task.await;

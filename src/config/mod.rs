@@ -2,6 +2,7 @@
 //! ready-to-run profiles. No file means kube-scheduler's defaults.
 
 mod duration;
+mod extenders;
 pub mod names;
 mod resolve;
 pub mod types;
@@ -10,6 +11,7 @@ pub mod yaml;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::extender::Extenders;
 use crate::framework::{Profile, Registry};
 use crate::model::echo::{bound_message, echo};
 
@@ -177,6 +179,8 @@ pub struct Config {
     pub leader_election: LeaderElection,
     /// API client.
     pub client_connection: ClientConnection,
+    /// Scheduler extenders, in the order they are called.
+    pub extenders: Extenders,
 }
 
 impl Config {
@@ -259,22 +263,23 @@ impl Config {
                 ),
             ));
         }
-        if !file.extenders.is_empty() {
-            return Err(ConfigError::field(
-                "extenders",
-                "scheduler extenders are not supported by gantry; use plugins",
-            ));
-        }
+        let extenders = extenders::resolve(&file.extenders)?;
         let leader_election = leader_election(file.leader_election.clone().unwrap_or_default())?;
         let client_connection =
             client_connection(file.client_connection.clone().unwrap_or_default())?;
 
         let default_profiles = [types::ProfileConfig::default()];
-        let profile_configs: &[types::ProfileConfig] = if file.profiles.is_empty() {
+        let mut profile_configs: &[types::ProfileConfig] = if file.profiles.is_empty() {
             &default_profiles
         } else {
             &file.profiles
         };
+        let ignored = extenders.ignored_resources();
+        let with_ignored;
+        if !ignored.is_empty() {
+            with_ignored = extenders::with_ignored_resources(profile_configs, &ignored);
+            profile_configs = &with_ignored;
+        }
         let mut profiles: Vec<Profile> = Vec::new();
         for (i, pc) in profile_configs.iter().enumerate() {
             let base = format!("profiles[{i}]");
@@ -326,6 +331,7 @@ impl Config {
             pod_max_backoff: Duration::from_secs(max as u64),
             leader_election,
             client_connection,
+            extenders,
         })
     }
 

@@ -879,14 +879,118 @@ fn null_lists_and_sets_are_empty() {
         assert_eq!(c.profiles.len(), 1, "{text}");
         assert_eq!(c.profiles[0].score.len(), 7, "the defaults: {text}");
     }
-    assert_eq!(
-        err(&format!(
-            "{HEADER}extenders:\n- urlPrefix: http://127.0.0.1:8888\n  filterVerb: filter\n"
-        )),
-        "extenders: scheduler extenders are not supported by gantry; use plugins"
-    );
     assert!(
         err(&format!("{HEADER}extenders: {{}}\n")).starts_with("extenders: invalid type: map"),
         "a list"
+    );
+}
+
+const HAMI: &str = include_str!("testdata/hami_scheduler_config.yaml");
+
+#[test]
+fn hamis_published_configuration_is_accepted() {
+    let c = parse(HAMI).expect("HAMi's configuration");
+    let all = c.extenders.all();
+    assert_eq!(all.len(), 1);
+    let e = &all[0];
+    assert_eq!(e.url_prefix, "https://127.0.0.1:443");
+    assert_eq!(e.filter_verb.as_deref(), Some("filter"));
+    assert_eq!(e.bind_verb.as_deref(), Some("bind"));
+    assert_eq!(e.prioritize_verb, None);
+    assert_eq!(e.preempt_verb, None);
+    assert!(e.node_cache_capable && e.enable_https && e.tls.insecure && !e.ignorable);
+    assert_eq!(e.http_timeout, Duration::from_secs(30));
+    assert_eq!(e.managed_resources.len(), 14);
+    assert!(e.managed_resources.iter().all(|m| m.ignored_by_scheduler));
+    assert_eq!(c.extenders.ignored_resources()[0], "nvidia.com/gpu");
+
+    // NodeResourcesFit leaves the managed resources to the extender: a GPU pod on a node
+    // without GPUs passes the Filter plugins and goes to the extender.
+    let mut s = crate::scheduler::Scheduler::new(c, None);
+    s.upsert_node(
+        crate::testing::node("n1").capacity("4", "8Gi").build(),
+        Duration::ZERO,
+    );
+    let gpu = crate::testing::pod("trainer")
+        .with_spec(|s| s.scheduler_name = Some("hami-scheduler".to_string()))
+        .req("nvidia.com/gpu", "1")
+        .build();
+    s.upsert_pod(gpu, Duration::ZERO).unwrap();
+    match s.schedule_next(Duration::ZERO) {
+        Some(crate::scheduler::Attempt::Extending(request)) => {
+            assert_eq!(request.exchange.survivors(), [std::sync::Arc::from("n1")]);
+            assert!(request.nodes.is_empty(), "node-cache capable: names only");
+        }
+        other => panic!("expected the extender to be asked, got {other:?}"),
+    }
+}
+
+#[test]
+fn extender_defaults_and_call_order() {
+    let c = parse(&format!(
+        "{HEADER}extenders:\n- urlPrefix: http://a:1/x/\n  filterVerb: f\n  ignorable: true\n\
+         - urlPrefix: http://b:2\n  prioritizeVerb: p\n  weight: 3\n  httpTimeout: 0s\n"
+    ))
+    .unwrap();
+    let all = c.extenders.all();
+    // The ignorable extenders are called after the others, as kube-scheduler orders them.
+    assert_eq!(all[0].url_prefix, "http://b:2");
+    assert_eq!(all[1].url_prefix, "http://a:1/x/");
+    assert_eq!(all[1].url("f"), "http://a:1/x/f");
+    assert_eq!(
+        all[0].http_timeout,
+        Duration::from_secs(5),
+        "0 is the default"
+    );
+    assert_eq!(all[1].http_timeout, Duration::from_secs(5));
+    assert_eq!(all[0].weight, 3);
+    assert!(!all[0].node_cache_capable && !all[0].enable_https);
+}
+
+#[test]
+fn extenders_are_validated_with_kube_schedulers_rules() {
+    let ext = |body: &str| err(&format!("{HEADER}extenders:\n{body}"));
+    assert_eq!(
+        ext("- urlPrefix: http://a\n  prioritizeVerb: p\n"),
+        "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it"
+    );
+    assert_eq!(
+        ext("- urlPrefix: http://a\n  prioritizeVerb: p\n  weight: -2\n"),
+        "extenders[0].weight: Invalid value: -2: must have a positive weight applied to it"
+    );
+    assert_eq!(
+        ext("- urlPrefix: http://a\n  bindVerb: b\n- urlPrefix: http://b\n  bindVerb: b\n"),
+        "extenders: Invalid value: \"found 2 extenders\": only one extender can implement bind"
+    );
+    assert_eq!(
+        ext("- urlPrefix: http://a\n  managedResources:\n  - name: cpu\n"),
+        "extenders[0].managedResources[0].name: Invalid value: \"cpu\": is an invalid extended resource name"
+    );
+    assert_eq!(
+        ext(
+            "- urlPrefix: http://a\n  managedResources:\n  - name: a.io/x\n- urlPrefix: http://b\n  managedResources:\n  - name: a.io/x\n"
+        ),
+        "extenders[1].managedResources[0].name: Invalid value: \"a.io/x\": duplicate extender managed resource name"
+    );
+    assert!(
+        ext("- urlPrefix: http://a\n  managedResources:\n  - name: a.io/x y\n")
+            .starts_with("extenders[0].managedResources[0].name: Invalid value: \"a.io/x y\": "),
+        "a qualified name"
+    );
+    assert!(ext("- filterVerb: f\n").starts_with("extenders[0].urlPrefix: "));
+    assert!(ext("- urlPrefix: ftp://a\n").starts_with("extenders[0].urlPrefix: must be an http"));
+    assert!(
+        ext("- urlPrefix: http://a\n  httpTimeout: soon\n")
+            .starts_with("extenders[0].httpTimeout: ")
+    );
+    assert!(
+        ext("- urlPrefix: http://a\n  tlsConfig:\n    certFile: c.pem\n")
+            .starts_with("extenders[0].tlsConfig: a client certificate and its key go together")
+    );
+    assert!(
+        ext("- urlPrefix: http://a\n  filterVerbs: f\n")
+            .starts_with("extenders[0]: unknown field `filterVerbs`"),
+        "{}",
+        ext("- urlPrefix: http://a\n  filterVerbs: f\n")
     );
 }

@@ -36,12 +36,78 @@ pub struct KubeSchedulerConfiguration {
     /// The profiles; one `default-scheduler` profile when absent.
     #[serde(default, deserialize_with = "null_is_default")]
     pub profiles: Vec<ProfileConfig>,
-    /// Scheduler extenders; gantry has none yet and refuses a non-empty list (`null` and `[]`
-    /// are empty).
+    /// Scheduler extenders: HTTP services asked to filter, score, bind and cut preemptions
+    /// for the pods they are interested in.
     #[serde(default, deserialize_with = "null_is_default")]
-    pub extenders: Vec<serde_json::Value>,
+    pub extenders: Vec<Extender>,
     /// Accepted for compatibility.
     pub delay_cache_until_active: Option<bool>,
+}
+
+/// One entry of `extenders`, as kube-scheduler's `Extender`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Extender {
+    /// The extender's URL without the verb, such as `https://127.0.0.1:443/scheduler`.
+    pub url_prefix: Option<String>,
+    /// Path (after `urlPrefix`) of the filter call; empty: the extender does not filter.
+    pub filter_verb: Option<String>,
+    /// Path of the preempt call; empty: the extender is not asked about preemptions.
+    pub preempt_verb: Option<String>,
+    /// Path of the prioritize call; empty: the extender does not score.
+    pub prioritize_verb: Option<String>,
+    /// Multiplier of the extender's scores; must be positive when `prioritizeVerb` is set.
+    pub weight: Option<i64>,
+    /// Path of the bind call; empty: the extender does not bind.
+    pub bind_verb: Option<String>,
+    /// Whether the extender is reached over HTTPS (without a CA, its certificate is not
+    /// verified, as kube-scheduler does).
+    #[serde(rename = "enableHTTPS")]
+    pub enable_https: Option<bool>,
+    /// TLS settings for an HTTPS extender.
+    pub tls_config: Option<ExtenderTlsConfig>,
+    /// How long one call may take (a Go duration; 0 or absent: kube-scheduler's 5s).
+    pub http_timeout: Option<String>,
+    /// Whether the extender keeps its own node cache: it is then sent node names only.
+    pub node_cache_capable: Option<bool>,
+    /// The extended resources the extender manages: it is asked only about pods whose
+    /// containers request or limit one of them (none: about every pod).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub managed_resources: Vec<ExtenderManagedResource>,
+    /// Whether the extender's failures are skipped instead of failing the attempt.
+    pub ignorable: Option<bool>,
+}
+
+/// One entry of an extender's `managedResources`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExtenderManagedResource {
+    /// The extended resource's name.
+    pub name: Option<String>,
+    /// Whether NodeResourcesFit leaves the resource to the extender.
+    pub ignored_by_scheduler: Option<bool>,
+}
+
+/// An extender's `tlsConfig`, as client-go's TLS client settings.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ExtenderTlsConfig {
+    /// Do not verify the extender's certificate.
+    pub insecure: Option<bool>,
+    /// The name the certificate is checked against (default: the URL's host).
+    pub server_name: Option<String>,
+    /// Client certificate file (PEM).
+    pub cert_file: Option<String>,
+    /// Client key file (PEM).
+    pub key_file: Option<String>,
+    /// CA certificates file (PEM).
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM, base64 in the file); takes precedence over `certFile`.
+    pub cert_data: Option<k8s_openapi::ByteString>,
+    /// Client key (PEM, base64 in the file); takes precedence over `keyFile`.
+    pub key_data: Option<k8s_openapi::ByteString>,
+    /// CA certificates (PEM, base64 in the file); take precedence over `caFile`.
+    pub ca_data: Option<k8s_openapi::ByteString>,
 }
 
 /// `leaderElection`.

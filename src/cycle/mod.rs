@@ -3,13 +3,14 @@
 //! caller passes in.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
+use crate::extender::combine::Verdict;
 use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
 use crate::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods,
@@ -270,19 +271,7 @@ pub fn schedule_one(
         return Err(CycleError::Unschedulable(Diagnosis::default()));
     }
     let mut state = CycleState::new();
-    let diagnosis = Diagnosis {
-        num_all_nodes,
-        ..Default::default()
-    };
-    let (pre, diagnosis) = match pre_filter(profile, &mut state, pod, snapshot, diagnosis) {
-        Ok(pre) => pre,
-        Err(CycleError::Unschedulable(mut diagnosis)) => {
-            run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
-            return Err(CycleError::Unschedulable(diagnosis));
-        }
-        Err(e) => return Err(e),
-    };
-    state.insert(SkippedFilters(pre.skip_filter.clone()));
+    let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     if let Some(node) = fits_nominated_node(profile, &state, pod, snapshot, options) {
         return Ok(Placement {
             node,
@@ -294,13 +283,156 @@ pub fn schedule_one(
             state,
         });
     }
+    let found = find_feasible_nodes(
+        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
+    )?;
+    place(profile, state, pod, snapshot, found, memory, options, None)
+}
+
+/// A cycle stopped after the Filter plugins, for the extenders to filter and score the
+/// nodes found (see [`crate::extender`]).
+#[derive(Debug, Clone)]
+pub struct Filtered {
+    /// The feasible nodes, in examination order.
+    pub feasible: Vec<Arc<str>>,
+    /// Nodes examined.
+    pub evaluated: usize,
+    /// Why the Filter plugins rejected the others.
+    pub diagnosis: Diagnosis,
+}
+
+/// The first half of [`schedule_one`] for a pod extenders filter or score: PreFilter and
+/// Filter (PostFilter when no node is found). The node a preemption nominated the pod to
+/// is not taken without the extenders: it is one of the nodes found, like any other.
+pub fn filter_for_extenders(
+    profile: &Profile,
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    memory: &mut CycleMemory,
+    options: &CycleOptions<'_>,
+) -> Result<Filtered, CycleError> {
+    if snapshot.is_empty() {
+        return Err(CycleError::Unschedulable(Diagnosis::default()));
+    }
+    let mut state = CycleState::new();
+    let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     let Feasible {
-        nodes: feasible,
+        nodes,
         evaluated,
         mut diagnosis,
     } = find_feasible_nodes(
         profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
     )?;
+    if nodes.is_empty() {
+        run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
+        return Err(CycleError::Unschedulable(diagnosis));
+    }
+    Ok(Filtered {
+        feasible: nodes.iter().map(|n| n.node.name.clone()).collect(),
+        evaluated,
+        diagnosis,
+    })
+}
+
+/// The second half, once the extenders answered: the nodes they kept are filtered again on
+/// `snapshot` (pods placed meanwhile count), the nodes they rejected join the diagnosis,
+/// and the extenders' scores are added to the plugins' (see [`crate::extender::combine`]).
+pub fn resume_after_extenders(
+    profile: &Profile,
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    memory: &mut CycleMemory,
+    options: &CycleOptions<'_>,
+    filtered: &Filtered,
+    verdict: &Verdict,
+) -> Result<Placement, CycleError> {
+    if snapshot.is_empty() {
+        return Err(CycleError::Unschedulable(Diagnosis::default()));
+    }
+    let mut state = CycleState::new();
+    let (pre, _) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
+    let mut diagnosis = filtered.diagnosis.clone();
+    diagnosis.num_all_nodes = snapshot.len();
+    for (node, status) in &verdict.statuses {
+        diagnosis.node_statuses.retain(|(n, _)| n != node);
+        diagnosis.node_statuses.push((node.clone(), status.clone()));
+    }
+    if verdict.rejected_any() {
+        diagnosis
+            .unschedulable_plugins
+            .insert(crate::extender::NAME);
+    }
+    let positions: Vec<usize> = verdict
+        .survivors
+        .iter()
+        .filter_map(|n| snapshot.position(n))
+        .filter(|p| pre.candidates.as_ref().is_none_or(|c| c.contains(p)))
+        .collect();
+    let pre = PreFiltered {
+        candidates: Some(positions),
+        exhaustive: true,
+        ..pre
+    };
+    let mut found = find_feasible_nodes(
+        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
+    )?;
+    found.evaluated = filtered.evaluated;
+    place(
+        profile,
+        state,
+        pod,
+        snapshot,
+        found,
+        memory,
+        options,
+        Some(&verdict.scores),
+    )
+}
+
+/// PreFilter, and PostFilter when it rejects the pod on every node.
+fn pre_filter_or_post_filter(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    options: &CycleOptions<'_>,
+) -> Result<(PreFiltered, Diagnosis), CycleError> {
+    let diagnosis = Diagnosis {
+        num_all_nodes: snapshot.len(),
+        ..Default::default()
+    };
+    match pre_filter(profile, state, pod, snapshot, diagnosis) {
+        Ok((pre, diagnosis)) => {
+            state.insert(SkippedFilters(pre.skip_filter.clone()));
+            Ok((pre, diagnosis))
+        }
+        Err(CycleError::Unschedulable(mut diagnosis)) => {
+            run_post_filter(profile, state, pod, snapshot, options, &mut diagnosis);
+            Err(CycleError::Unschedulable(diagnosis))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The cycle's end once the feasible nodes are known: PostFilter when there is none, the
+/// only one when there is one, else the best scored, `extra` scores (the extenders') added
+/// to the plugins'.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    profile: &Profile,
+    mut state: CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    found: Feasible<'_>,
+    memory: &mut CycleMemory,
+    options: &CycleOptions<'_>,
+    extra: Option<&HashMap<Arc<str>, i64>>,
+) -> Result<Placement, CycleError> {
+    let Feasible {
+        nodes: feasible,
+        evaluated,
+        mut diagnosis,
+    } = found;
     if feasible.is_empty() {
         run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
         return Err(CycleError::Unschedulable(diagnosis));
@@ -318,16 +450,29 @@ pub fn schedule_one(
         });
     }
     let buffers = &mut memory.scores;
-    let score_plugins = score_nodes(
+    let mut score_plugins = score_nodes(
         profile, &mut state, pod, snapshot, &feasible, options, buffers,
     )?;
+    let extra = extra.filter(|e| !e.is_empty());
+    let extra_of = |node: &Arc<str>| extra.and_then(|e| e.get(node)).copied().unwrap_or(0);
+    if extra.is_some() {
+        for (total, node) in buffers.totals.iter_mut().zip(&feasible) {
+            *total = total.saturating_add(extra_of(&node.node.name));
+        }
+    }
     let fixed_order = profile
         .score
         .iter()
         .filter(|(p, _)| score_plugins.contains(&p.name()))
         .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
     let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
-    let scores = buffers.top(&feasible, options.top_scores);
+    let mut scores = buffers.top(&feasible, options.top_scores);
+    if extra.is_some() {
+        score_plugins.push(crate::extender::NAME);
+        for s in &mut scores {
+            s.weighted.push(extra_of(&s.node));
+        }
+    }
     Ok(Placement {
         node: feasible[chosen].node.name.clone(),
         evaluated,
@@ -363,6 +508,9 @@ struct PreFiltered {
     skip_filter: Vec<&'static str>,
     /// The positions of the nodes PreFilter narrowed the search to; none: every node.
     candidates: Option<Vec<usize>>,
+    /// Examine every candidate, in order, and leave the rotating start where it is: the
+    /// second pass over the nodes the extenders kept.
+    exhaustive: bool,
 }
 
 /// Runs every PreFilter plugin. A plugin may reject the pod outright (every node then
@@ -439,6 +587,7 @@ fn pre_filter(
         PreFiltered {
             skip_filter,
             candidates,
+            exhaustive: false,
         },
         diagnosis,
     ))
@@ -476,8 +625,12 @@ fn find_feasible_nodes<'s>(
     let percentage = profile
         .percentage_of_nodes_to_score
         .unwrap_or(options.percentage_of_nodes_to_score);
-    let to_find = num_feasible_nodes_to_find(percentage, candidate_count);
-    let start = if candidate_count == 0 {
+    let to_find = if pre.exhaustive {
+        candidate_count
+    } else {
+        num_feasible_nodes_to_find(percentage, candidate_count)
+    };
+    let start = if candidate_count == 0 || pre.exhaustive {
         0
     } else {
         memory.next_start % candidate_count
@@ -567,7 +720,7 @@ fn find_feasible_nodes<'s>(
         processed,
         diagnosis,
     } = progress;
-    if candidate_count > 0 {
+    if candidate_count > 0 && !pre.exhaustive {
         memory.next_start = (memory.next_start + processed) % candidate_count;
     }
     Ok(Feasible {

@@ -272,6 +272,19 @@ impl DecisionRecord {
                     (timestamp_ms, duration_micros),
                 )
             },
+            Attempt::Extending(request) => DecisionRecord {
+                nodes_evaluated: request.evaluated,
+                nodes_feasible: request.exchange.survivors().len(),
+                message: Some("waiting for the scheduler extenders".to_string()),
+                node: None,
+                ..Self::after_wait(
+                    &request.pod,
+                    request.attempt,
+                    Outcome::Waiting,
+                    Arc::from(""),
+                    (timestamp_ms, duration_micros),
+                )
+            },
             Attempt::Permitted { task, waited } => DecisionRecord {
                 message: Some(format!(
                     "allowed at Permit after waiting {}",

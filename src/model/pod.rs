@@ -11,7 +11,8 @@ use super::gpu::PodGpu;
 use super::labels::Labels;
 use super::quantity::Quantity;
 use super::resources::{
-    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceError, Resources,
+    DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, ResourceError, ResourceName, Resources,
+    is_extended_resource,
 };
 use super::selector::{LabelSelector, NodeSelector, NodeSelectorTerm, SelectorError};
 use super::taint::Toleration;
@@ -243,6 +244,10 @@ pub struct PodInfo {
     /// The pod has the `DisruptionTarget` condition a scheduler sets on a victim it
     /// preempts (status `True`, reason `PreemptionByScheduler`).
     pub preempted_by_scheduler: bool,
+    /// The extended resources (`nvidia.com/gpu`, ...) any container or init container
+    /// requests or limits, zero amounts included, sorted: what decides whether a scheduler
+    /// extender that manages resources is interested in the pod. Empty for most pods.
+    pub extended_resource_names: Vec<ResourceName>,
 }
 
 /// A pod's `namespace/name`: how the queue keys pods and how logs, events and the decision
@@ -374,6 +379,7 @@ impl PodInfo {
             .collect();
         let gpu = PodGpu::from_pod(&requests, &annotations);
         let volumes = PodVolumes::from_api(&name, spec.volumes.as_ref()).map_err(fail)?;
+        let extended_resource_names = extended_resource_names(spec);
         Ok(PodInfo {
             uid: meta.uid.clone().unwrap_or_default(),
             labels,
@@ -433,6 +439,7 @@ impl PodInfo {
                 .is_some_and(|c| {
                     c.status == "True" && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
                 }),
+            extended_resource_names,
             namespace,
             name,
         })
@@ -467,6 +474,25 @@ fn container_requests(c: &core::Container, field: &str) -> Result<Resources, Res
             .map(|(k, v)| (k, v.0.as_str())),
         &format!("{field}.resources.requests"),
     )
+}
+
+/// The extended resources the pod's containers and init containers name in their requests
+/// or limits, sorted and without repeats.
+fn extended_resource_names(spec: &core::PodSpec) -> Vec<ResourceName> {
+    let mut names: Vec<ResourceName> = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter_map(|c| c.resources.as_ref())
+        .flat_map(|r| r.requests.iter().chain(r.limits.iter()))
+        .flat_map(|list| list.keys())
+        .filter(|name| is_extended_resource(name))
+        .map(|name| ResourceName::from(name.as_str()))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// True when the container names `name` among requests or limits (for the scoring defaults,

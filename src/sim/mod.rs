@@ -28,6 +28,11 @@ use crate::scheduler::{Attempt, Scheduler};
 pub use input::{ClusterInput, InputError};
 pub use report::{GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
+/// What the report says of a pod that scheduler extenders would filter or score: the
+/// simulator makes no network calls (`gantry simulate` refuses such a configuration).
+pub const EXTENDERS_NOT_SIMULATED: &str =
+    "not simulated: scheduler extenders filter or score this pod, and the simulator calls none";
+
 /// The example cluster `gantry simulate` runs with no input.
 pub const EXAMPLE: &str = include_str!("example.yaml");
 
@@ -234,6 +239,13 @@ fn run_queue(
                     if let Some(p) = &diagnosis.post_filter.preemption {
                         evict(sched, report, &pod, p, now);
                     }
+                }
+                Attempt::Extending(request) => {
+                    let pod = &request.pod;
+                    if let Some(&i) = index.get(&pod.key()) {
+                        report.pods[i].message = Some(EXTENDERS_NOT_SIMULATED.to_string());
+                    }
+                    sched.stop_trying(&pod.namespace, &pod.name);
                 }
                 Attempt::Failed { pod, status, .. } => {
                     if let Some(&i) = index.get(&pod.key()) {

@@ -212,6 +212,7 @@ fn run_one(
                 }
                 Attempt::Waiting { .. } => {}
                 Attempt::Unschedulable { .. }
+                | Attempt::Extending(_)
                 | Attempt::Failed { .. }
                 | Attempt::Rejected { .. } => pending += 1,
             }

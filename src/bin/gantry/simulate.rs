@@ -45,6 +45,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(path) => Config::load(path, &registry)?,
         None => Config::default_with(&registry)?,
     };
+    if !config.extenders.is_empty() {
+        anyhow::bail!(
+            "extenders: the simulator calls no scheduler extenders (they are HTTP services); \
+             remove `extenders` from the configuration to simulate the rest"
+        );
+    }
     let mut input = ClusterInput::default();
     if args.files.is_empty() {
         input.add_yaml(sim::EXAMPLE, "<embedded example>")?;

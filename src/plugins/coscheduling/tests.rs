@@ -63,6 +63,7 @@ fn next(s: &mut Scheduler, now: Duration) -> Option<(String, String)> {
             (task.assumed.name.clone(), "bound".to_string())
         }
         Attempt::Waiting { pod, .. } => (pod.name.clone(), "waiting".to_string()),
+        Attempt::Extending(r) => (r.pod.name.clone(), "extending".to_string()),
         Attempt::Rejected { pod, status, .. } => (pod.name.clone(), status.message()),
         Attempt::Unschedulable { pod, message, .. } => (pod.name.clone(), message),
         Attempt::Failed { pod, status, .. } => (pod.name.clone(), format!("error: {status}")),
@@ -439,6 +440,7 @@ fn run_gpu(s: &mut Scheduler, now: Duration) -> Vec<(String, String)> {
                 let d = planned.unwrap_or_default();
                 (task.assumed.name.clone(), format!("bound {d}"))
             }
+            Attempt::Extending(r) => (r.pod.name.clone(), "extending".to_string()),
             Attempt::Waiting { pod, .. } => {
                 let d = devices(&pod).unwrap_or_default();
                 (pod.name.clone(), format!("waiting {d}"))
