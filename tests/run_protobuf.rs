@@ -277,7 +277,7 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         burst: 0,
         content_type: Default::default(),
     };
-    let gantry_client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings)
+    let gantry_client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings, None)
         .await
         .expect("client");
     let pod_api = || Api::<LeanPod>::namespaced(gantry_client.clone(), ns);

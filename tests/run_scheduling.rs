@@ -401,7 +401,7 @@ async fn the_api_client_multiplexes_requests_over_http2() {
         burst: 0,
         content_type: Default::default(),
     };
-    let client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings)
+    let client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings, None)
         .await
         .expect("client");
     let version = |client: kube::Client| async move {

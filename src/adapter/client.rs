@@ -26,6 +26,7 @@ use tower::retry::RetryLayer;
 use tower::{BoxError, ServiceBuilder};
 
 use super::AdapterError;
+use super::rest_client::{RequestMetricsLayer, RestClientMetrics};
 use super::throttle::ThrottleLayer;
 use crate::config::ClientConnection;
 
@@ -38,10 +39,12 @@ const DISABLE_HTTP2: &str = "DISABLE_HTTP2";
 
 /// A client for the API server described by `kubeconfig` (else
 /// `clientConnection.kubeconfig`, else the usual places: `KUBECONFIG`, `~/.kube/config`,
-/// in-cluster), throttled as `clientConnection` says.
+/// in-cluster), throttled as `clientConnection` says, its requests counted into `metrics`
+/// if given.
 pub async fn connect(
     kubeconfig: Option<&Path>,
     settings: &ClientConnection,
+    metrics: Option<&RestClientMetrics>,
 ) -> Result<Client, AdapterError> {
     let path = kubeconfig
         .map(Path::to_path_buf)
@@ -62,6 +65,7 @@ pub async fn connect(
     Ok(build(
         config,
         ThrottleLayer::new(settings.qps, settings.burst),
+        metrics,
     )?)
 }
 
@@ -70,15 +74,28 @@ pub fn http2_enabled() -> bool {
     std::env::var_os(DISABLE_HTTP2).is_none_or(|v| v.is_empty())
 }
 
-/// A client for `config`, throttled by `throttle` if given.
-pub fn build(config: kube::Config, throttle: Option<ThrottleLayer>) -> Result<Client, kube::Error> {
+/// A client for `config`, throttled by `throttle` if given, its requests counted into
+/// `metrics` if given (outermost: a request counts once, whatever the retries below).
+pub fn build(
+    config: kube::Config,
+    throttle: Option<ThrottleLayer>,
+    metrics: Option<&RestClientMetrics>,
+) -> Result<Client, kube::Error> {
+    let host = config
+        .cluster_url
+        .authority()
+        .map_or_else(|| "none".to_string(), ToString::to_string);
+    let counted = metrics
+        .cloned()
+        .unwrap_or_else(RestClientMetrics::unregistered)
+        .layer(&host);
     if http2_enabled() && config.proxy_url.is_none() {
-        return http2_capable(config, throttle);
+        return http2_capable(config, throttle, counted);
     }
     let builder = ClientBuilder::try_from(config)?;
     Ok(match throttle {
-        Some(layer) => builder.with_layer(&layer).build(),
-        None => builder.build(),
+        Some(layer) => builder.with_layer(&layer).with_layer(&counted).build(),
+        None => builder.with_layer(&counted).build(),
     })
 }
 
@@ -86,6 +103,7 @@ pub fn build(config: kube::Config, throttle: Option<ThrottleLayer>) -> Result<Cl
 fn http2_capable(
     config: kube::Config,
     throttle: Option<ThrottleLayer>,
+    counted: RequestMetricsLayer,
 ) -> Result<Client, kube::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -114,6 +132,7 @@ fn http2_capable(
         .http2_keep_alive_while_idle(true)
         .build(connector);
     let service = ServiceBuilder::new()
+        .layer(counted)
         .option_layer(throttle)
         .layer(config.base_uri_layer())
         .option_layer(

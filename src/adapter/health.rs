@@ -19,9 +19,6 @@ use crate::decision::store::latest_shared;
 /// Attempts `/debug/decisions` returns when the query does not say (`?attempts=N`).
 pub const DEFAULT_ATTEMPTS: usize = 10;
 
-/// The content type of the OpenMetrics text format.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// What the endpoints report.
 #[derive(Clone)]
 pub struct Health {
@@ -59,8 +56,10 @@ pub async fn serve(
     Ok((local, handle))
 }
 
-async fn metrics(State(h): State<Health>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, OPENMETRICS)], h.metrics.render())
+async fn metrics(State(h): State<Health>, headers: header::HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) = h.metrics.render(accept);
+    ([(header::CONTENT_TYPE, content_type)], body)
 }
 
 async fn ok() -> &'static str {

@@ -639,7 +639,7 @@ mod tests {
             s.schedule_next(Duration::ZERO),
             Some(Attempt::Unschedulable { .. })
         ));
-        let text = metrics.render();
+        let text = metrics.text();
         let counts: Vec<&str> = text
             .lines()
             .filter(|l| l.starts_with("scheduler_plugin_execution_duration_seconds_count"))
@@ -698,7 +698,7 @@ profiles:
                 Some(Attempt::Unschedulable { .. })
             ));
         }
-        let text = metrics.render();
+        let text = metrics.text();
         assert!(
             text.contains("scheduler_preemption_attempts_total 2"),
             "{text}"
@@ -744,7 +744,7 @@ profiles:
             s.schedule_next(Duration::ZERO),
             Some(Attempt::Scheduled(..))
         ));
-        let text = metrics.render();
+        let text = metrics.text();
         let calls = |plugin, point, status| plugin_calls(&text, plugin, point, status);
         assert_eq!(calls("NodeResourcesFit", "Filter", "Success"), Some(2));
         // n0's whole allocatable is short of the request.
@@ -802,7 +802,7 @@ profiles:
             placements[0].contains(&"-".to_string()),
             "some pods do not fit"
         );
-        let text = metrics.render();
+        let text = metrics.text();
         for expected in [
             "extension_point=\"PreFilter\",status=\"Success\",profile=\"default-scheduler\"",
             "extension_point=\"PreScore\",status=\"Success\",profile=\"default-scheduler\"",

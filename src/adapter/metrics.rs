@@ -1,6 +1,8 @@
 //! Prometheus metrics with kube-scheduler's names, labels and buckets, so that dashboards and
 //! alerts written for kube-scheduler work for gantry unchanged.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -11,6 +13,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::batch_histogram::BatchHistogram;
+use super::exposition::{Families, Format, openmetrics_to_text};
+use super::process_metrics::ProcessCollector;
+use super::rest_client::RestClientMetrics;
 use crate::framework::Code;
 use crate::queue::QueueName;
 
@@ -73,6 +78,40 @@ pub struct PluginLabels {
     pub extension_point: &'static str,
     /// The status code.
     pub status: &'static str,
+}
+
+/// Labels `plugin` and `profile`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct PluginProfileLabels {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// The profile's scheduler name.
+    pub profile: String,
+}
+
+/// Labels `plugin`, `extension_point` and `profile`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvaluationLabels {
+    /// The plugin's name.
+    pub plugin: &'static str,
+    /// `PreFilter`, `Filter`, `PreScore` or `Score`.
+    pub extension_point: &'static str,
+    /// The profile's scheduler name.
+    pub profile: String,
+}
+
+/// Label `type`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// `nodes`, `pods` or `assumed_pods`.
+    pub r#type: &'static str,
+}
+
+/// Label `name`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabels {
+    /// The lease's name.
+    pub name: String,
 }
 
 /// `result` label value of a preemption whose API calls all succeeded.
@@ -138,6 +177,7 @@ pub struct Metrics {
     registry: Registry,
     schedule_attempts: Family<ResultLabels, Counter>,
     attempt_duration: HistogramFamily<ResultLabels>,
+    algorithm_duration: Histogram,
     sli_duration: HistogramFamily<AttemptsLabels>,
     pod_attempts: Histogram,
     pending_pods: Family<QueueLabels, Gauge>,
@@ -154,6 +194,13 @@ pub struct Metrics {
     decision_log_dropped: Counter,
     bindings_unconfirmed: Counter,
     records_dropped: Counter,
+    cache_size: Family<CacheLabels, Gauge>,
+    unschedulable: Family<PluginProfileLabels, Gauge>,
+    /// The `unschedulable` series set so far, set to 0 when no pod names them any more.
+    unschedulable_series: Mutex<BTreeSet<PluginProfileLabels>>,
+    evaluations: Family<EvaluationLabels, Counter>,
+    leader: Family<LeaseLabels, Gauge>,
+    rest_client: RestClientMetrics,
 }
 
 impl Default for Metrics {
@@ -166,125 +213,160 @@ impl Metrics {
     /// The metrics, registered and at zero.
     pub fn new() -> Self {
         let mut registry = Registry::default();
+        let mut families = Families::default();
         let schedule_attempts = Family::<ResultLabels, Counter>::default();
-        registry.register(
+        families.add(
             "scheduler_schedule_attempts",
-            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem",
+            "[STABLE] Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
             schedule_attempts.clone(),
         );
         let attempt_duration: HistogramFamily<ResultLabels> =
             Family::new_with_constructor(attempt_buckets);
-        registry.register(
+        families.add(
             "scheduler_scheduling_attempt_duration_seconds",
-            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            "[STABLE] Scheduling attempt latency in seconds (scheduling algorithm + binding)",
             attempt_duration.clone(),
+        );
+        let algorithm_duration = attempt_buckets();
+        families.add(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "[BETA] Scheduling algorithm latency in seconds",
+            algorithm_duration.clone(),
         );
         let sli_duration: HistogramFamily<AttemptsLabels> =
             Family::new_with_constructor(sli_buckets);
-        registry.register(
+        families.add(
             "scheduler_pod_scheduling_sli_duration_seconds",
-            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts",
+            "[BETA] E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
             sli_duration.clone(),
         );
         let pod_attempts = Histogram::new(exponential_buckets(1.0, 2.0, 5));
-        registry.register(
+        families.add(
             "scheduler_pod_scheduling_attempts",
-            "Number of attempts to successfully schedule a pod",
+            "[STABLE] Number of attempts to successfully schedule a pod.",
             pod_attempts.clone(),
         );
         let pending_pods = Family::<QueueLabels, Gauge>::default();
-        registry.register(
+        families.add(
             "scheduler_pending_pods",
-            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated",
+            "[STABLE] Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods that the scheduler attempted to schedule and failed; 'gated' is the number of unschedulable pods that the scheduler never attempted to schedule because they are gated.",
             pending_pods.clone(),
         );
         let incoming_pods = Family::<QueueEventLabels, Counter>::default();
-        registry.register(
+        families.add(
             "scheduler_queue_incoming_pods",
-            "Number of pods added to scheduling queues by event and queue type",
+            "[STABLE] Number of pods added to scheduling queues by event and queue type.",
             incoming_pods.clone(),
         );
         let extension_point_duration: HistogramFamily<ExtensionPointLabels> =
             Family::new_with_constructor(extension_point_buckets);
-        registry.register(
+        families.add(
             "scheduler_framework_extension_point_duration_seconds",
-            "Latency for running all plugins of a specific extension point",
+            "[STABLE] Latency for running all plugins of a specific extension point.",
             extension_point_duration.clone(),
         );
         let plugin_duration: Family<PluginLabels, BatchHistogram, fn() -> BatchHistogram> =
             Family::new_with_constructor(plugin_buckets);
-        registry.register(
+        families.add(
             "scheduler_plugin_execution_duration_seconds",
-            "Duration for running a plugin at a specific extension point",
+            "[BETA] Duration for running a plugin at a specific extension point.",
             plugin_duration.clone(),
         );
         let goroutines = Family::<OperationLabels, Gauge>::default();
-        registry.register(
+        families.add(
             "scheduler_goroutines",
-            "Number of running goroutines split by the work they do such as binding",
+            "[BETA] Number of running goroutines split by the work they do such as binding.",
             goroutines.clone(),
         );
         let preemption_attempts = Counter::default();
-        registry.register(
+        families.add(
             "scheduler_preemption_attempts",
-            "Total preemption attempts in the cluster till now",
+            "[STABLE] Total preemption attempts in the cluster till now",
             preemption_attempts.clone(),
         );
         let permit_wait: HistogramFamily<OutcomeLabels> =
             Family::new_with_constructor(permit_wait_buckets);
-        registry.register(
+        families.add(
             "scheduler_permit_wait_duration_seconds",
-            "Duration of waiting on permit.",
+            "[BETA] Duration of waiting on permit.",
             permit_wait.clone(),
         );
         let permit_waiting = Gauge::default();
-        registry.register(
+        families.add(
             "gantry_permit_waiting_pods",
-            "Pods a Permit plugin holds on their node, their room reserved, until it allows or rejects them",
+            "Pods a Permit plugin holds on their node, their room reserved, until it allows or rejects them.",
             permit_waiting.clone(),
         );
         // kube-scheduler's: more than 64 victims is rare, [64, +Inf) is one bucket.
         let preemption_victims = Histogram::new(exponential_buckets(1.0, 2.0, 7));
-        registry.register(
+        families.add(
             "scheduler_preemption_victims",
-            "Number of selected preemption victims",
+            "[STABLE] Number of selected preemption victims for preemption initiated by a single pod",
             preemption_victims.clone(),
         );
         let preemption_duration: HistogramFamily<OutcomeLabels> =
             Family::new_with_constructor(preemption_goroutine_buckets);
-        registry.register(
+        families.add(
             "scheduler_preemption_goroutines_duration_seconds",
-            "Duration in seconds for running goroutines for the preemption",
+            "[ALPHA] Duration in seconds for running goroutines for the preemption.",
             preemption_duration.clone(),
         );
         let preemption_executions = Family::<OutcomeLabels, Counter>::default();
-        registry.register(
+        families.add(
             "scheduler_preemption_goroutines_execution",
-            "Number of preemption goroutines executed",
+            "[ALPHA] Number of preemption goroutines executed.",
             preemption_executions.clone(),
         );
         let decision_log_dropped = Counter::default();
-        registry.register(
+        families.add(
             "gantry_decision_log_dropped_records",
-            "Decision records left out of the decision log file because its writer fell behind (they stay in memory)",
+            "Decision records left out of the decision log file because its writer fell behind (they stay in memory).",
             decision_log_dropped.clone(),
         );
         let bindings_unconfirmed = Counter::default();
-        registry.register(
+        families.add(
             "gantry_bindings_unconfirmed",
-            "Bindings the API server gave no definite answer to (a broken connection, a timeout, a 5xx, a conflict), whose pods were read back to learn the outcome",
+            "Bindings the API server gave no definite answer to (a broken connection, a timeout, a 5xx, a conflict), whose pods were read back to learn the outcome.",
             bindings_unconfirmed.clone(),
         );
         let records_dropped = Counter::default();
-        registry.register(
+        families.add(
             "gantry_event_records_dropped",
-            "Events and PodScheduled conditions given up unwritten: retried for too long, or more pods waiting than the writer keeps",
+            "Events and PodScheduled conditions given up unwritten: retried for too long, or more pods waiting than the writer keeps.",
             records_dropped.clone(),
         );
+        let cache_size = Family::<CacheLabels, Gauge>::default();
+        families.add(
+            "scheduler_cache_size",
+            "[ALPHA] Number of nodes, pods, and assumed (bound) pods in the scheduler cache.",
+            cache_size.clone(),
+        );
+        let unschedulable = Family::<PluginProfileLabels, Gauge>::default();
+        families.add(
+            "scheduler_unschedulable_pods",
+            "[BETA] The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+            unschedulable.clone(),
+        );
+        let evaluations = Family::<EvaluationLabels, Counter>::default();
+        families.add(
+            "scheduler_plugin_evaluation",
+            "[BETA] Number of attempts to schedule pods by each plugin and the extension point (available only in PreFilter, Filter, PreScore, and Score).",
+            evaluations.clone(),
+        );
+        let leader = Family::<LeaseLabels, Gauge>::default();
+        families.add(
+            "leader_election_master_status",
+            "[ALPHA] Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease. Please make sure to group by name.",
+            leader.clone(),
+        );
+        let rest_client = RestClientMetrics::register(&mut families);
+        registry.register_collector(Box::new(families));
+        registry.register_collector(Box::new(ProcessCollector));
         let metrics = Metrics {
             registry,
             schedule_attempts,
             attempt_duration,
+            algorithm_duration,
             sli_duration,
             pod_attempts,
             pending_pods,
@@ -301,11 +383,80 @@ impl Metrics {
             decision_log_dropped,
             bindings_unconfirmed,
             records_dropped,
+            cache_size,
+            unschedulable,
+            unschedulable_series: Mutex::new(BTreeSet::new()),
+            evaluations,
+            leader,
+            rest_client,
         };
         // Series that exist from the start, so that a scrape sees them before any pod.
         metrics.set_pending(0, 0, 0, 0);
         metrics.set_bindings_in_flight(0);
+        metrics.set_cache_size(0, 0, 0);
         metrics
+    }
+
+    /// The API request families, for the client's [`RestClientMetrics::layer`].
+    pub fn rest_client(&self) -> &RestClientMetrics {
+        &self.rest_client
+    }
+
+    /// The scheduling algorithm (filter, score, and the reserve and permit of the chosen
+    /// node) found a node for a pod in `duration`.
+    pub fn algorithm(&self, duration: Duration) {
+        self.algorithm_duration.observe(duration.as_secs_f64());
+    }
+
+    /// What the cache holds: nodes, placed pods, and of those the ones assumed and not yet
+    /// confirmed bound.
+    pub fn set_cache_size(&self, nodes: usize, pods: usize, assumed: usize) {
+        for (kind, n) in [("nodes", nodes), ("pods", pods), ("assumed_pods", assumed)] {
+            self.cache_size
+                .get_or_create(&CacheLabels { r#type: kind })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Waiting pods by (plugin, profile) that rejected (or gates) them; series no pod names
+    /// any more go to 0.
+    pub fn set_unschedulable(&self, counts: &BTreeMap<PluginProfileLabels, usize>) {
+        let mut seen = self
+            .unschedulable_series
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for labels in seen.iter() {
+            if !counts.contains_key(labels) {
+                self.unschedulable.get_or_create(labels).set(0);
+            }
+        }
+        for (labels, n) in counts {
+            self.unschedulable
+                .get_or_create(labels)
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            seen.insert(labels.clone());
+        }
+    }
+
+    /// The counter of a plugin's runs at `point` (`PreFilter`, `Filter`, `PreScore` or
+    /// `Score`) in `profile`, to count into directly.
+    pub fn evaluations(&self, plugin: &'static str, point: &'static str, profile: &str) -> Counter {
+        self.evaluations
+            .get_or_create(&EvaluationLabels {
+                plugin,
+                extension_point: point,
+                profile: profile.to_string(),
+            })
+            .clone()
+    }
+
+    /// This replica leads (or stands by for) the lease `name`.
+    pub fn set_leader(&self, name: &str, leading: bool) {
+        self.leader
+            .get_or_create(&LeaseLabels {
+                name: name.to_string(),
+            })
+            .set(i64::from(leading));
     }
 
     /// An attempt that ended with `result` after `duration`.
@@ -471,8 +622,23 @@ impl Metrics {
         self.records_dropped.inc_by(n);
     }
 
-    /// The metrics in the Prometheus (OpenMetrics) text format.
-    pub fn render(&self) -> String {
+    /// The metrics for a scraper whose `Accept` header is `accept` (see
+    /// [`Format::negotiate`]): the content type of the answer, and the answer.
+    pub fn render(&self, accept: Option<&str>) -> (&'static str, String) {
+        let format = Format::negotiate(accept);
+        let body = match format {
+            Format::OpenMetrics => self.openmetrics(),
+            Format::Text => self.text(),
+        };
+        (format.content_type(), body)
+    }
+
+    /// The metrics in the Prometheus text format 0.0.4.
+    pub fn text(&self) -> String {
+        openmetrics_to_text(&self.openmetrics())
+    }
+
+    fn openmetrics(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -517,11 +683,11 @@ mod tests {
         m.preemption_victims(3);
         m.preemption_carried_out(GOROUTINE_ERROR, Duration::from_millis(30));
         m.records_dropped(2);
-        let text = m.render();
+        let text = m.text();
         for line in [
             "scheduler_schedule_attempts_total{result=\"unschedulable\",profile=\"gantry\"} 1",
             "scheduler_schedule_attempts_total{result=\"scheduled\",profile=\"gantry\"} 1",
-            "scheduler_scheduling_attempt_duration_seconds_bucket{le=\"0.004\",result=\"unschedulable\",profile=\"gantry\"} 1",
+            "scheduler_scheduling_attempt_duration_seconds_bucket{result=\"unschedulable\",profile=\"gantry\",le=\"0.004\"} 1",
             "scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"2\"} 1",
             "scheduler_pending_pods{queue=\"gated\"} 4",
             "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"PodAdd\"} 3",
@@ -529,12 +695,12 @@ mod tests {
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",
             "scheduler_preemption_attempts_total 2",
-            "scheduler_preemption_victims_bucket{le=\"2.0\"} 0",
-            "scheduler_preemption_victims_bucket{le=\"4.0\"} 1",
-            "scheduler_preemption_victims_bucket{le=\"64.0\"} 1",
-            "scheduler_preemption_victims_sum 3.0",
-            "scheduler_preemption_goroutines_duration_seconds_bucket{le=\"0.04\",result=\"error\"} 1",
-            "scheduler_preemption_goroutines_duration_seconds_bucket{le=\"0.02\",result=\"error\"} 0",
+            "scheduler_preemption_victims_bucket{le=\"2\"} 0",
+            "scheduler_preemption_victims_bucket{le=\"4\"} 1",
+            "scheduler_preemption_victims_bucket{le=\"64\"} 1",
+            "scheduler_preemption_victims_sum 3",
+            "scheduler_preemption_goroutines_duration_seconds_bucket{result=\"error\",le=\"0.04\"} 1",
+            "scheduler_preemption_goroutines_duration_seconds_bucket{result=\"error\",le=\"0.02\"} 0",
             "scheduler_preemption_goroutines_execution_total{result=\"error\"} 1",
             "gantry_bindings_unconfirmed_total 1",
             "gantry_event_records_dropped_total 2",

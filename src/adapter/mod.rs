@@ -21,7 +21,8 @@
 //! - [`events`]: events and `PodScheduled` conditions, coalesced, off the critical path.
 //! - [`leader`]: Lease-based leader election.
 //! - [`metrics`], [`instrument`], [`health`]: kube-scheduler's metrics and the health
-//!   endpoints.
+//!   endpoints; [`exposition`]: the text formats `/metrics` speaks; [`process_metrics`]
+//!   and [`rest_client`]: the process's and the API requests' families.
 //! - [`throttle`]: `clientConnection.qps` and `burst`.
 //! - [`node_load`]: node load from Prometheus or node annotations, for LoadAware and
 //!   Overcommit.
@@ -33,6 +34,7 @@ pub mod binder;
 pub mod client;
 pub mod driver;
 pub mod events;
+pub mod exposition;
 pub mod extender;
 pub mod health;
 pub mod instrument;
@@ -42,8 +44,10 @@ pub mod node_load;
 pub mod pod_group_status;
 pub mod pre_bind;
 pub mod preemption;
+pub mod process_metrics;
 pub mod protobuf;
 pub mod reflector;
+pub mod rest_client;
 pub mod throttle;
 pub mod watch;
 
@@ -177,8 +181,13 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     } = options;
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
-    let client = connect(kubeconfig.as_deref(), &config.client_connection).await?;
     let metrics = Arc::new(Metrics::new());
+    let client = connect(
+        kubeconfig.as_deref(),
+        &config.client_connection,
+        Some(metrics.rest_client()),
+    )
+    .await?;
     let instrumentation = Instrumentation::new(metrics.clone());
     config.profiles = config
         .profiles

@@ -122,7 +122,7 @@ pub async fn run(options: Options) -> Result<(), WebhookError> {
         burst: DEFAULT_BURST,
         content_type: Default::default(),
     };
-    let client = adapter::connect(kubeconfig.as_deref(), &settings).await?;
+    let client = adapter::connect(kubeconfig.as_deref(), &settings, None).await?;
     let mut signals = Signals::new()?;
 
     let api: Api<PartialObjectMeta<Namespace>> = Api::all(client);
