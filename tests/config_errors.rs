@@ -144,8 +144,10 @@ fn gantry_run_refuses_an_invalid_configuration_before_contacting_the_api_server(
         ),
         (
             "extenders.yaml",
-            format!("{HEADER}extenders:\n- urlPrefix: http://127.0.0.1:8888\n"),
-            "extenders: scheduler extenders are not supported by gantry",
+            format!(
+                "{HEADER}extenders:\n- urlPrefix: http://127.0.0.1:8888\n  prioritizeVerb: prioritize\n"
+            ),
+            "extenders[0].weight: Invalid value: 0: must have a positive weight applied to it",
         ),
         (
             "deep.yaml",
