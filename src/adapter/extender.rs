@@ -1,6 +1,6 @@
 //! The HTTP side of scheduler extenders (see [`crate::extender`]): a task per pod asks its
 //! extenders, off the scheduling thread, and hands the answer back as an
-//! [`Input::Extenders`](super::driver::Input::Extenders); the bind call, made by the binder
+//! `Input::Extenders` of the driver; the bind call, made by the binder
 //! instead of posting a Binding, is here too.
 //!
 //! Each call is a JSON POST to `<urlPrefix>/<verb>` that must answer 200 within the

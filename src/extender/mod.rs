@@ -8,7 +8,7 @@
 //! The calls themselves are the front end's (`adapter::extender`): the scheduling thread
 //! never waits on the network. A pod that an extender filters or scores stops after the
 //! Filter plugins; the front end asks the extenders and hands their answers back, and the
-//! scheduler resumes the pod with them (see [`crate::scheduler::Attempt::Extending`]).
+//! scheduler resumes the pod with them (see `Attempt::Extending` in the scheduler).
 
 pub mod combine;
 pub mod protocol;
