@@ -353,10 +353,10 @@ pub fn resume_after_extenders(
     let (pre, _) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     let mut diagnosis = filtered.diagnosis.clone();
     diagnosis.num_all_nodes = snapshot.len();
-    for (node, status) in &verdict.statuses {
-        diagnosis.node_statuses.retain(|(n, _)| n != node);
-        diagnosis.node_statuses.push((node.clone(), status.clone()));
-    }
+    crate::extender::combine::merge_statuses(
+        &mut diagnosis.node_statuses,
+        verdict.statuses.clone(),
+    );
     if verdict.rejected_any() {
         diagnosis
             .unschedulable_plugins

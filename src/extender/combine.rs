@@ -15,7 +15,7 @@
 //! and feeds the answers back, and [`Exchange::finish`] gives the [`Verdict`] the
 //! scheduler resumes the pod with.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::protocol::{FilterResult, HostPriority};
@@ -105,10 +105,7 @@ impl Exchange {
         match answer.and_then(|r| apply_filter(extender, &self.verdict.survivors, r)) {
             Ok((survivors, statuses)) => {
                 self.verdict.survivors = survivors;
-                for (node, status) in statuses {
-                    self.verdict.statuses.retain(|(n, _)| *n != node);
-                    self.verdict.statuses.push((node, status));
-                }
+                merge_statuses(&mut self.verdict.statuses, statuses);
                 None
             }
             Err(message) if extender.ignorable => Some(error(message)),
@@ -164,6 +161,13 @@ impl Exchange {
     }
 }
 
+/// Adds `new` statuses to `statuses`, each replacing the one its node had.
+pub fn merge_statuses(statuses: &mut Vec<(Arc<str>, Status)>, new: Vec<(Arc<str>, Status)>) {
+    let replaced: HashSet<&Arc<str>> = new.iter().map(|(n, _)| n).collect();
+    statuses.retain(|(n, _)| !replaced.contains(n));
+    statuses.extend(new);
+}
+
 /// The nodes an extender kept, and the statuses of those it rejected.
 pub type Filtering = (Vec<Arc<str>>, Vec<(Arc<str>, Status)>);
 
@@ -183,23 +187,24 @@ pub fn apply_filter(
     } else {
         result.nodes.unwrap_or_default()
     };
+    let by_name: HashMap<&str, &Arc<str>> = sent.iter().map(|n| (&**n, n)).collect();
     let mut survivors = Vec::with_capacity(kept.len());
+    let mut seen = HashSet::with_capacity(kept.len());
     for name in &kept {
-        let Some(node) = sent.iter().find(|n| ***n == **name) else {
+        let Some(&node) = by_name.get(name.as_str()) else {
             return Err(format!(
                 "extender {:?} claims a filtered node {name:?} which is not found in the input node list",
                 extender.url_prefix
             ));
         };
-        if !survivors.contains(node) {
+        if seen.insert(name.as_str()) {
             survivors.push(node.clone());
         }
     }
     let node_of = |name: &str| -> Arc<str> {
-        sent.iter()
-            .find(|n| &***n == name)
-            .cloned()
-            .unwrap_or_else(|| Arc::from(name))
+        by_name
+            .get(name)
+            .map_or_else(|| Arc::from(name), |n| Arc::clone(n))
     };
     let mut statuses: Vec<(Arc<str>, Status)> = Vec::new();
     for (name, message) in &result.failed_and_unresolvable_nodes {

@@ -44,15 +44,7 @@ enum Outcome {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
     let start = Instant::now();
-    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list_metadata(&ListParams::default().match_any())
-        .await
-        .context("cannot list nodes")?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    nodes.sort();
+    let nodes = node_names(&client).await?;
     anyhow::ensure!(!nodes.is_empty(), "no nodes to bind to");
     let selector = format!("spec.nodeName=,spec.schedulerName={}", args.scheduler_name);
     let pods = Api::<Pod>::all(client.clone())
@@ -61,20 +53,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot list pods")?
         .items;
     let listed = start.elapsed();
-    let bindings = pods.into_iter().enumerate().map(|(i, p)| Binding {
-        metadata: ObjectMeta {
-            name: p.metadata.name,
-            namespace: p.metadata.namespace,
-            uid: p.metadata.uid,
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Node".to_string()),
-            name: Some(nodes[i % nodes.len()].clone()),
-            ..Default::default()
-        },
-    });
+    let bindings = pods
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| binding(p.metadata, &nodes[i % nodes.len()]));
     let outcomes: Vec<Outcome> = stream::iter(bindings)
         .map(|b| {
             let client = client.clone();
@@ -95,6 +77,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (start.elapsed() - listed).as_secs_f64(),
     );
     crate::wait_for_signal().await
+}
+
+/// The names of the cluster's nodes, sorted (from the API server's watch cache).
+pub async fn node_names(client: &kube::Client) -> anyhow::Result<Vec<String>> {
+    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
+        .list_metadata(&ListParams::default().match_any())
+        .await
+        .context("cannot list nodes")?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    nodes.sort();
+    Ok(nodes)
+}
+
+/// The binding of the pod of `pod` (its name, namespace and uid) to `node`.
+pub fn binding(pod: ObjectMeta, node: &str) -> Binding {
+    Binding {
+        metadata: ObjectMeta {
+            name: pod.name,
+            namespace: pod.namespace,
+            uid: pod.uid,
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Node".to_string()),
+            name: Some(node.to_string()),
+            ..Default::default()
+        },
+    }
 }
 
 async fn bind(client: kube::Client, binding: Binding) -> Outcome {

@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::Context;
 use futures::{StreamExt, stream};
 use gantry::config::DEFAULT_SCHEDULER_NAME;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -55,15 +55,7 @@ struct Preemption {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
     let start = Instant::now();
-    let mut nodes: Vec<String> = Api::<Node>::all(client.clone())
-        .list_metadata(&ListParams::default().match_any())
-        .await
-        .context("cannot list nodes")?
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    nodes.sort();
+    let nodes = crate::null_binder::node_names(&client).await?;
     let pods = Api::<Pod>::all(client.clone())
         .list(&ListParams::default().match_any())
         .await
@@ -110,8 +102,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect();
     let listed = start.elapsed();
+    // What no node fitting says, as kube-scheduler words it for this workload.
+    let unfit = format!(
+        "0/{n} nodes are available: {n} Insufficient cpu.",
+        n = nodes.len()
+    );
     let results: Vec<anyhow::Result<()>> = stream::iter(plan)
-        .map(|p| preempt(client.clone(), p))
+        .map(|p| preempt(client.clone(), p, &unfit))
         .buffer_unordered(args.in_flight.max(1))
         .collect()
         .await;
@@ -132,7 +129,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The ten writes of one preemption, in kube-scheduler 1.20's order.
-async fn preempt(client: kube::Client, p: Preemption) -> anyhow::Result<()> {
+/// `unfit` is the message of the preemptor's failed attempt.
+async fn preempt(client: kube::Client, p: Preemption, unfit: &str) -> anyhow::Result<()> {
     let namespace = p.preemptor.metadata.namespace.clone().unwrap_or_default();
     let name = p.preemptor.metadata.name.clone().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -140,7 +138,7 @@ async fn preempt(client: kube::Client, p: Preemption) -> anyhow::Result<()> {
     let status = json!({"status": {
         "nominatedNodeName": p.node,
         "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": "0/5000 nodes are available: 5000 Insufficient cpu."}],
+            "message": unfit}],
     }});
     pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
         .await
@@ -150,7 +148,7 @@ async fn preempt(client: kube::Client, p: Preemption) -> anyhow::Result<()> {
         "FailedScheduling",
         "Warning",
         "Scheduling",
-        "0/5000 nodes are available: 5000 Insufficient cpu.",
+        unfit,
     );
     events
         .create(&PostParams::default(), &failed)
@@ -168,20 +166,7 @@ async fn preempt(client: kube::Client, p: Preemption) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("{namespace}/{victim_name}: event"))?;
     }
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: Some(namespace.clone()),
-            uid: p.preemptor.metadata.uid.clone(),
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".to_string()),
-            kind: Some("Node".to_string()),
-            name: Some(p.node.clone()),
-            ..Default::default()
-        },
-    };
+    let binding = crate::null_binder::binding(p.preemptor.metadata.clone(), &p.node);
     pods.create_subresource::<_, serde_json::Value>(
         "binding",
         &name,
