@@ -290,7 +290,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         binder: bind_tx,
         preemptions: preempt_tx,
         recorder,
-        metrics,
+        metrics: metrics.clone(),
         instrumentation,
         watchers: watched.into_iter().collect(),
         ready,
@@ -308,7 +308,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
 
     let mut elector = election
         .enabled
-        .then(|| Elector::new(client.clone(), election, identity));
+        .then(|| Elector::new(client.clone(), election, identity, metrics.clone()));
     let mut leading = false;
     if let Some(e) = &mut elector {
         tokio::select! {
