@@ -4,7 +4,7 @@
 //! never touches the network: everything it sends goes through channels that do not block,
 //! and everything it hears arrives on one channel.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -18,11 +18,13 @@ use super::events::{
     Recorder,
 };
 use super::instrument::Instrumentation;
-use super::metrics::{Metrics, RESULT_ERROR, RESULT_UNSCHEDULABLE, code_label};
+use super::metrics::{
+    Metrics, PluginProfileLabels, RESULT_ERROR, RESULT_UNSCHEDULABLE, code_label,
+};
 use super::node_load::{NodeLoadSettings, NodeReading};
 use super::preemption::{PreemptRequest, Victim};
 use crate::decision::DecisionRecorder;
-use crate::framework::{Code, Nomination, Preemption};
+use crate::framework::{Code, Nomination, Preemption, Status};
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::pod_group::PodGroupModel;
 use crate::model::selector::LabelSelector;
@@ -334,6 +336,11 @@ impl Driver {
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         if !self.decisions.record(&mut attempt, timestamp_ms, took) {
             self.metrics.decision_log_dropped();
+        }
+        // kube-scheduler times the algorithm of an attempt that found a node; a pod released
+        // from Permit had its algorithm timed when it went there.
+        if matches!(attempt, Attempt::Scheduled(..) | Attempt::Waiting { .. }) {
+            self.metrics.algorithm(took);
         }
         match attempt {
             Attempt::Extending(request) => self.ask_extenders(request),
@@ -746,11 +753,32 @@ impl Driver {
         run.last_gauges = Instant::now();
         run.changed = false;
         let q = self.scheduler.queue();
-        let gated = self
-            .scheduler
-            .waiting()
-            .filter(|(p, name)| *name == QueueName::Unschedulable && p.gated.is_some())
-            .count();
+        let mut gated = 0;
+        // Waiting pods by each plugin that rejected their last attempt or gates them.
+        let mut rejected: BTreeMap<PluginProfileLabels, usize> = BTreeMap::new();
+        for (p, name) in self.scheduler.waiting() {
+            if name == QueueName::Unschedulable && p.gated.is_some() {
+                gated += 1;
+            }
+            let gate = p.gated.as_ref().and_then(Status::plugin);
+            let plugins = p.unschedulable_plugins.iter().copied();
+            let gate = gate.filter(|g| !p.unschedulable_plugins.contains(g));
+            for plugin in plugins.chain(gate) {
+                *rejected
+                    .entry(PluginProfileLabels {
+                        plugin,
+                        profile: p.pod.scheduler_name.clone(),
+                    })
+                    .or_default() += 1;
+            }
+        }
+        self.metrics.set_unschedulable(&rejected);
+        let cache = self.scheduler.cache();
+        self.metrics.set_cache_size(
+            cache.node_count(),
+            cache.pod_count(),
+            cache.assumed_pod_count(),
+        );
         self.metrics.set_pending(
             q.len(QueueName::Active),
             q.len(QueueName::Backoff),

@@ -1,16 +1,21 @@
 //! Timing of plugins and extension points, for kube-scheduler's
 //! `scheduler_framework_extension_point_duration_seconds` and
-//! `scheduler_plugin_execution_duration_seconds`.
+//! `scheduler_plugin_execution_duration_seconds`, and the count of their runs,
+//! `scheduler_plugin_evaluation_total`.
 //!
 //! The core reads no clock, so the adapter wraps each plugin of a profile in a [`Timed`]
 //! plugin that measures its calls and delegates everything else. Like kube-scheduler, it
 //! times every extension point of every cycle, but individual plugin calls only in one cycle
 //! out of ten (Filter and Score run once per node, and timing them all would cost more than
-//! the plugins themselves).
+//! the plugins themselves). Runs at PreFilter, Filter, PreScore and Score are counted in
+//! every cycle, as kube-scheduler counts them: each call (each node examined, at Filter and
+//! Score), a PreFilter or PreScore that skips itself not counted.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
 
 use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
@@ -47,6 +52,14 @@ impl Point {
             Point::Reserve => ["Reserve", "Unreserve"],
             p => [p.label(), p.label()],
         }
+    }
+
+    /// Whether kube-scheduler counts a plugin's runs at this point.
+    fn evaluated(self) -> bool {
+        matches!(
+            self,
+            Point::PreFilter | Point::Filter | Point::PreScore | Point::Score
+        )
     }
 
     fn label(self) -> &'static str {
@@ -106,6 +119,12 @@ impl Instrumentation {
     /// `profile` with every plugin at a timed extension point wrapped.
     pub fn instrument(self: &Arc<Self>, profile: &Profile) -> Profile {
         let name: Arc<str> = Arc::from(profile.scheduler_name.as_str());
+        let evaluations = |plugin: &Arc<dyn Plugin>, point: Point| {
+            point.evaluated().then(|| {
+                self.metrics
+                    .evaluations(plugin.name(), point.label(), &name)
+            })
+        };
         let wrap = |plugins: &[Arc<dyn Plugin>], point: Point, has: fn(&dyn Plugin) -> bool| {
             let positions: Vec<usize> = (0..plugins.len()).filter(|&i| has(&*plugins[i])).collect();
             let sequence = Arc::new(Sequence::default());
@@ -113,8 +132,10 @@ impl Instrumentation {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| -> Arc<dyn Plugin> {
+                    let evaluated = has(&**p).then(|| evaluations(p, point)).flatten();
                     Arc::new(Timed {
                         inner: p.clone(),
+                        evaluations: evaluated,
                         point,
                         profile: name.clone(),
                         instr: self.clone(),
@@ -144,8 +165,10 @@ impl Instrumentation {
                     .skip(1)
                     .copied()
                     .collect();
+                let evaluated = p.as_score().and_then(|_| evaluations(p, Point::Score));
                 let timed = Timed {
                     inner: p.clone(),
+                    evaluations: evaluated,
                     point: Point::Score,
                     profile: name.clone(),
                     instr: self.clone(),
@@ -192,6 +215,8 @@ struct Sequence {
 /// A plugin with its calls at one extension point timed.
 struct Timed {
     inner: Arc<dyn Plugin>,
+    /// Its runs at its point, where kube-scheduler counts them.
+    evaluations: Option<Counter>,
     point: Point,
     profile: Arc<str>,
     instr: Arc<Instrumentation>,
@@ -209,6 +234,13 @@ struct Timed {
 }
 
 impl Timed {
+    /// Counts `runs` runs of the plugin at its extension point.
+    fn evaluated(&self, runs: u64) {
+        if let Some(counter) = &self.evaluations {
+            counter.inc_by(runs);
+        }
+    }
+
     /// Records one timed call of the plugin at `point`.
     fn observe(&self, point: &'static str, code: Code, elapsed: Duration) {
         self.observe_calls(point, code, elapsed, 1);
@@ -374,11 +406,15 @@ impl PreFilterPlugin for Timed {
         let Some(inner) = self.inner.as_pre_filter() else {
             return (PreFilterResult::default(), missing("PreFilter"));
         };
-        self.sequential(
+        let out = self.sequential(
             || inner.pre_filter(state, pod, snapshot),
             |(_, s)| s.code(),
             |c| !matches!(c, Code::Success | Code::Skip),
-        )
+        );
+        if out.1.code() != Code::Skip {
+            self.evaluated(1);
+        }
+        out
     }
 }
 
@@ -387,6 +423,7 @@ impl FilterPlugin for Timed {
         let Some(inner) = self.inner.as_filter() else {
             return missing("Filter");
         };
+        self.evaluated(1);
         self.timed_if_sampled("Filter", || inner.filter(state, pod, node), |s| s.code())
     }
 
@@ -406,11 +443,15 @@ impl FilterPlugin for Timed {
             return statuses.len();
         };
         if !self.instr.sampled() {
+            if self.evaluations.is_some() {
+                self.evaluated(statuses.iter().filter(|s| s.is_success()).count() as u64);
+            }
             return inner.filter_nodes(state, pod, nodes, statuses);
         }
         let examined: Vec<usize> = (0..statuses.len())
             .filter(|&i| statuses[i].is_success())
             .collect();
+        self.evaluated(examined.len() as u64);
         let start = Instant::now();
         let rejected = inner.filter_nodes(state, pod, nodes, statuses);
         let each = mean(start.elapsed(), examined.len());
@@ -467,6 +508,8 @@ impl PreScorePlugin for Timed {
         );
         if status.code() == Code::Skip {
             lock(&self.instr.skipped_scores).push(self.inner.name());
+        } else {
+            self.evaluated(1);
         }
         status
     }
@@ -493,6 +536,7 @@ impl ScorePlugin for Timed {
             return Err(missing("Score"));
         };
         self.mark_score_start();
+        self.evaluated(1);
         self.timed_if_sampled(
             "Score",
             || inner.score(state, pod, node),
@@ -514,6 +558,7 @@ impl ScorePlugin for Timed {
             return Err(missing("Score"));
         };
         self.mark_score_start();
+        self.evaluated(nodes.len() as u64);
         if !self.instr.sampled() {
             return inner.score_nodes(state, pod, nodes, scores);
         }
@@ -757,6 +802,48 @@ profiles:
         // two feasible ones.
         assert_eq!(calls("TaintToleration", "Filter", "Success"), Some(3));
         assert_eq!(calls("TaintToleration", "Score", "Success"), Some(2));
+    }
+
+    #[test]
+    fn every_cycle_counts_each_plugin_run_sampled_or_not() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut s = Scheduler::new(instrumented(&instr), None);
+        for (i, cpu) in ["1", "2", "4"].iter().enumerate() {
+            s.upsert_node(
+                node(&format!("n{i}")).capacity(cpu, "4Gi").build(),
+                Duration::ZERO,
+            );
+        }
+        let evaluations = |point: &str| {
+            let series = format!(
+                "scheduler_plugin_evaluation_total{{plugin=\"NodeResourcesFit\",extension_point=\"{point}\",profile=\"default-scheduler\"}}"
+            );
+            let text = metrics.text();
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        // The series exist before any run, as kube-scheduler's do.
+        assert_eq!(evaluations("Filter"), Some(0.0));
+        for i in 0..2 {
+            s.upsert_pod(
+                pod(&format!("p{i}")).req("cpu", "500m").build(),
+                Duration::ZERO,
+            )
+            .unwrap();
+            instr.begin_cycle(); // the first sampled, the second not
+            match s.schedule_next(Duration::ZERO) {
+                Some(Attempt::Scheduled(task, _)) => {
+                    s.binding_succeeded(&task, Duration::ZERO).unwrap();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(evaluations("PreFilter"), Some(2.0));
+        // Every node examined, in both cycles.
+        assert_eq!(evaluations("Filter"), Some(6.0));
+        assert_eq!(evaluations("Score"), Some(6.0));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! `renewDeadline < leaseDuration`, a leader stops before anyone else may start. Updates use
 //! the lease's resourceVersion, so two candidates can never both win the same round.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -13,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
 
+use super::metrics::Metrics;
 use crate::config::LeaderElection;
 
 /// An error talking to the API server about the lease.
@@ -40,6 +42,8 @@ pub struct Elector {
     settings: LeaderElection,
     identity: String,
     observed: Option<Observed>,
+    /// Where `leader_election_master_status` says whether this candidate leads.
+    metrics: Arc<Metrics>,
 }
 
 /// This replica's identity as kube-scheduler builds it: the host name and a random suffix,
@@ -59,14 +63,22 @@ pub fn identity() -> String {
 }
 
 impl Elector {
-    /// A candidate named `identity` for the lease `settings` names.
-    pub fn new(client: Client, settings: LeaderElection, identity: String) -> Self {
+    /// A candidate named `identity` for the lease `settings` names; until it leads,
+    /// `leader_election_master_status` is 0 for the lease, as client-go's elector sets it.
+    pub fn new(
+        client: Client,
+        settings: LeaderElection,
+        identity: String,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let api = Api::namespaced(client, &settings.resource_namespace);
+        metrics.set_leader(&settings.resource_name, false);
         Elector {
             api,
             settings,
             identity,
             observed: None,
+            metrics,
         }
     }
 
@@ -94,6 +106,7 @@ impl Elector {
                         identity = %self.identity,
                         "acquired lease: leading"
                     );
+                    self.metrics.set_leader(&self.settings.resource_name, true);
                     return;
                 }
                 Ok(false) => {
@@ -122,6 +135,7 @@ impl Elector {
                 Ok(Ok(true)) => last_renewal = Instant::now(),
                 Ok(Ok(false)) => {
                     tracing::error!("lease taken by another replica");
+                    self.metrics.set_leader(&self.settings.resource_name, false);
                     return;
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, "cannot renew lease"),
@@ -132,6 +146,7 @@ impl Elector {
                     renew_deadline = ?self.settings.renew_deadline,
                     "lease not renewed within the renew deadline"
                 );
+                self.metrics.set_leader(&self.settings.resource_name, false);
                 return;
             }
         }
@@ -172,6 +187,7 @@ impl Elector {
             )
             .await
             .map_err(|e| self.error(e))?;
+        self.metrics.set_leader(&self.settings.resource_name, false);
         tracing::info!("lease released");
         Ok(())
     }

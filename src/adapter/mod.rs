@@ -319,7 +319,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         preemptions: preempt_tx,
         extenders: extender_tx,
         recorder,
-        metrics,
+        metrics: metrics.clone(),
         instrumentation,
         watchers: watched.into_iter().collect(),
         ready,
@@ -337,7 +337,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
 
     let mut elector = election
         .enabled
-        .then(|| Elector::new(client.clone(), election, identity));
+        .then(|| Elector::new(client.clone(), election, identity, metrics.clone()));
     let mut leading = false;
     if let Some(e) = &mut elector {
         tokio::select! {

@@ -77,6 +77,8 @@ pub struct Cache {
     /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order).
     order: Vec<Arc<str>>,
     pods: HashMap<(String, String), PodEntry>,
+    /// How many of `pods` are assumed.
+    assumed: usize,
     namespaces: Arc<HashMap<String, Labels>>,
     workloads: Arc<Workloads>,
     image_nodes: Arc<HashMap<String, usize>>,
@@ -120,6 +122,7 @@ impl Cache {
             nodes: HashMap::new(),
             order: Vec::new(),
             pods: HashMap::new(),
+            assumed: 0,
             namespaces: Arc::default(),
             workloads: Arc::default(),
             image_nodes: Arc::default(),
@@ -231,6 +234,16 @@ impl Cache {
         self.order.iter().map(|n| &self.nodes[n].info)
     }
 
+    /// Pods placed on nodes, bound or assumed (kube-scheduler's cache size of `pods`).
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Pods placed by this scheduler and not yet confirmed bound.
+    pub fn assumed_pod_count(&self) -> usize {
+        self.assumed
+    }
+
     /// Where the pod is placed, and whether only assumed.
     pub fn pod_placement(&self, namespace: &str, name: &str) -> Option<(&Arc<str>, bool)> {
         self.pods
@@ -305,12 +318,15 @@ impl Cache {
             self.storage.count_claims(&pod.namespace, claims, true);
         }
         self.touch(&node).add_pod(pod);
+        self.assumed += usize::from(assumed);
         self.pods.insert(key, PodEntry { node, assumed });
     }
 
     /// Takes the pod `key` off `node`; returns it.
     fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
-        self.pods.remove(key);
+        if self.pods.remove(key).is_some_and(|e| e.assumed) {
+            self.assumed -= 1;
+        }
         let pod = self.touch(node).remove_pod(&key.0, &key.1);
         if let Some(pod) = &pod {
             self.set_placed(pod, false);

@@ -29,6 +29,24 @@ fn assume_confirm_forget() {
 }
 
 #[test]
+fn pod_counts_follow_assumptions_confirmations_and_removals() {
+    let mut cache = Cache::new();
+    cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+    let counts = |c: &Cache| (c.pod_count(), c.assumed_pod_count());
+    cache.assume_pod(pod("a").on("n1").build()).unwrap();
+    cache.assume_pod(pod("b").on("n1").build()).unwrap();
+    cache.add_bound_pod(pod("c").on("n1").build()).unwrap();
+    assert_eq!(counts(&cache), (3, 2));
+    cache.add_bound_pod(pod("a").on("n1").build()).unwrap();
+    assert_eq!(counts(&cache), (3, 1));
+    cache.forget_pod("default", "b").unwrap();
+    assert_eq!(counts(&cache), (2, 0));
+    cache.remove_pod("default", "c");
+    cache.remove_pod("default", "a");
+    assert_eq!(counts(&cache), (0, 0));
+}
+
+#[test]
 fn snapshot_is_incremental_and_isolated() {
     let mut cache = Cache::new();
     for i in 0..3 {
