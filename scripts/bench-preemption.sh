@@ -128,7 +128,7 @@ scheduler_command() {
       printf '  plugins:\n    multiPoint:\n      enabled: [{name: DefaultPreemption}]\n' \
         >>"${run}/gantry.yaml"
       COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-        --address "127.0.0.1:${port}")
+        --address "127.0.0.1:${port}" --secure-port 0)
       ;;
     kube-scheduler)
       bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
