@@ -229,7 +229,7 @@ mod tests {
         let sans = parsed.subject_alternative_name().unwrap().unwrap();
         let shown = format!("{:?}", sans.value.general_names);
         assert!(
-            shown.contains("localhost") && shown.contains("127.0.0.1"),
+            shown.contains("DNSName(\"localhost\")") && shown.contains("IPAddress([127, 0, 0, 1])"),
             "{shown}"
         );
         let validity = parsed.validity();
