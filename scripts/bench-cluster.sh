@@ -184,7 +184,7 @@ for nodes in "${NODE_LIST[@]}"; do
               bench_gantry_config "${RUN}/gantry.yaml"
             fi
             command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-              --address "127.0.0.1:${port}")
+              --address "127.0.0.1:${port}" --secure-port 0)
             [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
             ;;
           kube-scheduler)

@@ -140,7 +140,7 @@ scheduler_command() {
     gantry)
       bench_gantry_config "${run}/gantry.yaml"
       COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-        --address "127.0.0.1:${port}")
+        --address "127.0.0.1:${port}" --secure-port 0)
       ;;
     kube-scheduler)
       bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"

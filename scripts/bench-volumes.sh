@@ -200,7 +200,7 @@ for w in "${WORKLOAD_LIST[@]}"; do
         gantry)
           bench_gantry_config "${RUN}/gantry.yaml"
           command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-            --address "127.0.0.1:${port}")
+            --address "127.0.0.1:${port}" --secure-port 0)
           [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
           ;;
         kube-scheduler)

@@ -95,7 +95,7 @@ profiles:
 EOF
 log "starting gantry run (log: ${STATE}/gantry.log)"
 "${GANTRY}" run --config "${STATE}/gantry.yaml" --kubeconfig "${KUBECONFIG}" \
-  --address 127.0.0.1:0 2>"${STATE}/gantry.log" &
+  --address 127.0.0.1:0 --secure-port 0 2>"${STATE}/gantry.log" &
 GANTRY_PID=$!
 
 # Done when every pod is bound or gantry has marked it PodScheduled=False.

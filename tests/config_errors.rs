@@ -165,6 +165,7 @@ fn gantry_run_refuses_an_invalid_configuration_before_contacting_the_api_server(
             kubeconfig.as_os_str(),
             "--address".as_ref(),
             "127.0.0.1:0".as_ref(),
+            "--secure-port=0".as_ref(),
         ]);
         let err = stderr(&out);
         assert!(!out.status.success(), "{name}: gantry run succeeded: {err}");
@@ -270,7 +271,7 @@ fn kube_schedulers_written_defaults_are_accepted_entirely() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(["run".as_ref(), "--config".as_ref(), written.as_os_str()])
         .args(["--kubeconfig".as_ref(), kubeconfig.as_os_str()])
-        .args(["--address", "127.0.0.1:0"])
+        .args(["--address", "127.0.0.1:0", "--secure-port=0"])
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -46,11 +46,32 @@ pub async fn connect(
     settings: &ClientConnection,
     metrics: Option<&RestClientMetrics>,
 ) -> Result<Client, AdapterError> {
+    connect_to(kubeconfig, None, settings, metrics).await
+}
+
+/// Like [`connect`], with the API server at `master` when given (kube-scheduler's
+/// `--master`: it overrides the kubeconfig's server; with no kubeconfig at all, the client
+/// has that address and no credentials, as client-go builds it).
+pub async fn connect_to(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+    settings: &ClientConnection,
+    metrics: Option<&RestClientMetrics>,
+) -> Result<Client, AdapterError> {
     let path = kubeconfig
         .map(Path::to_path_buf)
         .or_else(|| settings.kubeconfig.as_ref().map(PathBuf::from));
-    let config = match path {
-        Some(path) => {
+    let master = master
+        .filter(|m| !m.is_empty())
+        .map(|m| {
+            m.parse::<http::Uri>().map_err(|e| AdapterError::Master {
+                master: m.to_string(),
+                error: e.to_string(),
+            })
+        })
+        .transpose()?;
+    let mut config = match (path, &master) {
+        (Some(path), _) => {
             let error = |error| AdapterError::Kubeconfig {
                 path: path.display().to_string(),
                 error,
@@ -60,8 +81,12 @@ pub async fn connect(
                 .await
                 .map_err(error)?
         }
-        None => kube::Config::infer().await?,
+        (None, Some(master)) => kube::Config::new(master.clone()),
+        (None, None) => kube::Config::infer().await?,
     };
+    if let Some(master) = master {
+        config.cluster_url = master;
+    }
     Ok(build(
         config,
         ThrottleLayer::new(settings.qps, settings.burst),

@@ -41,7 +41,8 @@ pub fn router(health: Health) -> Router {
         .with_state(health)
 }
 
-/// Binds `address` and serves the endpoints until the task is dropped.
+/// Binds `address` and serves the endpoints over plain HTTP, open to all (`--address`),
+/// until the task is dropped. The secure port is served by the adapter's serving module.
 pub async fn serve(
     address: SocketAddr,
     health: Health,

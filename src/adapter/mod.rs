@@ -22,7 +22,9 @@
 //! - [`leader`]: Lease-based leader election.
 //! - [`metrics`], [`instrument`], [`health`]: kube-scheduler's metrics and the health
 //!   endpoints; [`exposition`]: the text formats `/metrics` speaks; [`process_metrics`]
-//!   and [`rest_client`]: the process's and the API requests' families.
+//!   and [`rest_client`]: the process's and the API requests' families; [`serving`]: all
+//!   of it served over HTTPS with delegated authentication and authorization, as
+//!   kube-scheduler serves them.
 //! - [`throttle`]: `clientConnection.qps` and `burst`.
 //! - [`node_load`]: node load from Prometheus or node annotations, for LoadAware and
 //!   Overcommit.
@@ -48,6 +50,7 @@ pub mod process_metrics;
 pub mod protobuf;
 pub mod reflector;
 pub mod rest_client;
+pub mod serving;
 pub mod throttle;
 pub mod watch;
 
@@ -90,20 +93,31 @@ pub enum AdapterError {
         /// Why.
         error: kube::config::KubeconfigError,
     },
+    /// `--master` is not a URL.
+    #[error("--master {master:?}: {error}")]
+    Master {
+        /// The value given.
+        master: String,
+        /// Why it is not a URL.
+        error: String,
+    },
     /// No kubeconfig was given and none could be found (nor an in-cluster configuration).
     #[error("no API server configuration: {0}")]
     Infer(kube::config::InferConfigError),
     /// The HTTP client cannot be built.
     #[error("cannot build the API client: {0}")]
     Client(kube::Error),
-    /// The metrics and health endpoints cannot be served.
-    #[error("cannot serve HTTP on {address}: {error}")]
+    /// The metrics and health endpoints cannot be served over plain HTTP (`--address`).
+    #[error("--address {address}: cannot serve HTTP: {error}")]
     Serve {
         /// The address.
         address: SocketAddr,
         /// Why.
         error: std::io::Error,
     },
+    /// The secure port cannot be served.
+    #[error(transparent)]
+    SecureServing(#[from] serving::ServingError),
     /// The scheduling thread or the signal handlers cannot be started.
     #[error("cannot start: {0}")]
     Start(std::io::Error),
@@ -158,8 +172,10 @@ pub struct Options {
     /// A kubeconfig; `clientConnection.kubeconfig`, then the usual places (`KUBECONFIG`,
     /// `~/.kube/config`, in-cluster) when absent.
     pub kubeconfig: Option<PathBuf>,
+    /// The API server's address, overriding the kubeconfig's (`--master`).
+    pub master: Option<String>,
     /// Where to serve `/metrics`, `/healthz`, `/readyz`, `/livez` and `/debug/decisions`.
-    pub address: SocketAddr,
+    pub serving: serving::Serving,
     /// The filtering and scoring thread pool.
     pub pool: Option<Arc<rayon::ThreadPool>>,
     /// Where node load comes from.
@@ -174,7 +190,8 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let Options {
         mut config,
         kubeconfig,
-        address,
+        master,
+        serving,
         pool,
         node_load,
         decisions,
@@ -182,8 +199,9 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
     let metrics = Arc::new(Metrics::new());
-    let client = connect(
+    let client = client::connect_to(
         kubeconfig.as_deref(),
+        master.as_deref(),
         &config.client_connection,
         Some(metrics.rest_client()),
     )
@@ -206,10 +224,27 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         ready: ready.clone(),
         decisions: decision_store.clone(),
     };
-    let (served, _server) = health::serve(address, health)
-        .await
-        .map_err(|error| AdapterError::Serve { address, error })?;
-    tracing::info!(%served, %identity, ?profiles, "gantry starting");
+    let plain = match serving.plain {
+        Some(address) => Some(
+            health::serve(address, health.clone())
+                .await
+                .map_err(|error| AdapterError::Serve { address, error })?,
+        ),
+        None => None,
+    };
+    let secure = match &serving.secure {
+        Some(settings) => Some(serving::serve_secure(settings, health).await?),
+        None => None,
+    };
+    let served = plain
+        .as_ref()
+        .map(|(a, _)| a.to_string())
+        .unwrap_or_default();
+    let secure_served = secure
+        .as_ref()
+        .map(|(a, _)| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(%served, %secure_served, %identity, ?profiles, "gantry starting");
 
     let mut signals = Signals::new()?;
     let (inputs, inputs_rx) = std::sync::mpsc::channel();

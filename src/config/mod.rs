@@ -112,6 +112,54 @@ pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigErr
     })
 }
 
+/// Decodes configuration text (YAML or JSON) into the file's fields, checking its
+/// `apiVersion` and `kind` but nothing else: for what is applied on top of the file (the
+/// command line's flags) before [`Config::from_file_config`] validates the whole.
+pub fn read_configuration(text: &str) -> Result<KubeSchedulerConfiguration, ConfigError> {
+    let file: KubeSchedulerConfiguration = decode(text)?;
+    if file.api_version.as_deref() != Some(types::API_VERSION) {
+        return Err(ConfigError::field(
+            "apiVersion",
+            format!(
+                "must be {:?}, got {}",
+                types::API_VERSION,
+                echo(file.api_version.as_deref().unwrap_or_default())
+            ),
+        ));
+    }
+    if file.kind.as_deref() != Some(types::KIND) {
+        return Err(ConfigError::field(
+            "kind",
+            format!(
+                "must be {:?}, got {}",
+                types::KIND,
+                echo(file.kind.as_deref().unwrap_or_default())
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+/// `leaderElection.leaderElect` when not given.
+pub const DEFAULT_LEADER_ELECT: bool = true;
+/// `leaderElection.leaseDuration` when not given.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// `leaderElection.renewDeadline` when not given.
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+/// `leaderElection.retryPeriod` when not given.
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// `leaderElection.resourceLock` when not given: the only lock gantry takes.
+pub const DEFAULT_RESOURCE_LOCK: &str = "leases";
+/// `leaderElection.resourceName` when not given: gantry's own lease, so that gantry never
+/// contends with kube-scheduler's (`kube-scheduler`) when both run.
+pub const DEFAULT_LEASE_NAME: &str = "gantry";
+/// `leaderElection.resourceNamespace` when not given.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+/// `clientConnection.contentType` when not given (kube-scheduler's).
+pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// `enableProfiling` and `enableContentionProfiling` when not given (kube-scheduler's).
+pub const DEFAULT_PROFILING: bool = true;
+
 /// Leader election settings, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaderElection {
@@ -196,28 +244,7 @@ impl Config {
 
     /// Parses and validates configuration text (YAML or JSON).
     pub fn parse(text: &str, registry: &Registry) -> Result<Self, ConfigError> {
-        let file: KubeSchedulerConfiguration = decode(text)?;
-        if file.api_version.as_deref() != Some(types::API_VERSION) {
-            return Err(ConfigError::field(
-                "apiVersion",
-                format!(
-                    "must be {:?}, got {}",
-                    types::API_VERSION,
-                    echo(file.api_version.as_deref().unwrap_or_default())
-                ),
-            ));
-        }
-        if file.kind.as_deref() != Some(types::KIND) {
-            return Err(ConfigError::field(
-                "kind",
-                format!(
-                    "must be {:?}, got {}",
-                    types::KIND,
-                    echo(file.kind.as_deref().unwrap_or_default())
-                ),
-            ));
-        }
-        Self::from_file_config(&file, registry)
+        Self::from_file_config(&read_configuration(text)?, registry)
     }
 
     /// Validates a decoded file and builds its profiles.
@@ -351,16 +378,17 @@ const LEADER_JITTER_FACTOR: f64 = 1.2;
 const MAX_LEASE_SECONDS: u64 = i32::MAX as u64;
 
 fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigError> {
-    let dur = |v: Option<String>, default: u64, field: &str| -> Result<Duration, ConfigError> {
-        match v {
-            None => Ok(Duration::from_secs(default)),
-            Some(s) => parse_go_duration(&s)
-                .map_err(|e| ConfigError::field(format!("leaderElection.{field}"), e)),
-        }
-    };
-    let lease_duration = dur(le.lease_duration, 15, "leaseDuration")?;
-    let renew_deadline = dur(le.renew_deadline, 10, "renewDeadline")?;
-    let retry_period = dur(le.retry_period, 2, "retryPeriod")?;
+    let dur =
+        |v: Option<String>, default: Duration, field: &str| -> Result<Duration, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(s) => parse_go_duration(&s)
+                    .map_err(|e| ConfigError::field(format!("leaderElection.{field}"), e)),
+            }
+        };
+    let lease_duration = dur(le.lease_duration, DEFAULT_LEASE_DURATION, "leaseDuration")?;
+    let renew_deadline = dur(le.renew_deadline, DEFAULT_RENEW_DEADLINE, "renewDeadline")?;
+    let retry_period = dur(le.retry_period, DEFAULT_RETRY_PERIOD, "retryPeriod")?;
     let positive = |d: Duration, field: &str| {
         if d.is_zero() {
             Err(ConfigError::field(
@@ -398,7 +426,8 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
         ));
     }
     match le.resource_lock.as_deref() {
-        None | Some("leases") => {}
+        None => {}
+        Some(lock) if lock == DEFAULT_RESOURCE_LOCK => {}
         Some(other) => {
             return Err(ConfigError::field(
                 "leaderElection.resourceLock",
@@ -406,16 +435,18 @@ fn leader_election(le: types::LeaderElection) -> Result<LeaderElection, ConfigEr
             ));
         }
     }
-    let resource_name = le.resource_name.unwrap_or_else(|| "gantry".to_string());
+    let resource_name = le
+        .resource_name
+        .unwrap_or_else(|| DEFAULT_LEASE_NAME.to_string());
     names::dns_subdomain(&resource_name)
         .map_err(|e| ConfigError::field("leaderElection.resourceName", e))?;
     let resource_namespace = le
         .resource_namespace
-        .unwrap_or_else(|| "kube-system".to_string());
+        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string());
     names::dns_label(&resource_namespace)
         .map_err(|e| ConfigError::field("leaderElection.resourceNamespace", e))?;
     Ok(LeaderElection {
-        enabled: le.leader_elect.unwrap_or(true),
+        enabled: le.leader_elect.unwrap_or(DEFAULT_LEADER_ELECT),
         lease_duration,
         renew_deadline,
         retry_period,
@@ -457,7 +488,8 @@ fn client_connection(cc: types::ClientConnection) -> Result<ClientConnection, Co
         ));
     }
     let content_type = match cc.content_type.as_deref() {
-        None | Some("") | Some("application/vnd.kubernetes.protobuf") => ContentType::Protobuf,
+        None | Some("") => ContentType::Protobuf,
+        Some(t) if t == DEFAULT_CONTENT_TYPE => ContentType::Protobuf,
         Some("application/json") => ContentType::Json,
         Some(other) => {
             return Err(ConfigError::field(

@@ -114,6 +114,9 @@ impl Gantry {
             .arg(kubeconfig)
             .arg("--address")
             .arg(addr.to_string())
+            // Plain HTTP only: the tests of a binary run side by side, and the secure port's
+            // default (10259) would be one port for all of them.
+            .arg("--secure-port=0")
             .arg("--log")
             .arg("info,gantry=debug")
             .args(args)

@@ -2,16 +2,19 @@
 
 mod bench;
 mod explain;
+mod feature_gates;
+mod kube_flags;
 mod openb;
 mod report;
 mod run;
 mod simulate;
 mod webhook;
+mod write_config;
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// gantry: a Kubernetes scheduler written in Rust.
 #[derive(Debug, Parser)]
@@ -26,7 +29,7 @@ enum Command {
     /// Schedule a cluster snapshot offline through the scheduling core and report the result.
     Simulate(simulate::Args),
     /// Schedule the pods of a real cluster: watch its API server, bind, record events.
-    Run(run::Args),
+    Run(Box<run::Args>),
     /// Measure scheduling decisions per second on synthetic clusters (no API server).
     Bench(bench::Args),
     /// Serve the canary admission webhook that routes a share of new pods to gantry.
@@ -35,19 +38,54 @@ enum Command {
     Explain(explain::Args),
 }
 
+/// Opens /dev/null on each standard descriptor (0, 1, 2) that is closed. A process started
+/// with `2>&-` would otherwise hand descriptor 2 to the first file or socket it opens, and
+/// every log line would go there (into a connection to the API server, say).
+fn reopen_closed_standard_descriptors() {
+    use std::os::fd::{BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+    for fd in 0..=2 {
+        // SAFETY: the descriptor is only asked about (fcntl F_GETFD), never used.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        if rustix::io::fcntl_getfd(borrowed) != Err(rustix::io::Errno::BADF) {
+            continue;
+        }
+        let Ok(null) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return;
+        };
+        // The lowest free descriptor: `fd` itself, kept open for the process's life.
+        let raw = null.into_raw_fd();
+        if raw != fd {
+            // SAFETY: `raw` was just opened here and is owned by nothing else.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) });
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    reopen_closed_standard_descriptors();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sub = matches
+        .subcommand()
+        .map(|(_, m)| m.clone())
+        .unwrap_or_default();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args, &sub),
         Command::Webhook(args) => webhook::run(args),
         Command::Explain(args) => explain::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not eprintln!, which panics when stderr is gone (a closed pipe): the exit
+            // status says the same.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }
@@ -56,18 +94,44 @@ fn main() -> std::process::ExitCode {
 /// The log filter of `run` and `webhook` when neither `--log` nor `GANTRY_LOG` gives one.
 const DEFAULT_LOG: &str = "info";
 
-/// The log flag of the long-running subcommands (`run`, `webhook`), defined once for both.
+/// The log flags of the long-running subcommands (`run`, `webhook`), defined once for both.
 #[derive(Debug, clap::Args)]
 struct LogArgs {
     /// Log filter (tracing-subscriber's `EnvFilter` syntax, e.g. `info` or `gantry=debug`).
     #[arg(long, env = "GANTRY_LOG", default_value = DEFAULT_LOG)]
     log: String,
+    /// kube-scheduler's (klog's) verbosity, used when --log is left at its default: 0 to 2
+    /// log at `info`, 3 and 4 add gantry's `debug`, 5 gantry's `trace`, 6 and 7 `debug` for
+    /// everything (the API client's requests included), 8 and more `trace`.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    verbosity: Option<u8>,
+}
+
+/// The tracing filter for klog's verbosity `level` (see [`LogArgs`]).
+fn verbosity_filter(level: u8) -> &'static str {
+    match level {
+        0..=2 => "info",
+        3..=4 => "info,gantry=debug",
+        5 => "info,gantry=trace",
+        6..=7 => "debug",
+        _ => "trace",
+    }
 }
 
 impl LogArgs {
-    /// Logs to stderr through the filter, in colour on a terminal.
+    /// The filter: --log (or `GANTRY_LOG`) if it says other than the default, else the one
+    /// -v gives, else the default.
+    fn filter(&self) -> &str {
+        match self.verbosity {
+            Some(level) if self.log == DEFAULT_LOG => verbosity_filter(level),
+            _ => &self.log,
+        }
+    }
+
+    /// Logs to stderr through the filter, in colour on a terminal. A write that fails (a
+    /// closed stderr) loses the line and nothing else.
     fn init(&self) -> anyhow::Result<()> {
-        let filter = &self.log;
+        let filter = self.filter();
         let env_filter = tracing_subscriber::EnvFilter::try_new(filter)
             .with_context(|| format!("invalid log filter {filter:?}"))?;
         tracing_subscriber::fmt()
@@ -86,6 +150,18 @@ mod tests {
     #[test]
     fn command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn klog_verbosity_maps_onto_the_filter_unless_a_filter_is_given() {
+        let log: super::LogArgs = parse(&["-v", "4"]);
+        assert_eq!(log.filter(), "info,gantry=debug");
+        let log: super::LogArgs = parse(&["--v=2"]);
+        assert_eq!(log.filter(), "info");
+        let log: super::LogArgs = parse(&["--v=9", "--log", "warn"]);
+        assert_eq!(log.filter(), "warn");
+        let log: super::LogArgs = parse(&[]);
+        assert_eq!(log.filter(), super::DEFAULT_LOG);
     }
 
     /// The flags `A` as a command of their own.

@@ -1,44 +1,66 @@
 //! `gantry run`: schedule pods of a real cluster.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use clap::ArgMatches;
 use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
 use gantry::adapter::{self, DecisionSettings, Options};
-use gantry::config::{Config, GoDuration};
+use gantry::config::{self, Config, GoDuration};
 use gantry::plugins;
 
-/// Where the HTTP endpoints are served when `--address` is not given: port 10251 (the one
-/// kube-scheduler served plain HTTP on) of every IPv4 interface.
-const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 10251);
+use crate::kube_flags::{self, DeprecatedArgs, LeaderElectionArgs, ServingArgs};
 
-/// Arguments of `gantry run`.
+/// Arguments of `gantry run`: kube-scheduler's flags, with their meaning and precedence
+/// against the configuration file, and gantry's own.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A KubeSchedulerConfiguration (v1) file; kube-scheduler's defaults without it.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A kubeconfig file; otherwise `clientConnection.kubeconfig`, then `KUBECONFIG`,
-    /// `~/.kube/config` or the in-cluster service account.
+    /// Write the effective configuration (the file and the flags, every default filled in)
+    /// to this file as YAML, and exit; `-` writes it to standard output.
+    #[arg(long)]
+    write_config_to: Option<PathBuf>,
+    /// A kubeconfig file. With --config, used only when the file's
+    /// clientConnection.kubeconfig is empty (kube-scheduler ignores it then); otherwise
+    /// `KUBECONFIG`, `~/.kube/config` or the in-cluster service account.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Where to serve /metrics, /healthz, /readyz, /livez and
-    /// /debug/decisions/<namespace>/<pod> (plain HTTP).
-    #[arg(long, default_value_t = DEFAULT_ADDRESS)]
-    address: SocketAddr,
+    /// The API server's address, overriding the kubeconfig's server.
+    #[arg(long)]
+    master: Option<String>,
+    /// Also serve /metrics, /healthz, /readyz, /livez and /debug/decisions over plain HTTP
+    /// here, open to anyone (e.g. 127.0.0.1:10251); off by default, as kube-scheduler has
+    /// no plain port any more.
+    #[arg(long)]
+    address: Option<SocketAddr>,
+    /// Kubernetes feature gates, `Name=true|false,...`: an unknown gate is an error; a
+    /// scheduler gate gantry does not honour is a warning naming it.
+    #[arg(long)]
+    feature_gates: Option<String>,
     /// The log filter.
     #[command(flatten)]
     log: crate::LogArgs,
-    /// Where node load comes from.
-    #[command(flatten)]
-    load: LoadArgs,
     /// Scheduling attempts whose decision records are kept in memory (all pods together;
     /// the oldest go first), for /debug/decisions and `gantry explain --server`.
     #[arg(long, env = "GANTRY_DECISION_RECORDS", default_value_t = crate::explain::DEFAULT_RECORDS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     decision_records: usize,
+    /// HTTPS, authentication and authorization.
+    #[command(flatten)]
+    serving: ServingArgs,
+    /// Leader election.
+    #[command(flatten)]
+    leader: LeaderElectionArgs,
+    /// kube-scheduler's deprecated flags.
+    #[command(flatten)]
+    deprecated: DeprecatedArgs,
+    /// Where node load comes from.
+    #[command(flatten)]
+    load: LoadArgs,
     /// The decision log file.
     #[command(flatten)]
     decision_log: crate::explain::DecisionLogArgs,
@@ -141,17 +163,63 @@ pub(crate) fn exit_on_panic() {
     }));
 }
 
-/// Runs the scheduler until SIGTERM or SIGINT.
-pub fn run(args: Args) -> anyhow::Result<()> {
+/// The effective configuration of `args`: the file (if any) and the flags, by
+/// kube-scheduler's precedence, validated; with the warnings to log.
+fn effective_configuration(
+    args: &Args,
+    matches: &ArgMatches,
+) -> anyhow::Result<(config::KubeSchedulerConfiguration, Config, Vec<String>)> {
+    let file = match &args.config {
+        Some(path) => Some(
+            config::read_file(path)
+                .and_then(|text| config::read_configuration(&text))
+                .with_context(|| format!("--config {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let from_file = file.is_some();
+    let (file, mut warnings) = kube_flags::apply(
+        file,
+        &args.leader,
+        &args.deprecated,
+        args.kubeconfig.as_deref(),
+        matches,
+    );
+    let registry = plugins::registry();
+    let resolved = Config::from_file_config(&file, &registry).map_err(|e| {
+        // A field that came from a flag is named by the flag.
+        let e = anyhow::Error::new(e);
+        match (&args.config, from_file) {
+            (Some(path), true) => e.context(format!("--config {}", path.display())),
+            _ => e.context("the command line's configuration"),
+        }
+    })?;
+    if let Some(gates) = &args.feature_gates {
+        warnings.extend(
+            crate::feature_gates::parse(gates)
+                .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?,
+        );
+    }
+    Ok((file, resolved, warnings))
+}
+
+/// Runs the scheduler until SIGTERM or SIGINT; `matches` tells which flags were given.
+pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
     exit_on_panic();
     limit_malloc_arenas();
     args.log.init()?;
+    let (file, config, warnings) = effective_configuration(&args, matches)?;
+    if let Some(target) = &args.write_config_to {
+        return crate::write_config::write(target, &file, &config);
+    }
+    for warning in &warnings {
+        tracing::warn!("{warning}");
+    }
     let node_load = args.load.settings()?;
-    let registry = plugins::registry();
-    let config = match &args.config {
-        Some(path) => Config::load(path, &registry)?,
-        None => Config::default_with(&registry)?,
-    };
+    let serving = args
+        .serving
+        .serving(args.address)
+        .map_err(anyhow::Error::msg)?;
     // `parallelism` counts kube-scheduler's goroutines, which Go multiplexes onto the cores;
     // threads beyond the cores would only add switching. One core is left to the I/O
     // threads and to what shares the machine (a control-plane node's API server and etcd):
@@ -179,8 +247,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot start the async runtime")?;
     let options = Options {
         config,
-        kubeconfig: args.kubeconfig,
-        address: args.address,
+        // Already in the configuration (clientConnection.kubeconfig), by precedence.
+        kubeconfig: None,
+        master: args.master.clone(),
+        serving,
         pool,
         node_load,
         decisions: DecisionSettings {
@@ -237,6 +307,7 @@ mod tests {
     use super::*;
     use crate::tests::{assert_shown_defaults, parse};
     use clap::ValueEnum;
+    use gantry::adapter::serving;
     use gantry::decision::file;
 
     #[test]
@@ -247,12 +318,64 @@ mod tests {
             GoDuration(node_load::DEFAULT_MAX_AGE),
             GoDuration(node_load::DEFAULT_LAG),
         ];
+        let d = |d: std::time::Duration| GoDuration(d).to_string();
         assert_shown_defaults::<Args>(&[
-            ("address", DEFAULT_ADDRESS.to_string()),
             ("log", crate::DEFAULT_LOG.to_string()),
             (
                 "decision_records",
                 crate::explain::DEFAULT_RECORDS.to_string(),
+            ),
+            ("bind_address", serving::DEFAULT_BIND_ADDRESS.to_string()),
+            ("secure_port", serving::DEFAULT_SECURE_PORT.to_string()),
+            ("authentication_skip_lookup", "false".to_string()),
+            (
+                "authentication_token_webhook_cache_ttl",
+                d(serving::authn::DEFAULT_TOKEN_CACHE_TTL),
+            ),
+            (
+                "authorization_always_allow_paths",
+                serving::authz::DEFAULT_ALWAYS_ALLOW_PATHS.to_string(),
+            ),
+            (
+                "authorization_webhook_cache_authorized_ttl",
+                d(serving::authz::DEFAULT_AUTHORIZED_TTL),
+            ),
+            (
+                "authorization_webhook_cache_unauthorized_ttl",
+                d(serving::authz::DEFAULT_UNAUTHORIZED_TTL),
+            ),
+            ("leader_elect", config::DEFAULT_LEADER_ELECT.to_string()),
+            (
+                "leader_elect_lease_duration",
+                d(config::DEFAULT_LEASE_DURATION),
+            ),
+            (
+                "leader_elect_renew_deadline",
+                d(config::DEFAULT_RENEW_DEADLINE),
+            ),
+            ("leader_elect_retry_period", d(config::DEFAULT_RETRY_PERIOD)),
+            (
+                "leader_elect_resource_lock",
+                config::DEFAULT_RESOURCE_LOCK.to_string(),
+            ),
+            (
+                "leader_elect_resource_name",
+                config::DEFAULT_LEASE_NAME.to_string(),
+            ),
+            (
+                "leader_elect_resource_namespace",
+                config::DEFAULT_LEASE_NAMESPACE.to_string(),
+            ),
+            ("kube_api_qps", config::DEFAULT_QPS.to_string()),
+            ("kube_api_burst", config::DEFAULT_BURST.to_string()),
+            (
+                "kube_api_content_type",
+                config::DEFAULT_CONTENT_TYPE.to_string(),
+            ),
+            ("profiling", config::DEFAULT_PROFILING.to_string()),
+            (
+                "contention_profiling",
+                config::DEFAULT_PROFILING.to_string(),
             ),
             ("load_source", none.get_name().to_string()),
             (
@@ -273,16 +396,164 @@ mod tests {
         ]);
         let args: Args = parse(&[]);
         // What --help shows reads back as the definition itself.
-        assert_eq!(args.address, DEFAULT_ADDRESS);
+        assert_eq!(args.address, None);
         assert_eq!(args.load.load_source, Source::None);
         assert_eq!(
-            [
-                args.load.load_interval,
-                args.load.load_max_age,
-                args.load.load_lag
-            ],
-            load
+            [args.load.load_interval, args.load.load_lag][..],
+            [load[0], load[2]][..]
         );
+        // And the configuration the flags make by default is the file's own default.
+        let (file, config, warnings) = resolve(&[]);
+        let registry = plugins::registry();
+        let plain = Config::default_with(&registry).unwrap();
+        assert_eq!(config.leader_election, plain.leader_election);
+        assert_eq!(config.client_connection, plain.client_connection);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(file.enable_profiling, Some(config::DEFAULT_PROFILING));
+    }
+
+    /// The effective configuration of `gantry run <argv>`.
+    fn resolve(argv: &[&str]) -> (config::KubeSchedulerConfiguration, Config, Vec<String>) {
+        let matches = crate::tests::command::<Args>()
+            .try_get_matches_from(std::iter::once("gantry-test").chain(argv.iter().copied()))
+            .expect("valid arguments");
+        let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).expect("args");
+        effective_configuration(&args, &matches).expect("a valid configuration")
+    }
+
+    fn config_file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(
+            &mut f,
+            format!("apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{text}")
+                .as_bytes(),
+        )
+        .unwrap();
+        f
+    }
+
+    #[test]
+    fn without_config_every_kube_scheduler_flag_applies() {
+        let (_, config, warnings) = resolve(&[
+            "--leader-elect=false",
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20s",
+            "--leader-elect-retry-period=4s",
+            "--leader-elect-resource-name=kube-scheduler",
+            "--leader-elect-resource-namespace=gantry-system",
+            "--kube-api-qps=50",
+            "--kube-api-burst=100",
+            "--kube-api-content-type=application/json",
+            "--kubeconfig=/etc/kubernetes/scheduler.conf",
+        ]);
+        let le = &config.leader_election;
+        assert!(!le.enabled);
+        assert_eq!(le.lease_duration.as_secs(), 30);
+        assert_eq!(le.renew_deadline.as_secs(), 20);
+        assert_eq!(le.retry_period.as_secs(), 4);
+        assert_eq!(le.resource_name, "kube-scheduler");
+        assert_eq!(le.resource_namespace, "gantry-system");
+        let cc = &config.client_connection;
+        assert_eq!((cc.qps, cc.burst), (50.0, 100));
+        assert_eq!(cc.content_type, config::ContentType::Json);
+        assert_eq!(
+            cc.kubeconfig.as_deref(),
+            Some("/etc/kubernetes/scheduler.conf")
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn with_config_leader_flags_override_and_deprecated_flags_are_ignored() {
+        let file = config_file(
+            "leaderElection: {leaderElect: true, leaseDuration: 20s, resourceName: from-file}\n\
+             clientConnection: {qps: 10, burst: 20, kubeconfig: file.conf}\n",
+        );
+        let path = file.path().to_str().unwrap();
+        let (_, config, warnings) = resolve(&[
+            "--config",
+            path,
+            "--leader-elect=false",
+            "--kube-api-qps=99",
+            "--kubeconfig=flag.conf",
+        ]);
+        let le = &config.leader_election;
+        assert!(!le.enabled, "the flag overrides the file");
+        assert_eq!(le.lease_duration.as_secs(), 20, "the file's, no flag given");
+        assert_eq!(le.resource_name, "from-file");
+        let cc = &config.client_connection;
+        assert_eq!((cc.qps, cc.burst), (10.0, 20), "--kube-api-qps ignored");
+        assert_eq!(cc.kubeconfig.as_deref(), Some("file.conf"));
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].starts_with("--kube-api-qps is ignored because --config is given"));
+        assert!(warnings[1].starts_with("--kubeconfig flag.conf is ignored"));
+        // A file without a kubeconfig takes the flag's.
+        let file = config_file("");
+        let (_, config, _) =
+            resolve(&["--config", file.path().to_str().unwrap(), "--kubeconfig=k"]);
+        assert_eq!(config.client_connection.kubeconfig.as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn bad_values_name_their_flag() {
+        let command = crate::tests::command::<Args>();
+        for (argv, named) in [
+            (vec!["--leader-elect=maybe"], "--leader-elect"),
+            (vec!["--secure-port=70000"], "--secure-port"),
+            (vec!["--port=10251"], "--port"),
+            (vec!["--bind-address=localhost"], "--bind-address"),
+            (
+                vec!["--leader-elect-lease-duration=15"],
+                "--leader-elect-lease-duration",
+            ),
+            (vec!["--tls-cert-file=a.crt"], "--tls-private-key-file"),
+        ] {
+            let e = command
+                .clone()
+                .try_get_matches_from(std::iter::once("gantry-test").chain(argv.iter().copied()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(named), "{argv:?}: {e}");
+        }
+        let matches = command
+            .clone()
+            .try_get_matches_from(["gantry-test", "--leader-elect-renew-deadline=20s"])
+            .unwrap();
+        let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        let e = effective_configuration(&args, &matches).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("leaderElection.leaseDuration"),
+            "{e:#}"
+        );
+        let matches = command
+            .clone()
+            .try_get_matches_from(["gantry-test", "--feature-gates=Nope=true"])
+            .unwrap();
+        let args = <Args as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        let e = effective_configuration(&args, &matches).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            "--feature-gates: unrecognized feature gate: Nope"
+        );
+        let args: Args = parse(&["--authorization-always-allow-paths=/a*b"]);
+        let e = args.serving.serving(None).unwrap_err();
+        assert!(e.starts_with("--authorization-always-allow-paths:"), "{e}");
+    }
+
+    #[test]
+    fn kubeadms_command_line_is_accepted() {
+        let args: Args = parse(&[
+            "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--bind-address=127.0.0.1",
+            "--kubeconfig=/etc/kubernetes/scheduler.conf",
+            "--leader-elect=true",
+        ]);
+        let serving = args.serving.serving(None).unwrap();
+        let secure = serving.secure.expect("HTTPS by default");
+        assert_eq!(secure.address.to_string(), "127.0.0.1:10259");
+        assert_eq!(serving.plain, None, "no plain HTTP unless asked");
+        let _: Args = parse(&["--port=0", "-v", "2", "--profiling=false"]);
     }
 
     #[test]
