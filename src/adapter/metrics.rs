@@ -660,7 +660,7 @@ mod tests {
             Duration::from_secs(2),
             2,
         );
-        m.incoming(QueueName::Active, "PodAdd", 3);
+        m.incoming(QueueName::Active, "UnschedulablePodAdd", 3);
         m.extension_point(
             "PreFilter",
             Code::Success,
@@ -690,7 +690,7 @@ mod tests {
             "scheduler_scheduling_attempt_duration_seconds_bucket{result=\"unschedulable\",profile=\"gantry\",le=\"0.004\"} 1",
             "scheduler_pod_scheduling_sli_duration_seconds_count{attempts=\"2\"} 1",
             "scheduler_pending_pods{queue=\"gated\"} 4",
-            "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"PodAdd\"} 3",
+            "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"UnschedulablePodAdd\"} 3",
             "scheduler_framework_extension_point_duration_seconds_count{extension_point=\"PreFilter\",status=\"Success\",profile=\"gantry\"} 1",
             "scheduler_plugin_execution_duration_seconds_count{plugin=\"NodeResourcesFit\",extension_point=\"Filter\",status=\"Unschedulable\"} 2",
             "scheduler_goroutines{operation=\"binding\"} 0",

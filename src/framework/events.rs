@@ -60,7 +60,10 @@ pub enum ClusterEvent {
 }
 
 impl ClusterEvent {
-    /// The event label kube-scheduler's `scheduler_queue_incoming_pods_total{event}` uses.
+    /// The event label today's kube-scheduler's `scheduler_queue_incoming_pods_total{event}`
+    /// uses: the resource (group-qualified outside the core group) and the action, as its
+    /// `ClusterEvent.Label()` writes them; node and assigned-pod changes of every kind are
+    /// its general `Update`, and the events kube-scheduler does not have keep gantry's names.
     pub fn label(self) -> &'static str {
         match self {
             ClusterEvent::NodeAdd => "NodeAdd",
@@ -68,21 +71,21 @@ impl ClusterEvent {
             ClusterEvent::PodDelete => "AssignedPodDelete",
             ClusterEvent::PodAdd => "AssignedPodAdd",
             ClusterEvent::PodUpdate => "AssignedPodUpdate",
-            ClusterEvent::Other => "WildCardEvent",
+            ClusterEvent::Other => "*All",
             ClusterEvent::NodeLoadChange => "NodeLoadChange",
-            ClusterEvent::ClaimAdd => "PvcAdd",
-            ClusterEvent::ClaimUpdate => "PvcUpdate",
-            ClusterEvent::VolumeAdd => "PvAdd",
-            ClusterEvent::VolumeUpdate => "PvUpdate",
-            ClusterEvent::StorageClassAdd => "StorageClassAdd",
-            ClusterEvent::StorageClassUpdate => "StorageClassUpdate",
-            ClusterEvent::CsiNodeAdd => "CSINodeAdd",
-            ClusterEvent::CsiNodeUpdate => "CSINodeUpdate",
-            ClusterEvent::CsiDriverAdd => "CSIDriverAdd",
-            ClusterEvent::CsiDriverUpdate => "CSIDriverUpdate",
-            ClusterEvent::StorageCapacityAdd => "CSIStorageCapacityAdd",
-            ClusterEvent::StorageCapacityUpdate => "CSIStorageCapacityUpdate",
-            ClusterEvent::PendingPodAdd => "UnscheduledPodAdd",
+            ClusterEvent::ClaimAdd => "PersistentVolumeClaimAdd",
+            ClusterEvent::ClaimUpdate => "PersistentVolumeClaimUpdate",
+            ClusterEvent::VolumeAdd => "PersistentVolumeAdd",
+            ClusterEvent::VolumeUpdate => "PersistentVolumeUpdate",
+            ClusterEvent::StorageClassAdd => "storage.k8s.io/StorageClassAdd",
+            ClusterEvent::StorageClassUpdate => "storage.k8s.io/StorageClassUpdate",
+            ClusterEvent::CsiNodeAdd => "storage.k8s.io/CSINodeAdd",
+            ClusterEvent::CsiNodeUpdate => "storage.k8s.io/CSINodeUpdate",
+            ClusterEvent::CsiDriverAdd => "storage.k8s.io/CSIDriverAdd",
+            ClusterEvent::CsiDriverUpdate => "storage.k8s.io/CSIDriverUpdate",
+            ClusterEvent::StorageCapacityAdd => "storage.k8s.io/CSIStorageCapacityAdd",
+            ClusterEvent::StorageCapacityUpdate => "storage.k8s.io/CSIStorageCapacityUpdate",
+            ClusterEvent::PendingPodAdd => "UnschedulablePodAdd",
             ClusterEvent::PodGroupAdd => "PodGroupAdd",
             ClusterEvent::PodGroupUpdate => "PodGroupUpdate",
         }
@@ -330,5 +333,29 @@ mod tests {
         assert!(may_help(&hints, &ClusterChange::PodRemoved(&p), &p));
         assert!(!may_help(&hints, &ClusterChange::PodAdded(&p), &p));
         assert!(!may_help(&hints, &ClusterChange::NodeAdded(&open), &p));
+    }
+
+    /// The labels are today's kube-scheduler's (`<resource><action>`, the resource
+    /// group-qualified outside the core group), which dashboards and alerts match on.
+    #[test]
+    fn labels_are_todays_kube_schedulers() {
+        for (event, label) in [
+            (ClusterEvent::PodDelete, "AssignedPodDelete"),
+            (ClusterEvent::PendingPodAdd, "UnschedulablePodAdd"),
+            (ClusterEvent::ClaimAdd, "PersistentVolumeClaimAdd"),
+            (ClusterEvent::VolumeUpdate, "PersistentVolumeUpdate"),
+            (
+                ClusterEvent::StorageClassAdd,
+                "storage.k8s.io/StorageClassAdd",
+            ),
+            (ClusterEvent::CsiNodeUpdate, "storage.k8s.io/CSINodeUpdate"),
+            (
+                ClusterEvent::StorageCapacityAdd,
+                "storage.k8s.io/CSIStorageCapacityAdd",
+            ),
+            (ClusterEvent::Other, "*All"),
+        ] {
+            assert_eq!(event.label(), label, "{event:?}");
+        }
     }
 }

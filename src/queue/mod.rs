@@ -69,9 +69,9 @@ struct Entry {
 }
 
 /// Event label of a pod entering the queue for the first time.
-pub const EVENT_POD_ADD: &str = "PodAdd";
+pub const EVENT_POD_ADD: &str = "UnschedulablePodAdd";
 /// Event label of a parked pod that changed (e.g. lost its scheduling gates).
-pub const EVENT_POD_UPDATE: &str = "PodUpdate";
+pub const EVENT_POD_UPDATE: &str = "UnschedulablePodUpdate";
 /// Event label of a pod requeued after a failed attempt.
 pub const EVENT_SCHEDULE_ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
 /// Event label of a pod whose backoff ended.

@@ -2,7 +2,8 @@
 //! port, scraping a small exporter run by the test that serves node-exporter-style metrics
 //! for fake nodes: `node_cpu_seconds_total{mode="idle"|"user"}` counters that grow as the
 //! node's set load says, and `node_memory_MemTotal_bytes` / `node_memory_MemAvailable_bytes`,
-//! each with a `node` label.
+//! each with a `node` label; or scraping what a test configures (gantry itself, as a
+//! cluster's Prometheus scrapes kube-scheduler).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -161,16 +162,24 @@ impl Prometheus {
     /// Starts a server scraping `targets` every second, keeping their labels; returns once
     /// it is ready.
     pub fn start(targets: &[SocketAddr]) -> Prometheus {
+        let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+        Prometheus::with_scrape_configs(&format!(
+            "- job_name: fake-nodes\n  honor_labels: true\n  \
+             static_configs:\n  - targets: [{}]\n",
+            list.join(", ")
+        ))
+    }
+
+    /// Starts a server with `scrape_configs` (YAML, the list's items), scraping and
+    /// evaluating every second; returns once it is ready.
+    pub fn with_scrape_configs(scrape_configs: &str) -> Prometheus {
         let dir = tempfile::Builder::new()
             .prefix("gantry-prometheus-")
             .tempdir()
             .expect("temp dir");
-        let list: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
         let config = format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n- job_name: fake-nodes\n  honor_labels: true\n  \
-             static_configs:\n  - targets: [{}]\n",
-            list.join(", ")
+             scrape_configs:\n{scrape_configs}"
         );
         let config_file = dir.path().join("prometheus.yml");
         std::fs::write(&config_file, config).expect("write prometheus.yml");
@@ -252,6 +261,27 @@ impl Prometheus {
                 Some((node, value))
             })
             .collect()
+    }
+
+    /// An instant query's result vector (each item's `metric` and `value`), or why there is
+    /// none (an HTTP or query error, with Prometheus' words).
+    pub fn query_vector(&self, promql: &str) -> Result<Vec<serde_json::Value>, String> {
+        let encoded: String = form_urlencoded::byte_serialize(promql.as_bytes()).collect();
+        let (status, body) = get(self.addr, &format!("/api/v1/query?query={encoded}"))
+            .ok_or_else(|| "prometheus does not answer".to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))?;
+        if status != 200 || v["status"] != "success" {
+            return Err(format!("{status}: {body}"));
+        }
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// The scrape targets' health, as `/api/v1/targets` reports it.
+    pub fn targets(&self) -> String {
+        get(self.addr, "/api/v1/targets")
+            .map(|(_, b)| b)
+            .unwrap_or_default()
     }
 
     /// Kills the server (SIGKILL) and reaps it.

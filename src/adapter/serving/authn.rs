@@ -1,7 +1,8 @@
 //! Delegated authentication, as kube-scheduler's: a bearer token is checked by the API
 //! server (a TokenReview), and the answer is kept for a while; a request without a token is
-//! the anonymous user, for the authorizer to judge (so `/healthz` stays open); a token the
-//! API server refuses is a 401.
+//! the anonymous user, for the authorizer to judge (so `/healthz` stays open, and an
+//! anonymous request it denies is asked for credentials with a 401); a token the API
+//! server refuses is a 401.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

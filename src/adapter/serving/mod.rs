@@ -194,6 +194,13 @@ async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) ->
     let verb = authz::verb(request.method());
     match guard.authorizer.authorize(&user, &verb, &path).await {
         Ok(Decision::Allow) => next.run(request).await,
+        // A request nobody is known to have sent is asked for credentials (401) where
+        // kube-scheduler answers the anonymous user 403: a scraper missing its token is told
+        // so; an anonymous request that RBAC allows is still served.
+        Ok(Decision::Deny(reason)) if user.name == authn::ANONYMOUS_USER => {
+            tracing::debug!(%reason, %path, "anonymous request denied");
+            status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized")
+        }
         Ok(Decision::Deny(reason)) => {
             let mut message = format!(
                 "forbidden: User {:?} cannot {verb} path {path:?}",
@@ -342,13 +349,10 @@ mod tests {
             assert_eq!(get(&router, path, None).await.0, StatusCode::OK, "{path}");
         }
         let (code, body) = get(&router, "/metrics", None).await;
-        assert_eq!(code, StatusCode::FORBIDDEN);
-        assert!(
-            body.contains(r#"forbidden: User \"system:anonymous\" cannot get path \"/metrics\""#),
-            "{body}"
-        );
+        assert_eq!(code, StatusCode::UNAUTHORIZED);
+        assert!(body.contains(r#""reason":"Unauthorized""#), "{body}");
         let (code, _) = get(&router, "/debug/decisions/default/p", Some("token")).await;
-        assert_eq!(code, StatusCode::FORBIDDEN);
+        assert_eq!(code, StatusCode::UNAUTHORIZED);
     }
 
     #[tokio::test]
