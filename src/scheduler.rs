@@ -14,10 +14,11 @@ use crate::cycle::{
 };
 use crate::extender::Extenders;
 use crate::extender::combine::{Exchange, Verdict as ExtenderVerdict};
+use crate::extender::preempt::PreemptRound;
 use crate::framework::{
     BindPlan, ClusterChange, ClusterEvent, Code, CycleState, NominatedPods, Nomination,
-    PodsToActivate, PostFilterResult, PreBindAction, Profile, ReservedAnnotations, ReservedVolumes,
-    Status, Verdict, WaitingPods,
+    PendingCandidates, PodsToActivate, PostFilterResult, PreBindAction, PreemptionCandidate,
+    Profile, ReservedAnnotations, ReservedVolumes, Status, Verdict, WaitingPods,
 };
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::LoadSample;
@@ -149,13 +150,34 @@ pub struct ExtenderRequest {
     pub pod: Arc<PodInfo>,
     /// Its attempt number, given back with the answer.
     pub attempt: u32,
-    /// The calls to make, and how their answers combine.
-    pub exchange: Exchange,
-    /// The feasible nodes as the cache has them, for extenders sent Node objects (empty
-    /// when every interested extender is node-cache capable).
-    pub nodes: Vec<Arc<NodeModel>>,
-    /// How many nodes the Filter plugins examined, for the decision log.
-    pub evaluated: usize,
+    /// What to ask.
+    pub ask: ExtenderAsk,
+}
+
+/// The round of calls a request asks for.
+#[derive(Debug)]
+pub enum ExtenderAsk {
+    /// Filter and score the nodes the Filter plugins found.
+    Place {
+        /// The calls to make, and how their answers combine.
+        exchange: Exchange,
+        /// The feasible nodes as the cache has them, for extenders sent Node objects
+        /// (empty when every interested extender is node-cache capable).
+        nodes: Vec<Arc<NodeModel>>,
+        /// How many nodes the Filter plugins examined, for the decision log.
+        evaluated: usize,
+    },
+    /// Cut a preemption's candidates (the preempt verb).
+    Preempt(PreemptRound),
+}
+
+/// What the extenders decided, by the request's kind.
+#[derive(Debug)]
+pub enum ExtenderReply {
+    /// The nodes they kept and their scores.
+    Placed(ExtenderVerdict),
+    /// The preemption's candidates they left.
+    Preempt(Vec<PreemptionCandidate>),
 }
 
 /// The extenders' answer about a pod.
@@ -168,14 +190,26 @@ pub struct ExtenderAnswer {
     /// The attempt of the request.
     pub attempt: u32,
     /// What they decided, or why a non-ignorable one failed the attempt.
-    pub verdict: Result<ExtenderVerdict, String>,
+    pub verdict: Result<ExtenderReply, String>,
 }
 
 /// A pod whose extenders have not answered yet.
 struct Asking {
     queued: QueuedPod,
     profile: Arc<Profile>,
-    filtered: Filtered,
+    stage: AskingStage,
+}
+
+/// Where a pod's cycle stopped for the extenders.
+enum AskingStage {
+    /// After the Filter plugins.
+    Place(Filtered),
+    /// In PostFilter: a preemption found candidates; `diagnosis` is the cycle's, and
+    /// `plugin` the PostFilter plugin that chooses among what the extenders leave.
+    Preempt {
+        diagnosis: Box<Diagnosis>,
+        plugin: &'static str,
+    },
 }
 
 /// The scheduling core with its state.
@@ -566,7 +600,13 @@ impl Scheduler {
         };
         self.cache.update_snapshot(&mut self.snapshot);
         self.snapshot.set_now(now);
-        let options = cycle_options(&self.config, &self.pool, &self.nominated, &self.waiting);
+        let options = cycle_options(
+            &self.config,
+            &self.pool,
+            &self.nominated,
+            &self.waiting,
+            &queued.pod,
+        );
         if self.config.extenders.asked_to_place(&queued.pod) {
             let filtered = cycle::filter_for_extenders(
                 &profile,
@@ -616,9 +656,11 @@ impl Scheduler {
         let request = ExtenderRequest {
             pod: queued.pod.clone(),
             attempt: queued.attempts,
-            exchange,
-            nodes,
-            evaluated: filtered.evaluated,
+            ask: ExtenderAsk::Place {
+                exchange,
+                nodes,
+                evaluated: filtered.evaluated,
+            },
         };
         let key = (queued.pod.namespace.clone(), queued.pod.name.clone());
         self.asking.insert(
@@ -626,7 +668,53 @@ impl Scheduler {
             Asking {
                 queued,
                 profile,
-                filtered,
+                stage: AskingStage::Place(filtered),
+            },
+        );
+        Attempt::Extending(Box::new(request))
+    }
+
+    /// Holds the pod until the extenders cut its preemption's candidates, and says what to
+    /// ask them: the candidates, with every pod on their nodes to find the victims they
+    /// name.
+    fn ask_preempt_extenders(
+        &mut self,
+        profile: Arc<Profile>,
+        queued: QueuedPod,
+        mut diagnosis: Box<Diagnosis>,
+        pending: PendingCandidates,
+    ) -> Attempt {
+        let pods = pending
+            .candidates
+            .iter()
+            .filter_map(|c| {
+                let node = self.snapshot.get(&c.node)?;
+                Some((c.node.clone(), node.pods.clone()))
+            })
+            .collect();
+        let round = PreemptRound::new(
+            &self.config.extenders,
+            &queued.pod,
+            pending.candidates,
+            pods,
+        );
+        diagnosis.post_filter.candidates = None;
+        let request = ExtenderRequest {
+            pod: queued.pod.clone(),
+            attempt: queued.attempts,
+            ask: ExtenderAsk::Preempt(round),
+        };
+        let key = (queued.pod.namespace.clone(), queued.pod.name.clone());
+        let stage = AskingStage::Preempt {
+            diagnosis,
+            plugin: pending.plugin,
+        };
+        self.asking.insert(
+            key,
+            Asking {
+                queued,
+                profile,
+                stage,
             },
         );
         Attempt::Extending(Box::new(request))
@@ -656,27 +744,98 @@ impl Scheduler {
                 }
                 None => continue,
             };
-            let verdict = match answer.verdict {
-                Ok(verdict) => verdict,
-                Err(message) => {
-                    return Some(self.failed(asking.queued, Status::error(message), now));
-                }
-            };
+            let Asking {
+                queued,
+                profile,
+                stage,
+            } = asking;
+            let (filtered, verdict) =
+                match (stage, answer.verdict) {
+                    (AskingStage::Place(filtered), Ok(ExtenderReply::Placed(verdict))) => {
+                        (filtered, verdict)
+                    }
+                    (AskingStage::Place(_), Err(message)) => {
+                        return Some(self.failed(queued, Status::error(message), now));
+                    }
+                    (AskingStage::Preempt { diagnosis, plugin }, reply) => {
+                        let candidates = match reply {
+                            Ok(ExtenderReply::Preempt(candidates)) => Ok(candidates),
+                            Ok(ExtenderReply::Placed(_)) => Err("a filter answer to a preemption"),
+                            Err(ref message) => Err(message.as_str()),
+                        };
+                        return Some(self.resume_preemption(
+                            &profile, queued, *diagnosis, plugin, candidates, now,
+                        ));
+                    }
+                    (AskingStage::Place(_), Ok(ExtenderReply::Preempt(_))) => {
+                        let status = Status::error("the extenders answered a preemption");
+                        return Some(self.failed(queued, status, now));
+                    }
+                };
             self.cache.update_snapshot(&mut self.snapshot);
             self.snapshot.set_now(now);
-            let options = cycle_options(&self.config, &self.pool, &self.nominated, &self.waiting);
+            let options = cycle_options(
+                &self.config,
+                &self.pool,
+                &self.nominated,
+                &self.waiting,
+                &queued.pod,
+            );
             let result = cycle::resume_after_extenders(
-                &asking.profile,
+                &profile,
                 &self.snapshot,
-                &asking.queued.pod,
+                &queued.pod,
                 &mut self.memory,
                 &options,
-                &asking.filtered,
+                &filtered,
                 &verdict,
             );
-            return Some(self.conclude(&asking.profile, asking.queued, result, now));
+            return Some(self.conclude(&profile, queued, result, now));
         }
         None
+    }
+
+    /// The extenders cut a preemption's candidates (or failed, `Err`): the PostFilter
+    /// plugin that found them chooses among what is left, and the attempt ends as an
+    /// unschedulable one does, with the preemption it decided. A failure decides nothing,
+    /// as in kube-scheduler: the pod stays unschedulable, the failure in its message.
+    fn resume_preemption(
+        &mut self,
+        profile: &Arc<Profile>,
+        queued: QueuedPod,
+        mut diagnosis: Diagnosis,
+        plugin: &'static str,
+        candidates: Result<Vec<PreemptionCandidate>, &str>,
+        now: Duration,
+    ) -> Attempt {
+        let chooser = profile
+            .post_filter
+            .iter()
+            .find(|p| p.name() == plugin)
+            .and_then(|p| p.as_post_filter());
+        let (result, status) = match (candidates, chooser) {
+            (Ok(candidates), Some(chooser)) => {
+                chooser.choose(&queued.pod, candidates, &self.nominated)
+            }
+            (Err(message), _) => (
+                PostFilterResult::default(),
+                Status::error(format!("preemption: {message}")),
+            ),
+            (Ok(_), None) => (
+                PostFilterResult::default(),
+                Status::error(format!("preemption: no PostFilter plugin {plugin}")),
+            ),
+        };
+        let kept = &mut *diagnosis.post_filter;
+        kept.nomination = result.nomination;
+        kept.preemption = result.preemption;
+        diagnosis.post_filter_msg = (!status.reasons().is_empty()).then(|| status.message());
+        self.conclude(
+            profile,
+            queued,
+            Err(CycleError::Unschedulable(diagnosis)),
+            now,
+        )
     }
 
     /// A pod waiting for its extenders is gone or bound by someone else: their answer will
@@ -715,6 +874,14 @@ impl Scheduler {
                 )
             }
             Err(CycleError::Unschedulable(mut diagnosis)) => {
+                if let Some(pending) = diagnosis.post_filter.candidates.take() {
+                    return self.ask_preempt_extenders(
+                        profile.clone(),
+                        queued,
+                        Box::new(diagnosis),
+                        *pending,
+                    );
+                }
                 self.release_waiting_victims(&mut diagnosis.post_filter);
                 self.apply_nomination(&queued.pod, &diagnosis.post_filter);
                 for r in &diagnosis.post_filter.reject_waiting {
@@ -1184,6 +1351,7 @@ fn cycle_options<'a>(
     pool: &'a Option<Arc<rayon::ThreadPool>>,
     nominated: &'a NominatedPods,
     waiting: &'a WaitingPods,
+    pod: &PodInfo,
 ) -> CycleOptions<'a> {
     CycleOptions {
         pool: pool.as_deref(),
@@ -1192,6 +1360,7 @@ fn cycle_options<'a>(
         // None while nothing is nominated: the cycle then skips the nominated-pods pass.
         nominated: (!nominated.is_empty()).then_some(nominated),
         waiting: Some(waiting),
+        preempt_extenders: config.extenders.asked_to_preempt(pod),
     }
 }
 
@@ -1762,5 +1931,98 @@ profiles:
         assert_eq!((node, assumed), (&other, false));
         assert!(s.cache().node(&planned).unwrap().pods.is_empty());
         assert_eq!(s.queue().total() + s.queue().in_flight(), 0);
+    }
+
+    /// A scheduler whose one extender cuts every pod's preemptions.
+    fn with_preempt_extender() -> Scheduler {
+        let text = "apiVersion: kubescheduler.config.k8s.io/v1\n\
+                    kind: KubeSchedulerConfiguration\n\
+                    extenders:\n- urlPrefix: http://cutter:1\n  preemptVerb: preempt\n";
+        let config = Config::parse(text, &plugins::registry()).expect("config");
+        let mut s = Scheduler::new(config, None);
+        for n in ["n1", "n2"] {
+            s.upsert_node(node(n).capacity("1", "1Gi").build(), Duration::ZERO);
+            let low = pod(&format!("low-{n}"))
+                .on(n)
+                .req("cpu", "1")
+                .priority(0)
+                .build();
+            s.upsert_pod(low, Duration::ZERO).unwrap();
+        }
+        let high = pod("high").req("cpu", "1").priority(1000).build();
+        s.upsert_pod(high, Duration::ZERO).unwrap();
+        s
+    }
+
+    /// Stops at the preempt call: both nodes are candidates.
+    fn preempt_round(s: &mut Scheduler) -> (u32, Vec<PreemptionCandidate>) {
+        match s.schedule_next(Duration::ZERO) {
+            Some(Attempt::Extending(request)) => match request.ask {
+                ExtenderAsk::Preempt(mut round) => {
+                    let (_, sent) = round.next_call().expect("the extender is asked");
+                    let mut nodes: Vec<&str> = sent.iter().map(|c| &*c.node).collect();
+                    nodes.sort_unstable();
+                    assert_eq!(nodes, ["n1", "n2"]);
+                    (request.attempt, sent.to_vec())
+                }
+                other => panic!("expected a preempt round, got {other:?}"),
+            },
+            other => panic!("expected the extenders to be asked, got {other:?}"),
+        }
+    }
+
+    fn answer(attempt: u32, verdict: Result<ExtenderReply, String>) -> ExtenderAnswer {
+        ExtenderAnswer {
+            namespace: "default".to_string(),
+            name: "high".to_string(),
+            attempt,
+            verdict,
+        }
+    }
+
+    /// With a preempt verb, the node is chosen among what the extender leaves, not among
+    /// all candidates; nothing is nominated or evicted before it answered.
+    #[test]
+    fn a_preempt_extender_cuts_the_candidates_before_the_node_is_chosen() {
+        let mut s = with_preempt_extender();
+        let (attempt, candidates) = preempt_round(&mut s);
+        assert!(s.nominated.is_empty(), "nothing decided while asking");
+        let only_n2: Vec<_> = candidates
+            .into_iter()
+            .filter(|c| &*c.node == "n2")
+            .collect();
+        s.extenders_answered(answer(attempt, Ok(ExtenderReply::Preempt(only_n2))));
+        match s.schedule_next(Duration::ZERO) {
+            Some(Attempt::Unschedulable { diagnosis, .. }) => {
+                let preemption = diagnosis.post_filter.preemption.as_ref().expect("preempts");
+                assert_eq!(&*preemption.node, "n2");
+                assert_eq!(preemption.victims[0].name, "low-n2");
+            }
+            other => panic!("expected a preemption, got {other:?}"),
+        }
+        assert_eq!(s.nominated.on("n2").len(), 1);
+    }
+
+    /// A failed preempt call decides nothing (kube-scheduler logs it as the PostFilter's
+    /// error): the pod is unschedulable, the failure in its message, nobody evicted.
+    #[test]
+    fn a_failed_preempt_call_leaves_the_pod_unschedulable_and_nothing_evicted() {
+        let mut s = with_preempt_extender();
+        let (attempt, _) = preempt_round(&mut s);
+        let failed = Err("extender http://cutter:1 preempt: code 500".to_string());
+        s.extenders_answered(answer(attempt, failed));
+        match s.schedule_next(Duration::ZERO) {
+            Some(Attempt::Unschedulable {
+                diagnosis, message, ..
+            }) => {
+                assert!(diagnosis.post_filter.preemption.is_none());
+                assert!(
+                    message.ends_with("preemption: extender http://cutter:1 preempt: code 500"),
+                    "{message}"
+                );
+            }
+            other => panic!("expected an unschedulable pod, got {other:?}"),
+        }
+        assert!(s.nominated.is_empty());
     }
 }

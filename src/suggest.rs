@@ -355,6 +355,7 @@ mod tests {
             top_scores: 0,
             nominated: None,
             waiting: None,
+            preempt_extenders: false,
         };
         match cycle::schedule_one(
             &profile,

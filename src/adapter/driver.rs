@@ -678,7 +678,7 @@ impl Driver {
     /// Hands a pod's questions to the extenders' task; without one (shutting down), the
     /// attempt fails and the pod retries after backoff.
     fn ask_extenders(&mut self, request: Box<ExtenderRequest>) {
-        tracing::debug!(pod = %request.pod.key(), nodes = request.exchange.survivors().len(), "asking the scheduler extenders");
+        tracing::debug!(pod = %request.pod.key(), "asking the scheduler extenders");
         let (namespace, name) = (request.pod.namespace.clone(), request.pod.name.clone());
         let attempt = request.attempt;
         let sent = match &self.extenders {

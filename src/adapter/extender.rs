@@ -26,12 +26,15 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::extender::combine::Exchange;
+use crate::extender::preempt::{self, PreemptRound};
 use crate::extender::protocol::{
-    self, BindingArgs, ExtenderArgs, FilterResult, HostPriority, NodeList,
+    self, BindingArgs, ExtenderArgs, FilterResult, HostPriority, NodeList, PreemptionArgs, Victims,
 };
 use crate::extender::{Extender, Extenders, TlsSettings, Verb};
+use crate::framework::PreemptionCandidate;
 use crate::model::NodeModel;
-use crate::scheduler::{ExtenderAnswer, ExtenderRequest};
+use crate::scheduler::{ExtenderAnswer, ExtenderAsk, ExtenderReply, ExtenderRequest};
 
 /// The largest answer read from an extender: far above any node list.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -213,19 +216,102 @@ pub async fn read_pod(
     serde_json::to_value(&pod).map_err(|e| e.to_string())
 }
 
-/// One pod's round: the filter calls in order, then the prioritize calls at once.
+/// One pod's round, as the request asks.
 async fn ask(
     clients: &Clients,
     api: &kube::Client,
     request: ExtenderRequest,
-) -> Result<crate::extender::combine::Verdict, String> {
-    let ExtenderRequest {
-        pod,
-        mut exchange,
-        nodes,
-        ..
-    } = request;
+) -> Result<ExtenderReply, String> {
+    let pod = request.pod;
     let pod_object = read_pod(api, &pod.namespace, &pod.name, &pod.uid).await?;
+    match request.ask {
+        ExtenderAsk::Place {
+            exchange, nodes, ..
+        } => place(clients, &pod_object, exchange, nodes)
+            .await
+            .map(ExtenderReply::Placed),
+        ExtenderAsk::Preempt(round) => cut_preemption(clients, api, &pod_object, round)
+            .await
+            .map(ExtenderReply::Preempt),
+    }
+}
+
+/// The preempt calls in order, each about what the one before left.
+async fn cut_preemption(
+    clients: &Clients,
+    api: &kube::Client,
+    pod_object: &Value,
+    mut round: PreemptRound,
+) -> Result<Vec<PreemptionCandidate>, String> {
+    let all = clients.extenders.all();
+    while let Some((i, candidates)) = round.next_call() {
+        let args = match preemption_args(&all[i], api, pod_object, candidates).await {
+            Ok(args) => args,
+            // The victims cannot be read: nothing can be sent to any extender.
+            Err(message) => return Err(message),
+        };
+        let answer = clients
+            .call(i, Verb::Preempt, &args)
+            .await
+            .and_then(|body| protocol::decode_preemption_result(&body).map_err(|e| e.to_string()));
+        if let Some(skipped) = round.answered(i, answer) {
+            log_failure(&all[skipped.extender], skipped.verb, &skipped.message);
+        }
+    }
+    round.finish().map_err(|failed| {
+        let extender = &all[failed.extender];
+        log_failure(extender, failed.verb, &failed.message);
+        format!(
+            "extender {} preempt: {}",
+            extender.url_prefix, failed.message
+        )
+    })
+}
+
+/// The preempt call's body: victims by uid for a node-cache-capable extender, else as
+/// the API server has them (read now, as kube-scheduler sends its cached objects).
+async fn preemption_args(
+    extender: &Extender,
+    api: &kube::Client,
+    pod_object: &Value,
+    candidates: &[PreemptionCandidate],
+) -> Result<PreemptionArgs, String> {
+    if extender.node_cache_capable {
+        return Ok(PreemptionArgs {
+            pod: pod_object.clone(),
+            node_name_to_victims: None,
+            node_name_to_meta_victims: Some(preempt::meta_victims(candidates)),
+        });
+    }
+    let reads = candidates.iter().map(|c| async move {
+        let pods = futures::future::try_join_all(
+            c.victims
+                .iter()
+                .map(|v| read_pod(api, &v.namespace, &v.name, &v.uid)),
+        )
+        .await?;
+        let victims = Victims {
+            pods,
+            num_pdb_violations: i64::try_from(c.pdb_violations).unwrap_or(i64::MAX),
+        };
+        Ok::<_, String>((c.node.to_string(), victims))
+    });
+    let victims = futures::future::try_join_all(reads).await?;
+    Ok(PreemptionArgs {
+        pod: pod_object.clone(),
+        node_name_to_victims: Some(victims.into_iter().collect()),
+        node_name_to_meta_victims: None,
+    })
+}
+
+/// The filter calls in order, then the prioritize calls at once.
+async fn place(
+    clients: &Clients,
+    pod_object: &Value,
+    mut exchange: Exchange,
+    nodes: Vec<Arc<NodeModel>>,
+) -> Result<crate::extender::combine::Verdict, String> {
+    let pod_object = pod_object.clone();
     let by_name: HashMap<&str, &Arc<NodeModel>> = nodes.iter().map(|n| (&*n.name, n)).collect();
     let all = clients.extenders.all();
     while let Some((i, sent)) = exchange.next_filter() {

@@ -917,10 +917,15 @@ fn hamis_published_configuration_is_accepted() {
         .build();
     s.upsert_pod(gpu, Duration::ZERO).unwrap();
     match s.schedule_next(Duration::ZERO) {
-        Some(crate::scheduler::Attempt::Extending(request)) => {
-            assert_eq!(request.exchange.survivors(), [std::sync::Arc::from("n1")]);
-            assert!(request.nodes.is_empty(), "node-cache capable: names only");
-        }
+        Some(crate::scheduler::Attempt::Extending(request)) => match request.ask {
+            crate::scheduler::ExtenderAsk::Place {
+                exchange, nodes, ..
+            } => {
+                assert_eq!(exchange.survivors(), [std::sync::Arc::from("n1")]);
+                assert!(nodes.is_empty(), "node-cache capable: names only");
+            }
+            other => panic!("expected a filter round, got {other:?}"),
+        },
         other => panic!("expected the extender to be asked, got {other:?}"),
     }
 }

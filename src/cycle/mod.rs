@@ -46,6 +46,9 @@ pub struct CycleOptions<'a> {
     pub nominated: Option<&'a NominatedPods>,
     /// The pods held at Permit, for PostFilter plugins to read (and reject).
     pub waiting: Option<&'a WaitingPods>,
+    /// Extenders with a preempt verb are interested in the pod: a preemption lists its
+    /// candidates for them instead of choosing a node.
+    pub preempt_extenders: bool,
 }
 
 /// What one cycle leaves for the next: where to start looking, so that successive cycles
@@ -791,6 +794,7 @@ fn run_post_filter(
         rejections: &diagnosis.node_statuses,
         waiting: options.waiting.unwrap_or(&no_waiting),
         pool: options.pool,
+        extenders_cut: options.preempt_extenders,
     };
     let mut reject_waiting = Vec::new();
     let mut group_failed = false;

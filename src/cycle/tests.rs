@@ -118,6 +118,7 @@ const OPTS: CycleOptions<'static> = CycleOptions {
     top_scores: 3,
     nominated: None,
     waiting: None,
+    preempt_extenders: false,
 };
 
 #[test]
@@ -304,6 +305,7 @@ fn memory_spreads_the_search_and_parallel_matches_sequential() {
         top_scores: 3,
         nominated: None,
         waiting: None,
+        preempt_extenders: false,
     };
     let (mut r1, mut r2) = (CycleMemory::default(), CycleMemory::default());
     for i in 0..5 {

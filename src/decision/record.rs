@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::GroupProgress;
 use crate::cycle::RejectionCount;
 use crate::model::PodKey;
-use crate::scheduler::Attempt;
+use crate::scheduler::{Attempt, ExtenderAsk};
 use crate::suggest::Suggestion;
 
 /// How an attempt ended.
@@ -273,9 +273,20 @@ impl DecisionRecord {
                 )
             },
             Attempt::Extending(request) => DecisionRecord {
-                nodes_evaluated: request.evaluated,
-                nodes_feasible: request.exchange.survivors().len(),
-                message: Some("waiting for the scheduler extenders".to_string()),
+                nodes_evaluated: match &request.ask {
+                    ExtenderAsk::Place { evaluated, .. } => *evaluated,
+                    ExtenderAsk::Preempt(_) => 0,
+                },
+                nodes_feasible: match &request.ask {
+                    ExtenderAsk::Place { exchange, .. } => exchange.survivors().len(),
+                    ExtenderAsk::Preempt(_) => 0,
+                },
+                message: Some(match &request.ask {
+                    ExtenderAsk::Place { .. } => "waiting for the scheduler extenders".to_string(),
+                    ExtenderAsk::Preempt(_) => {
+                        "waiting for the scheduler extenders to cut its preemption".to_string()
+                    }
+                }),
                 node: None,
                 ..Self::after_wait(
                     &request.pod,

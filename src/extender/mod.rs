@@ -4,13 +4,15 @@
 //!
 //! This module is the pure part: the resolved configuration ([`Extender`]), which pods an
 //! extender is interested in, the wire types of kube-scheduler's protocol ([`protocol`]) and
-//! the rules that combine the extenders' answers with the plugins' results ([`combine`]).
+//! the rules that combine the extenders' answers with the plugins' results ([`combine`],
+//! and [`preempt`] for preemptions).
 //! The calls themselves are the front end's (`adapter::extender`): the scheduling thread
 //! never waits on the network. A pod that an extender filters or scores stops after the
 //! Filter plugins; the front end asks the extenders and hands their answers back, and the
 //! scheduler resumes the pod with them (see `Attempt::Extending` in the scheduler).
 
 pub mod combine;
+pub mod preempt;
 pub mod protocol;
 
 use std::sync::Arc;
@@ -191,6 +193,14 @@ impl Extenders {
         self.0.iter().any(|e| {
             (e.filter_verb.is_some() || e.prioritize_verb.is_some()) && e.is_interested(pod)
         })
+    }
+
+    /// Whether some extender cuts `pod`'s preemptions: its PostFilter then lists the
+    /// candidates for them before a node is chosen.
+    pub fn asked_to_preempt(&self, pod: &PodInfo) -> bool {
+        self.0
+            .iter()
+            .any(|e| e.preempt_verb.is_some() && e.is_interested(pod))
     }
 
     /// The extender that binds `pod`, if one does: the first interested binder

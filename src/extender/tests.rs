@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::combine::{Exchange, apply_filter};
@@ -306,4 +307,133 @@ fn arguments_use_kube_schedulers_keys() {
         object["spec"]["taints"][0],
         serde_json::json!({"key": "gpu", "value": "yes", "effect": "NoSchedule"})
     );
+}
+
+fn preempter(url: &str, ignorable: bool) -> Extender {
+    Extender {
+        filter_verb: None,
+        prioritize_verb: None,
+        preempt_verb: Some("preempt".to_string()),
+        ignorable,
+        ..extender(url)
+    }
+}
+
+fn on_node(node: &str, names: &[&str]) -> Vec<Arc<crate::model::PodInfo>> {
+    names
+        .iter()
+        .map(|n| pod(n).on(node).priority(0).build())
+        .collect()
+}
+
+fn cut(node: &str, uids: &[&str], pdb: i64) -> (String, protocol::MetaVictims) {
+    let pods = uids
+        .iter()
+        .map(|u| protocol::MetaPod { uid: u.to_string() })
+        .collect();
+    (
+        node.to_string(),
+        protocol::MetaVictims {
+            pods,
+            num_pdb_violations: pdb,
+        },
+    )
+}
+
+/// Two preempting extenders and an ignorable one failing: each is sent what the one before
+/// left, the ignorable one last; an answer's victims are the node's pods by uid, whichever the plugin chose.
+#[test]
+fn preempt_calls_run_in_order_each_on_what_the_one_before_left() {
+    use crate::framework::PreemptionCandidate;
+    use preempt::PreemptRound;
+    let extenders = Extenders::new(vec![
+        preempter("http://a", false),
+        preempter("http://broken", true),
+        preempter("http://b", false),
+    ]);
+    let n1 = on_node("n1", &["a1", "a2"]);
+    let n2 = on_node("n2", &["b1"]);
+    let candidates = vec![
+        PreemptionCandidate {
+            node: Arc::from("n1"),
+            victims: vec![n1[0].clone()],
+            pdb_violations: 0,
+        },
+        PreemptionCandidate {
+            node: Arc::from("n2"),
+            victims: n2.clone(),
+            pdb_violations: 0,
+        },
+    ];
+    let pods = [(Arc::from("n1"), n1.clone()), (Arc::from("n2"), n2.clone())].into();
+    let mut round = PreemptRound::new(&extenders, &pod("p").build(), candidates, pods);
+    let (first, sent) = round.next_call().expect("the first extender");
+    assert_eq!(first, 0);
+    assert_eq!(preempt::meta_victims(sent).len(), 2);
+    // The first keeps n1 only, but with the other pod there as victim, and one violation.
+    let answer = [cut("n1", &["uid-a2"], 1)].into();
+    assert_eq!(round.answered(0, Ok(answer)), None);
+    // The ignorable one is called last (kube-scheduler's order), after the other, which is
+    // sent what the first left.
+    let (second, sent) = round.next_call().expect("the second extender");
+    assert_eq!((second, sent.len()), (1, 1));
+    assert_eq!(&*sent[0].node, "n1");
+    assert_eq!(sent[0].victims[0].name, "a2");
+    assert_eq!(sent[0].pdb_violations, 1);
+    assert_eq!(
+        round.answered(1, Ok(BTreeMap::from([cut("n1", &["uid-a2"], 1)]))),
+        None
+    );
+    // The ignorable one fails: skipped, its error handed back for the log.
+    let (third, _) = round.next_call().expect("the ignorable extender");
+    assert_eq!(third, 2);
+    let skipped = round
+        .answered(2, Err("code 500".to_string()))
+        .expect("skipped");
+    assert_eq!(skipped.verb, Verb::Preempt);
+    assert!(round.next_call().is_none());
+    let left = round.finish().expect("no failure");
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].victims[0].name, "a2");
+}
+
+/// kube-scheduler's checks of an answer: a candidate left without victims (dropped when
+/// the extender is ignorable), a pod that is not on the node, a node that is not a
+/// candidate; a non-ignorable extender's error fails the round.
+#[test]
+fn a_preempt_answer_naming_what_is_not_there_fails_the_round() {
+    use crate::framework::PreemptionCandidate;
+    use preempt::PreemptRound;
+    let n1 = on_node("n1", &["a1"]);
+    let round_for = |ignorable: bool| {
+        let extenders = Extenders::new(vec![preempter("http://a", ignorable)]);
+        let candidates = vec![PreemptionCandidate {
+            node: Arc::from("n1"),
+            victims: n1.clone(),
+            pdb_violations: 0,
+        }];
+        let pods = [(Arc::from("n1"), n1.clone())].into();
+        let mut round = PreemptRound::new(&extenders, &pod("p").build(), candidates, pods);
+        round.next_call().expect("asked");
+        round
+    };
+    let failure = |answer: Result<BTreeMap<String, protocol::MetaVictims>, String>| {
+        let mut round = round_for(false);
+        assert_eq!(round.answered(0, answer), None);
+        round.finish().expect_err("the round fails").message
+    };
+    assert_eq!(
+        failure(Ok([cut("n1", &[], 0)].into())),
+        "expected at least one victim pod on node \"n1\""
+    );
+    assert!(
+        failure(Ok([cut("n1", &["uid-elsewhere"], 0)].into()))
+            .contains("(UID: uid-elsewhere) on node \"n1\", but the pod is not found"),
+    );
+    assert!(failure(Ok([cut("n9", &["uid-a1"], 0)].into())).contains("\"n9\""));
+    assert_eq!(failure(Err("timeout".to_string())), "timeout");
+    // Ignorable: the empty candidate is dropped, and nothing is left to preempt.
+    let mut round = round_for(true);
+    assert_eq!(round.answered(0, Ok([cut("n1", &[], 0)].into())), None);
+    assert!(round.finish().expect("no failure").is_empty());
 }

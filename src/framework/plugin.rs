@@ -205,6 +205,30 @@ pub struct PostFilterInput<'a> {
     /// Threads a plugin may spread its work over (preemption's dry run on many nodes);
     /// `None` keeps it on the scheduling thread.
     pub pool: Option<&'a rayon::ThreadPool>,
+    /// Extenders with a preempt verb are interested in the pod: a preemption lists its
+    /// candidates ([`PostFilterResult::candidates`]) for them to cut, and chooses a node
+    /// only once they answered ([`PostFilterPlugin::choose`]).
+    pub extenders_cut: bool,
+}
+
+/// A node where evicting some pods would let the preemptor fit.
+#[derive(Debug, Clone)]
+pub struct PreemptionCandidate {
+    /// The node.
+    pub node: Arc<str>,
+    /// The pods to evict, most important first.
+    pub victims: Vec<Arc<PodInfo>>,
+    /// How many of them are evicted against a PodDisruptionBudget.
+    pub pdb_violations: usize,
+}
+
+/// A preemption's candidates waiting for the extenders to cut them.
+#[derive(Debug, Clone)]
+pub struct PendingCandidates {
+    /// The PostFilter plugin that found them, which chooses among what is left.
+    pub plugin: &'static str,
+    /// The candidates.
+    pub candidates: Vec<PreemptionCandidate>,
 }
 
 /// What the pod's nominated node becomes after a PostFilter plugin ran.
@@ -251,6 +275,9 @@ pub struct PostFilterResult {
     /// The pod's group (by the QueueSort plugin's group label) failed: its queued pods go
     /// behind those that came before.
     pub group_failed: bool,
+    /// Candidates for the extenders to cut before a node is chosen (only when
+    /// [`PostFilterInput::extenders_cut`]); no nomination or eviction is decided yet.
+    pub candidates: Option<Box<PendingCandidates>>,
 }
 
 /// A pod held at Permit that a plugin rejects.
@@ -282,6 +309,22 @@ pub trait PostFilterPlugin: Send + Sync {
         pod: &PodInfo,
         input: &PostFilterInput<'_>,
     ) -> (PostFilterResult, Status);
+
+    /// Chooses among `candidates`, what the extenders left of those this plugin listed,
+    /// as [`PostFilterPlugin::post_filter`] would have chosen; `nominated` are the pods
+    /// nominated to nodes now. A plugin that never lists candidates is never asked.
+    fn choose(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<PreemptionCandidate>,
+        nominated: &NominatedPods,
+    ) -> (PostFilterResult, Status) {
+        let _ = (pod, candidates, nominated);
+        (
+            PostFilterResult::default(),
+            Status::unschedulable("no candidate node for preemption"),
+        )
+    }
 }
 
 /// Runs once per cycle before scoring, with the feasible nodes; `Skip` skips this plugin's

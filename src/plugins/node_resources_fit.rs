@@ -1196,6 +1196,7 @@ mod tests {
             top_scores: 3,
             nominated: None,
             waiting: None,
+            preempt_extenders: false,
         };
         let mut memory = CycleMemory::default();
 

@@ -17,8 +17,9 @@ use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Tracked};
 use crate::framework::{
-    ArgsError, Code, CycleState, DefaultPlace, Nomination, Plugin, PluginSpec, PostFilterInput,
-    PostFilterPlugin, PostFilterResult, Preemption, Status, decode_args,
+    ArgsError, Code, CycleState, DefaultPlace, NominatedPods, Nomination, PendingCandidates,
+    Plugin, PluginSpec, PostFilterInput, PostFilterPlugin, PostFilterResult, Preemption, Status,
+    decode_args,
 };
 use crate::model::PodInfo;
 
@@ -231,28 +232,71 @@ impl PostFilterPlugin for DefaultPreemption {
                 no_candidates_message(all_nodes, &rejected),
             );
         }
-        let (chosen, reason) = pick_one_node(&candidates);
-        let chosen = &candidates[chosen];
-        let denominated = input
-            .nominated
-            .on(&chosen.node)
-            .iter()
-            .filter(|p| p.priority < pod.priority)
-            .cloned()
-            .collect();
-        let result = PostFilterResult {
-            nomination: Nomination::Set(chosen.node.clone()),
-            preemption: Some(Preemption {
-                node: chosen.node.clone(),
-                victims: chosen.victims.clone(),
-                denominated,
-                reason,
-                released: Vec::new(),
-            }),
-            ..PostFilterResult::default()
-        };
-        (result, Status::success())
+        if input.extenders_cut {
+            let pending = PendingCandidates {
+                plugin: NAME,
+                candidates,
+            };
+            let result = PostFilterResult {
+                candidates: Some(Box::new(pending)),
+                ..PostFilterResult::default()
+            };
+            return (result, Status::success());
+        }
+        chosen(pod, &candidates, input.nominated)
     }
+
+    /// What the extenders left of the candidates, by kube-scheduler's same criteria; none
+    /// left is `preemption: no candidate node for preemption`, the nomination cleared.
+    fn choose(
+        &self,
+        pod: &PodInfo,
+        mut candidates: Vec<Candidate>,
+        nominated: &NominatedPods,
+    ) -> (PostFilterResult, Status) {
+        if candidates.is_empty() {
+            let cleared = PostFilterResult {
+                nomination: Nomination::Clear,
+                ..PostFilterResult::default()
+            };
+            return (
+                cleared,
+                Status::unschedulable("preemption: no candidate node for preemption"),
+            );
+        }
+        for c in &mut candidates {
+            c.victims.sort_by(|a, b| more_important(a, b));
+        }
+        chosen(pod, &candidates, nominated)
+    }
+}
+
+/// The best of `candidates` (not empty), the pod nominated there and its victims evicted.
+fn chosen(
+    pod: &PodInfo,
+    candidates: &[Candidate],
+    nominated: &NominatedPods,
+) -> (PostFilterResult, Status) {
+    let (chosen, reason) = pick_one_node(candidates);
+    let chosen = &candidates[chosen];
+    let denominated = nominated
+        .on(&chosen.node)
+        .iter()
+        .filter(|p| p.priority < pod.priority)
+        .cloned()
+        .collect();
+    let result = PostFilterResult {
+        nomination: Nomination::Set(chosen.node.clone()),
+        preemption: Some(Preemption {
+            node: chosen.node.clone(),
+            victims: chosen.victims.clone(),
+            denominated,
+            reason,
+            released: Vec::new(),
+        }),
+        ..PostFilterResult::default()
+    };
+    (result, Status::success())
 }
 
 /// The plugin for the registry, with its place in kube-scheduler's default profile. The

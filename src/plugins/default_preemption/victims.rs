@@ -21,15 +21,7 @@ pub fn budgets(snapshot: &Snapshot) -> Vec<Arc<DisruptionBudgetModel>> {
 }
 
 /// One node where preemption would let the pod fit.
-#[derive(Debug, Clone)]
-pub struct Candidate {
-    /// The node.
-    pub node: Arc<str>,
-    /// The pods to evict, most important first.
-    pub victims: Vec<Arc<PodInfo>>,
-    /// How many of them are evicted against a PodDisruptionBudget.
-    pub pdb_violations: usize,
-}
+pub type Candidate = crate::framework::PreemptionCandidate;
 
 /// A pod's start time in nanoseconds; a pod not started yet counts as starting now, after
 /// every pod that did.

@@ -736,6 +736,7 @@ affinity:
         top_scores: 3,
         nominated: None,
         waiting: None,
+        preempt_extenders: false,
     };
     let err = schedule_one(&profile, &snap, &p, &mut CycleMemory::default(), &opts).unwrap_err();
     assert_eq!(

@@ -807,6 +807,7 @@ fn cycle_places_and_reports_as_kube_does() {
         top_scores: 3,
         nominated: None,
         waiting: None,
+        preempt_extenders: false,
     };
     let s = snapshot(
         vec![
