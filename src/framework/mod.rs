@@ -17,7 +17,8 @@ pub use events::{
 pub use plugin::*;
 pub use profile::Profile;
 pub use registry::{
-    ArgsError, DefaultPlace, Factory, PluginArgs, PluginSpec, Registry, decode_args,
+    ARGS_API_VERSION, ArgsError, ArgsResolver, DefaultPlace, Factory, PluginArgs, PluginSpec,
+    Registry, decode_args, resolved_args,
 };
 pub use run::{NominatedPods, SkippedFilters};
 pub use status::{Code, Status};

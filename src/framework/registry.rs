@@ -28,7 +28,7 @@ impl ArgsError {
 }
 
 /// A plugin's arguments, as they appear under `pluginConfig[].args`.
-pub trait PluginArgs: DeserializeOwned + Default {
+pub trait PluginArgs: DeserializeOwned + serde::Serialize + Default {
     /// The `kind` Kubernetes gives these arguments (`NodeResourcesFitArgs`).
     const KIND: &'static str;
 
@@ -73,6 +73,39 @@ pub fn decode_args<T: PluginArgs>(value: Option<&serde_json::Value>) -> Result<T
     Ok(args)
 }
 
+/// A plugin's arguments with every default filled in, as `kind`/`apiVersion`-tagged
+/// `pluginConfig[].args` (what `--write-config-to` writes, as kube-scheduler does).
+pub fn resolved_args<T: PluginArgs>(
+    value: Option<&serde_json::Value>,
+) -> Result<serde_json::Value, ArgsError> {
+    let args: T = decode_args(value)?;
+    let mut out = serde_json::to_value(&args).map_err(|e| ArgsError::new("", e.to_string()))?;
+    drop_nulls(&mut out);
+    if let Some(obj) = out.as_object_mut() {
+        obj.insert("kind".to_string(), T::KIND.into());
+        obj.insert("apiVersion".to_string(), ARGS_API_VERSION.into());
+    }
+    Ok(out)
+}
+
+/// Removes the fields that are unset, as Go's `omitempty` leaves them out.
+fn drop_nulls(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.retain(|_, v| !v.is_null());
+            map.values_mut().for_each(drop_nulls);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// The `apiVersion` of the arguments gantry writes.
+pub const ARGS_API_VERSION: &str = "kubescheduler.config.k8s.io/v1";
+
+/// A plugin's arguments resolved with their defaults ([`resolved_args`] of its type).
+pub type ArgsResolver = fn(Option<&serde_json::Value>) -> Result<serde_json::Value, ArgsError>;
+
 /// Builds a plugin from its (optional) arguments.
 pub type Factory = fn(Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError>;
 
@@ -95,6 +128,8 @@ pub struct PluginSpec {
     pub factory: Factory,
     /// Its place in the default profile; none for a plugin a profile must enable.
     pub default: Option<DefaultPlace>,
+    /// Its arguments with their defaults, for a plugin that takes arguments.
+    pub args: Option<ArgsResolver>,
 }
 
 /// Known plugins by name.
@@ -117,6 +152,11 @@ impl Registry {
     /// The factory for `name`.
     pub fn get(&self, name: &str) -> Option<Factory> {
         self.plugins.get(name).map(|s| s.factory)
+    }
+
+    /// How `name`'s arguments get their defaults, if it takes arguments.
+    pub fn args(&self, name: &str) -> Option<ArgsResolver> {
+        self.plugins.get(name).and_then(|s| s.args)
     }
 
     /// Registered names, sorted.

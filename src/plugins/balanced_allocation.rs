@@ -23,7 +23,7 @@ use super::resource_allocation::{
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 
 /// `NodeResourcesBalancedAllocationArgs` (kubescheduler.config.k8s.io/v1).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NodeResourcesBalancedAllocationArgs {
     /// The resources whose balance is scored; cpu and memory when empty. Every weight must
@@ -78,6 +78,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 110,
         weight: Some(1),
     }),
+    args: Some(crate::framework::resolved_args::<NodeResourcesBalancedAllocationArgs>),
 };
 
 /// Builds the plugin from its `NodeResourcesBalancedAllocationArgs`.

@@ -43,6 +43,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 130,
         weight: None,
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

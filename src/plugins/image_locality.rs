@@ -143,6 +143,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 120,
         weight: Some(1),
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

@@ -57,7 +57,7 @@ const CPU: usize = 0;
 const MEMORY: usize = 1;
 
 /// What to do with a node whose load is unknown or stale.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub enum StaleMetrics {
     /// Reject the node.
     Filter,
@@ -67,7 +67,7 @@ pub enum StaleMetrics {
 }
 
 /// `LoadAwareArgs`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct LoadAwareArgs {
     /// Highest estimated utilisation, in percent, a node may have to pass the filter, by
@@ -171,6 +171,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: None,
+    args: Some(crate::framework::resolved_args::<LoadAwareArgs>),
 };
 
 /// Builds the plugin from its `LoadAwareArgs`.

@@ -34,7 +34,7 @@ pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 const NODE_NAME_FIELD: &str = "metadata.name";
 
 /// `NodeAffinityArgs`: node affinity the scheduler adds to every pod of the profile.
-#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NodeAffinityArgs {
     /// Required terms every pod must also satisfy, and preferred terms added to every pod's.
@@ -279,6 +279,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 60,
         weight: Some(2),
     }),
+    args: Some(crate::framework::resolved_args::<NodeAffinityArgs>),
 };
 
 /// Builds the plugin from `NodeAffinityArgs`.

@@ -59,6 +59,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 40,
         weight: None,
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

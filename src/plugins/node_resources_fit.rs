@@ -50,7 +50,7 @@ pub const MAX_SHAPE_SCORE: i32 = 10;
 pub const MAX_SHAPE_UTILIZATION: i32 = 100;
 
 /// How nodes are scored.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub enum ScoringStrategyType {
     /// Favour nodes with the most free resources (spreading).
     LeastAllocated,
@@ -68,7 +68,7 @@ impl ScoringStrategyType {
 
 /// A point of the RequestedToCapacityRatio function: at `utilization` percent the score is
 /// `score` (0..=10).
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct UtilizationShapePoint {
     /// Utilization in percent, 0..=100.
@@ -78,7 +78,7 @@ pub struct UtilizationShapePoint {
 }
 
 /// Parameters of the RequestedToCapacityRatio strategy.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct RequestedToCapacityRatioParam {
     /// The function's points, by strictly increasing utilization.
@@ -86,7 +86,7 @@ pub struct RequestedToCapacityRatioParam {
 }
 
 /// `scoringStrategy`: the strategy and the resources it weighs.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ScoringStrategy {
     /// The strategy; required when `scoringStrategy` is given at all, as in kube-scheduler.
@@ -115,7 +115,7 @@ impl Default for ScoringStrategy {
 }
 
 /// `NodeResourcesFitArgs` (kubescheduler.config.k8s.io/v1).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NodeResourcesFitArgs {
     /// Extended resources the filter does not check.
@@ -277,6 +277,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 80,
         weight: Some(1),
     }),
+    args: Some(crate::framework::resolved_args::<NodeResourcesFitArgs>),
 };
 
 /// Builds the plugin from its `NodeResourcesFitArgs`.

@@ -81,6 +81,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 30,
         weight: None,
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

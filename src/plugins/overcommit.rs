@@ -62,7 +62,7 @@ pub const ERR_REASON_LOADED_MEMORY: &str = "node(s) too loaded to overcommit mem
 const QOS_SUPPORTED: &str = r#"supported values: "BestEffort", "Burstable""#;
 
 /// `OvercommitArgs`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct OvercommitArgs {
     /// Labels a node must carry to opt in (all of them). Default `overcommit: "true"`.
@@ -121,6 +121,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: None,
+    args: Some(crate::framework::resolved_args::<OvercommitArgs>),
 };
 
 /// Builds the plugin from its `OvercommitArgs`.

@@ -12,7 +12,7 @@ use crate::model::PodInfo;
 use crate::model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, ResourceName, is_scalar_resource};
 
 /// A resource to score on and its weight, as configured (`{name: cpu, weight: 1}`).
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ResourceSpec {
     /// The resource name (`cpu`, `memory`, `nvidia.com/gpu`, ...).

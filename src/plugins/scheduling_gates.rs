@@ -47,6 +47,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 10,
         weight: None,
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

@@ -141,6 +141,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 50,
         weight: Some(3),
     }),
+    args: None,
 };
 
 /// Builds the plugin; it takes no arguments, and ignores any given (as kube-scheduler does

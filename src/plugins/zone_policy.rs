@@ -39,7 +39,7 @@ const BETA_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 const BETA_REGION_LABEL: &str = "failure-domain.beta.kubernetes.io/region";
 
 /// Zones and regions a node may be in; an empty list does not constrain.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ZonePlacement {
     /// Allowed zones.
@@ -49,7 +49,7 @@ pub struct ZonePlacement {
 }
 
 /// A preferred placement and its weight.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct WeightedZonePlacement {
     /// 1..=100.
@@ -61,7 +61,7 @@ pub struct WeightedZonePlacement {
 }
 
 /// One rule: which pods, and where they must or should run.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ZoneRule {
     /// A name for people reading the configuration.
@@ -79,7 +79,7 @@ pub struct ZoneRule {
 }
 
 /// `ZonePolicyArgs`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct ZonePolicyArgs {
     /// The rules.
@@ -167,6 +167,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: None,
+    args: Some(crate::framework::resolved_args::<ZonePolicyArgs>),
 };
 
 /// Builds the plugin from its `ZonePolicyArgs`.

@@ -751,6 +751,7 @@ profiles:
             name: "Budgeted",
             factory: |_| Ok(std::sync::Arc::new(Budgeted)),
             default: None,
+            args: None,
         });
         let config = Config::parse(
             "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
@@ -835,6 +836,7 @@ profiles:
             name: "Broken",
             factory: |_| Ok(std::sync::Arc::new(Broken)),
             default: None,
+            args: None,
         });
         let config = Config::parse(
             "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\

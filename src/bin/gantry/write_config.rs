@@ -127,17 +127,39 @@ fn names(plugins: &[Arc<dyn Plugin>]) -> Value {
     })
 }
 
-/// One profile: its plugins per extension point, as resolved, and the plugin arguments the
-/// file gave (the arguments left out run with the plugins' defaults).
+/// One profile: its plugins per extension point, as resolved, and the arguments of every
+/// plugin that takes some, with their defaults filled in (those the file gave first, in its
+/// order, then the profile's other plugins in the order they run).
 fn profile(p: &Profile, given: Option<&types::ProfileConfig>) -> Value {
-    let plugin_config: Vec<Value> = given
+    let registry = gantry::plugins::registry();
+    let given_args: Vec<(&str, Option<&Value>)> = given
         .map(|g| {
             g.plugin_config
                 .iter()
-                .map(|pc| json!({"name": pc.name, "args": pc.args}))
+                .map(|pc| (pc.name.as_str(), pc.args.as_ref()))
                 .collect()
         })
         .unwrap_or_default();
+    let mut configured: Vec<&str> = given_args.iter().map(|(n, _)| *n).collect();
+    for plugin in p.plugins() {
+        if !configured.contains(&plugin.name()) {
+            configured.push(plugin.name());
+        }
+    }
+    let plugin_config: Vec<Value> = configured
+        .into_iter()
+        .filter_map(|name| {
+            let given = given_args
+                .iter()
+                .find(|(n, _)| *n == name)
+                .and_then(|(_, a)| *a);
+            let args = match registry.args(name) {
+                Some(resolve) => resolve(given).ok()?,
+                None => given?.clone(),
+            };
+            Some(json!({"name": name, "args": args}))
+        })
+        .collect();
     let mut out = json!({
         "schedulerName": p.scheduler_name,
         "plugins": {
@@ -243,6 +265,13 @@ mod tests {
             "podMaxBackoffSeconds: 10",
             "schedulerName: default-scheduler",
             "- name: PrioritySort",
+            "kind: DefaultPreemptionArgs",
+            "minCandidateNodesPercentage: 10",
+            "minCandidateNodesAbsolute: 100",
+            "hardPodAffinityWeight: 1",
+            "bindTimeoutSeconds: 600",
+            "defaultingType: System",
+            "type: LeastAllocated",
         ] {
             assert!(text.contains(line), "{line}: {text}");
         }

@@ -39,7 +39,7 @@ use crate::model::resources::Resources;
 pub const NAME: &str = "Coscheduling";
 
 /// `CoschedulingArgs`, as scheduler-plugins spells them.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct CoschedulingArgs {
     /// How long a placed pod waits at Permit for the rest of its group, unless the group's
@@ -486,6 +486,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: None,
+    args: Some(crate::framework::resolved_args::<CoschedulingArgs>),
 };
 
 /// Builds the plugin from its `CoschedulingArgs`.

@@ -12,7 +12,7 @@ const DEFAULT_MIN_CANDIDATE_NODES_ABSOLUTE: i32 = 100;
 /// DefaultPreemption's arguments: how many nodes a preemption attempt tries at least.
 /// kube-scheduler dry-runs preemption on max(nodes × percentage / 100, absolute) candidate
 /// nodes (all of them in a smaller cluster), and keeps the best.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct DefaultPreemptionArgs {
     /// The fewest candidates, as a percentage of the nodes: 0 to 100 (default 10).

@@ -309,6 +309,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 105,
         weight: None,
     }),
+    args: Some(crate::framework::resolved_args::<DefaultPreemptionArgs>),
 };
 
 /// Builds the plugin from its arguments.

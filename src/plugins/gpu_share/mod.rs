@@ -49,7 +49,7 @@ pub const INSUFFICIENT_GPU_SHARE: &str = "node(s) didn't have a GPU with enough 
 pub const GPU_MEMORY_UNKNOWN: &str = "node(s) didn't have GPUs with the requested memory";
 
 /// A typical pod shape given in the configuration.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TypicalPod {
     /// cpu in millicores.
@@ -72,7 +72,7 @@ pub struct TypicalPod {
 }
 
 /// `GpuShareArgs`: the policy and the typical workload.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct GpuShareArgs {
     /// How nodes and GPUs are chosen.
@@ -242,6 +242,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: None,
+    args: Some(crate::framework::resolved_args::<GpuShareArgs>),
 };
 
 /// Builds the plugin from its `GpuShareArgs`.

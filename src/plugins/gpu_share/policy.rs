@@ -10,7 +10,7 @@ use super::devices::{FreeList, whole_devices};
 use super::workload::ShapeTable;
 
 /// A GPU placement policy, as `scoringStrategy` names it.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq, Default)]
 pub enum Policy {
     /// gantry's policy (the default): FGD's fragmentation plus the GPU milli a node's cpu can
     /// no longer feed, scored as FGD scores, the tightest GPU among equally good ones.

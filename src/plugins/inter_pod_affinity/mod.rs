@@ -38,7 +38,7 @@ const MIN_HARD_POD_AFFINITY_WEIGHT: i32 = 0;
 const MAX_HARD_POD_AFFINITY_WEIGHT: i32 = 100;
 
 /// The plugin's arguments (`InterPodAffinityArgs`, kubescheduler.config.k8s.io/v1).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct InterPodAffinityArgs {
     /// Score weight of an existing pod's required affinity term that the incoming pod
@@ -96,6 +96,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 100,
         weight: Some(2),
     }),
+    args: Some(crate::framework::resolved_args::<InterPodAffinityArgs>),
 };
 
 /// Builds the plugin from its (optional) arguments.

@@ -42,7 +42,7 @@ pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// Where the default constraints come from.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 pub enum DefaultingType {
     /// kube-scheduler's built-in defaults: spread by hostname (maxSkew 3) and zone (maxSkew 5),
     /// both `ScheduleAnyway`. An empty string means this too, as in kube-scheduler's v1 API.
@@ -55,7 +55,7 @@ pub enum DefaultingType {
 
 /// One default constraint: a `v1.TopologySpreadConstraint` whose selector is deduced for each
 /// pod, so it must not set `labelSelector`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct DefaultConstraint {
     /// Largest allowed difference between domains' matching pod counts; must be positive.
@@ -77,7 +77,7 @@ pub struct DefaultConstraint {
 }
 
 /// kube-scheduler's `PodTopologySpreadArgs` (v1).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct PodTopologySpreadArgs {
     /// Constraints for pods that set none; only with `defaultingType: List`.
@@ -398,6 +398,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 90,
         weight: Some(2),
     }),
+    args: Some(crate::framework::resolved_args::<PodTopologySpreadArgs>),
 };
 
 /// Builds the plugin from its (optional) `PodTopologySpreadArgs`.

@@ -11,7 +11,7 @@ pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
 /// One point of the utilization-to-score shape (only read with kube-scheduler's
 /// `StorageCapacityScoring` feature, which gantry does not have).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct UtilizationShapePoint {
     /// Utilization, 0..=100.
@@ -21,7 +21,7 @@ pub struct UtilizationShapePoint {
 }
 
 /// VolumeBinding's arguments.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct VolumeBindingArgs {
     /// How long PreBind waits for the PV controller to bind the pod's claims.

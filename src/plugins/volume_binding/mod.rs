@@ -361,6 +361,7 @@ pub const SPEC: PluginSpec = PluginSpec {
         order: 86,
         weight: None,
     }),
+    args: Some(crate::framework::resolved_args::<VolumeBindingArgs>),
 };
 
 /// Builds the plugin from its arguments.
