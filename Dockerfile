@@ -26,6 +26,6 @@ RUN apt-get update \
 COPY --from=build /src/target/release/gantry /usr/local/bin/gantry
 # The "nonroot" user of distroless images; deploy/30-deployment.yaml runs as it too.
 USER 65532:65532
-EXPOSE 10251
+EXPOSE 10259
 ENTRYPOINT ["/usr/local/bin/gantry"]
 CMD ["run"]

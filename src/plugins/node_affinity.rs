@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -34,7 +34,7 @@ pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 const NODE_NAME_FIELD: &str = "metadata.name";
 
 /// `NodeAffinityArgs`: node affinity the scheduler adds to every pod of the profile.
-#[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct NodeAffinityArgs {
     /// Required terms every pod must also satisfy, and preferred terms added to every pod's.
