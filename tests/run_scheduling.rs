@@ -99,7 +99,7 @@ async fn binds_pods_without_overcommitting_nodes() {
         "scheduler_pod_scheduling_sli_duration_seconds_bucket",
         "scheduler_pending_pods{queue=\"unschedulable\"}",
         "scheduler_pending_pods{queue=\"active\"}",
-        "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"PodAdd\"}",
+        "scheduler_queue_incoming_pods_total{queue=\"active\",event=\"UnschedulablePodAdd\"}",
         "scheduler_framework_extension_point_duration_seconds_bucket",
         "scheduler_plugin_execution_duration_seconds_bucket",
     ] {

@@ -21,9 +21,9 @@ use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, NodeScore, PermitPlugin, Plugin, PostFilterInput,
-    PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult, PreScorePlugin, Profile,
-    ReservePlugin, ScorePlugin, Status, WaitingPods,
+    Code, CycleState, FilterPlugin, NodeScore, NominatedPods, PermitPlugin, Plugin,
+    PostFilterInput, PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, PreemptionCandidate, Profile, ReservePlugin, ScorePlugin, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 
@@ -487,6 +487,19 @@ impl PostFilterPlugin for Timed {
             |(_, s)| s.code(),
             |c| c == Code::Success,
         )
+    }
+
+    fn choose(
+        &self,
+        pod: &PodInfo,
+        candidates: Vec<PreemptionCandidate>,
+        nominated: &NominatedPods,
+    ) -> (PostFilterResult, Status) {
+        // The PostFilter run it completes was timed already.
+        match self.inner.as_post_filter() {
+            Some(inner) => inner.choose(pod, candidates, nominated),
+            None => (PostFilterResult::default(), missing("PostFilter")),
+        }
     }
 }
 
