@@ -185,6 +185,51 @@ async fn serve(ext: Extender) -> SocketAddr {
     addr
 }
 
+/// One test's world on the shared control plane: its namespace `ns` with `nodes` (of `cpu`
+/// cpus each), the test extender, and gantry (profile `gantry-<ns>`) configured with the
+/// `extenders` that `extenders_for` writes for the extender's address.
+struct World {
+    /// Held: the shared control plane lives while a test holds it.
+    plane: Arc<ControlPlane>,
+    client: kube::Client,
+    calls: Arc<Calls>,
+    gantry: Gantry,
+    profile: String,
+}
+
+async fn world(
+    ns: &str,
+    nodes: &[&str],
+    cpu: &str,
+    extenders_for: impl Fn(SocketAddr) -> String,
+) -> World {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    create_namespace(&client, ns).await;
+    create_nodes(&client, nodes, ns, cpu, "8Gi").await;
+    let calls = Arc::new(Calls::default());
+    let addr = serve(Extender {
+        api: client.clone(),
+        calls: calls.clone(),
+    })
+    .await;
+    let profile = format!("gantry-{ns}");
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        ns,
+        &config(&profile, ns, None, &extenders_for(addr)),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    World {
+        plane,
+        client,
+        calls,
+        gantry,
+        profile,
+    }
+}
+
 fn with_resource(mut p: Pod, resource: &str) -> Pod {
     let container = &mut p.spec.as_mut().expect("spec").containers[0];
     let resources = container.resources.get_or_insert_with(Default::default);
@@ -205,28 +250,21 @@ fn with_resource(mut p: Pod, resource: &str) -> Pod {
 /// gantry), and a pod it leaves no node for is unschedulable with its reasons.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extender_filters_scores_and_binds() {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let (ns, profile) = ("ext", "gantry-ext");
-    create_namespace(&client, ns).await;
-    create_nodes(&client, &["ext-a", "ext-b", "ext-c"], ns, "4", "8Gi").await;
-    let calls = Arc::new(Calls::default());
-    let addr = serve(Extender {
-        api: client.clone(),
-        calls: calls.clone(),
+    let ns = "ext";
+    let World {
+        plane: _plane,
+        client,
+        calls,
+        mut gantry,
+        profile,
+    } = world(ns, &["ext-a", "ext-b", "ext-c"], "4", |addr| {
+        format!(
+            "extenders:\n- urlPrefix: http://{addr}/ext\n  filterVerb: filter\n  \
+             prioritizeVerb: prioritize\n  weight: 5\n  bindVerb: bind\n  nodeCacheCapable: true\n"
+        )
     })
     .await;
-    let extenders = format!(
-        "extenders:\n- urlPrefix: http://{addr}/ext\n  filterVerb: filter\n  \
-         prioritizeVerb: prioritize\n  weight: 5\n  bindVerb: bind\n  nodeCacheCapable: true\n"
-    );
-    let mut gantry = Gantry::start(
-        plane.dir(),
-        ns,
-        &config(profile, ns, None, &extenders),
-        &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    let profile = profile.as_str();
     for i in 0..3 {
         create_pod(&client, &pod(ns, &format!("p{i}"), profile, "100m", "64Mi")).await;
     }
@@ -276,32 +314,25 @@ async fn an_extender_filters_scores_and_binds() {
 /// resources is not sent to it at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_fail_an_attempt_and_ignorable_failures_are_skipped() {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let (ns, profile) = ("ext-fail", "gantry-ext-fail");
-    create_namespace(&client, ns).await;
-    create_nodes(&client, &["ext-fail-1"], ns, "4", "8Gi").await;
-    let calls = Arc::new(Calls::default());
-    let addr = serve(Extender {
-        api: client.clone(),
-        calls: calls.clone(),
+    let ns = "ext-fail";
+    let World {
+        plane: _plane,
+        client,
+        calls,
+        mut gantry,
+        profile,
+    } = world(ns, &["ext-fail-1"], "4", |addr| {
+        format!(
+            "extenders:\n\
+             - urlPrefix: http://{addr}/ext\n  filterVerb: slow\n  httpTimeout: 1s\n  \
+               nodeCacheCapable: true\n  managedResources:\n  \
+               - {{name: example.com/slow, ignoredByScheduler: true}}\n\
+             - urlPrefix: http://{addr}/ext\n  filterVerb: broken\n  ignorable: true\n  \
+               nodeCacheCapable: true\n"
+        )
     })
     .await;
-    let extenders = format!(
-        "extenders:\n\
-         - urlPrefix: http://{addr}/ext\n  filterVerb: slow\n  httpTimeout: 1s\n  \
-           nodeCacheCapable: true\n  managedResources:\n  \
-           - {{name: example.com/slow, ignoredByScheduler: true}}\n\
-         - urlPrefix: http://{addr}/ext\n  filterVerb: broken\n  ignorable: true\n  \
-           nodeCacheCapable: true\n"
-    );
-    let mut gantry = Gantry::start(
-        plane.dir(),
-        ns,
-        &config(profile, ns, None, &extenders),
-        &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    let profile = profile.as_str();
     // Not a managed resource: only the ignorable extender is asked, and its 500 skipped.
     create_pod(&client, &pod(ns, "plain", profile, "100m", "64Mi")).await;
     wait_bound(&client, ns, "plain", Duration::from_secs(30)).await;
@@ -339,31 +370,24 @@ async fn timeouts_fail_an_attempt_and_ignorable_failures_are_skipped() {
 /// victim is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preempt_extender_chooses_among_the_candidates() {
-    let plane = ControlPlane::shared();
-    let client = plane.client().await;
-    let (ns, profile) = ("ext-pre", "gantry-ext-pre");
-    create_namespace(&client, ns).await;
+    let ns = "ext-pre";
+    let World {
+        plane,
+        client,
+        calls,
+        mut gantry,
+        profile,
+    } = world(ns, &["ext-pre-1", "ext-pre-2"], "1", |addr| {
+        format!(
+            "extenders:\n- urlPrefix: http://{addr}/ext\n  preemptVerb: preempt\n  \
+             nodeCacheCapable: true\n"
+        )
+    })
+    .await;
+    let profile = profile.as_str();
     plane.apply(
         "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: ext-high}\nvalue: 1000\n",
     );
-    create_nodes(&client, &["ext-pre-1", "ext-pre-2"], ns, "1", "8Gi").await;
-    let calls = Arc::new(Calls::default());
-    let addr = serve(Extender {
-        api: client.clone(),
-        calls: calls.clone(),
-    })
-    .await;
-    let extenders = format!(
-        "extenders:\n- urlPrefix: http://{addr}/ext\n  preemptVerb: preempt\n  \
-         nodeCacheCapable: true\n"
-    );
-    let mut gantry = Gantry::start(
-        plane.dir(),
-        ns,
-        &config(profile, ns, None, &extenders),
-        &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
     for n in ["ext-pre-1", "ext-pre-2"] {
         let mut low = pod(ns, &format!("low-{n}"), profile, "1", "64Mi");
         let spec = low.spec.as_mut().expect("spec");

@@ -784,17 +784,23 @@ profiles:
         config
     }
 
-    #[test]
-    fn a_sampled_cycle_counts_one_call_per_node_with_its_own_code() {
-        let metrics = Arc::new(Metrics::new());
-        let instr = Instrumentation::new(metrics.clone());
-        let mut s = Scheduler::new(instrumented(&instr), None);
+    /// A scheduler of `instr`'s profiles with nodes of 1, 2 and 4 cpus.
+    fn three_nodes(instr: &Arc<Instrumentation>) -> Scheduler {
+        let mut s = Scheduler::new(instrumented(instr), None);
         for (i, cpu) in ["1", "2", "4"].iter().enumerate() {
             s.upsert_node(
                 node(&format!("n{i}")).capacity(cpu, "4Gi").build(),
                 Duration::ZERO,
             );
         }
+        s
+    }
+
+    #[test]
+    fn a_sampled_cycle_counts_one_call_per_node_with_its_own_code() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut s = three_nodes(&instr);
         s.upsert_pod(pod("p").req("cpu", "1500m").build(), Duration::ZERO)
             .unwrap();
         instr.begin_cycle(); // the first cycle is sampled
@@ -821,13 +827,7 @@ profiles:
     fn every_cycle_counts_each_plugin_run_sampled_or_not() {
         let metrics = Arc::new(Metrics::new());
         let instr = Instrumentation::new(metrics.clone());
-        let mut s = Scheduler::new(instrumented(&instr), None);
-        for (i, cpu) in ["1", "2", "4"].iter().enumerate() {
-            s.upsert_node(
-                node(&format!("n{i}")).capacity(cpu, "4Gi").build(),
-                Duration::ZERO,
-            );
-        }
+        let mut s = three_nodes(&instr);
         let evaluations = |point: &str| {
             let series = format!(
                 "scheduler_plugin_evaluation_total{{plugin=\"NodeResourcesFit\",extension_point=\"{point}\",profile=\"default-scheduler\"}}"

@@ -930,6 +930,53 @@ fn hamis_published_configuration_is_accepted() {
     }
 }
 
+/// Schedules a pod requesting one `example.com/widget` on a node that lists none, with one
+/// extender managing that resource, `ignoredByScheduler` as given.
+fn widget_attempt(ignored_by_scheduler: bool) -> crate::scheduler::Attempt {
+    let c = parse(&format!(
+        "{HEADER}extenders:
+- urlPrefix: http://127.0.0.1:1
+  filterVerb: filter
+  managedResources:
+  - name: example.com/widget
+    ignoredByScheduler: {ignored_by_scheduler}
+"
+    ))
+    .expect("configuration");
+    let mut s = crate::scheduler::Scheduler::new(c, None);
+    s.upsert_node(
+        crate::testing::node("n1").capacity("4", "8Gi").build(),
+        Duration::ZERO,
+    );
+    let pod = crate::testing::pod("widget")
+        .req("example.com/widget", "1")
+        .build();
+    s.upsert_pod(pod, Duration::ZERO).unwrap();
+    s.schedule_next(Duration::ZERO).expect("an attempt")
+}
+
+#[test]
+fn ignored_by_scheduler_alone_lets_node_resources_fit_pass() {
+    match widget_attempt(true) {
+        crate::scheduler::Attempt::Extending(request) => match request.ask {
+            crate::scheduler::ExtenderAsk::Place { exchange, .. } => {
+                assert_eq!(exchange.survivors(), [std::sync::Arc::from("n1")]);
+            }
+            other => panic!("expected a filter round, got {other:?}"),
+        },
+        other => panic!("expected the extender to be asked, got {other:?}"),
+    }
+    match widget_attempt(false) {
+        crate::scheduler::Attempt::Unschedulable { message, .. } => {
+            assert!(
+                message.contains("1 Insufficient example.com/widget"),
+                "{message}"
+            );
+        }
+        other => panic!("expected NodeResourcesFit to reject the pod, got {other:?}"),
+    }
+}
+
 #[test]
 fn extender_defaults_and_call_order() {
     let c = parse(&format!(
