@@ -653,14 +653,27 @@ impl Scheduler {
         } else {
             Vec::new()
         };
+        let ask = ExtenderAsk::Place {
+            exchange,
+            nodes,
+            evaluated: filtered.evaluated,
+        };
+        self.hold_for_extenders(profile, queued, AskingStage::Place(filtered), ask)
+    }
+
+    /// Parks the pod at `stage` until the extenders answered `ask`, which the front end is
+    /// handed.
+    fn hold_for_extenders(
+        &mut self,
+        profile: Arc<Profile>,
+        queued: QueuedPod,
+        stage: AskingStage,
+        ask: ExtenderAsk,
+    ) -> Attempt {
         let request = ExtenderRequest {
             pod: queued.pod.clone(),
             attempt: queued.attempts,
-            ask: ExtenderAsk::Place {
-                exchange,
-                nodes,
-                evaluated: filtered.evaluated,
-            },
+            ask,
         };
         let key = (queued.pod.namespace.clone(), queued.pod.name.clone());
         self.asking.insert(
@@ -668,7 +681,7 @@ impl Scheduler {
             Asking {
                 queued,
                 profile,
-                stage: AskingStage::Place(filtered),
+                stage,
             },
         );
         Attempt::Extending(Box::new(request))
@@ -681,7 +694,7 @@ impl Scheduler {
         &mut self,
         profile: Arc<Profile>,
         queued: QueuedPod,
-        mut diagnosis: Box<Diagnosis>,
+        diagnosis: Box<Diagnosis>,
         pending: PendingCandidates,
     ) -> Attempt {
         let pods = pending
@@ -698,26 +711,11 @@ impl Scheduler {
             pending.candidates,
             pods,
         );
-        diagnosis.post_filter.candidates = None;
-        let request = ExtenderRequest {
-            pod: queued.pod.clone(),
-            attempt: queued.attempts,
-            ask: ExtenderAsk::Preempt(round),
-        };
-        let key = (queued.pod.namespace.clone(), queued.pod.name.clone());
         let stage = AskingStage::Preempt {
             diagnosis,
             plugin: pending.plugin,
         };
-        self.asking.insert(
-            key,
-            Asking {
-                queued,
-                profile,
-                stage,
-            },
-        );
-        Attempt::Extending(Box::new(request))
+        self.hold_for_extenders(profile, queued, stage, ExtenderAsk::Preempt(round))
     }
 
     /// The extenders answered about a pod: it resumes at the next

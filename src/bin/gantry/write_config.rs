@@ -11,7 +11,7 @@ use anyhow::Context;
 use gantry::config::types::{self, KubeSchedulerConfiguration};
 use gantry::config::{self, Config, ContentType, GoDuration};
 use gantry::extender::Extender;
-use gantry::framework::{Plugin, Profile};
+use gantry::framework::{Plugin, Profile, Registry};
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 
@@ -40,6 +40,7 @@ pub fn effective(file: &KubeSchedulerConfiguration, config: &Config) -> Value {
     let cc = &config.client_connection;
     let given_cc = file.client_connection.clone().unwrap_or_default();
     let given_profiles = &file.profiles;
+    let registry = gantry::plugins::registry();
     json!({
         "apiVersion": types::API_VERSION,
         "kind": types::KIND,
@@ -72,7 +73,7 @@ pub fn effective(file: &KubeSchedulerConfiguration, config: &Config) -> Value {
         },
         "extenders": config.extenders.all().iter().map(extender).collect::<Vec<_>>(),
         "profiles": config.profiles.iter().enumerate().map(|(i, p)| {
-            profile(p, given_profiles.get(i))
+            profile(p, given_profiles.get(i), &registry)
         }).collect::<Vec<_>>(),
     })
 }
@@ -130,8 +131,7 @@ fn names(plugins: &[Arc<dyn Plugin>]) -> Value {
 /// One profile: its plugins per extension point, as resolved, and the arguments of every
 /// plugin that takes some, with their defaults filled in (those the file gave first, in its
 /// order, then the profile's other plugins in the order they run).
-fn profile(p: &Profile, given: Option<&types::ProfileConfig>) -> Value {
-    let registry = gantry::plugins::registry();
+fn profile(p: &Profile, given: Option<&types::ProfileConfig>, registry: &Registry) -> Value {
     let given_args: Vec<(&str, Option<&Value>)> = given
         .map(|g| {
             g.plugin_config
