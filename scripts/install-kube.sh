@@ -134,6 +134,11 @@ if ((${#missing[@]})); then
 
   # -------------------------------------------------------------- unpack
   if [[ ! -d "${TREE}" ]]; then
+    # The unpacked tree and the build take about 2.5 GiB.
+    free_kib=$(df -Pk "${GANTRY_KUBE_CACHE}" | awk 'NR == 2 { print $4 }')
+    if [[ -n "${free_kib}" ]] && ((free_kib < 3 * 1024 * 1024)); then
+      log "warning: only $((free_kib / 1024)) MiB free in ${GANTRY_KUBE_CACHE}; the source tree and its build take about 2.5 GiB"
+    fi
     # The upstream tree as Debian ships it (vendor/ included). Debian's own
     # patches only touch kubectl's printing and are not needed here.
     # Unpack beside and rename, so an interrupted unpack is never taken for

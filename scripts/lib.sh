@@ -23,12 +23,19 @@ die() { printf '%s: error: %s\n' "${0##*/}" "$*" >&2; exit 1; }
 # run_logged LOGFILE CMD...: run CMD with all its output in LOGFILE; on
 # failure show the end of the log and stop, so failures are loud but
 # successful runs stay quiet.
+# The exit status and the free space of the log's file system are shown
+# too: a full disk fails a command without a word, as its log cannot be
+# written either.
 run_logged() {
   local logfile=$1; shift
-  if ! "$@" >"${logfile}" 2>&1; then
-    printf '%s: error: command failed: %s\n' "${0##*/}" "$*" >&2
+  local status=0
+  "$@" >"${logfile}" 2>&1 || status=$?
+  if ((status)); then
+    printf '%s: error: command failed (exit status %d): %s\n' "${0##*/}" "${status}" "$*" >&2
     printf -- '--- last lines of %s ---\n' "${logfile}" >&2
     tail -n 40 "${logfile}" >&2 || true
+    printf -- '--- free space where it was written ---\n' >&2
+    df -h "$(dirname "${logfile}")" >&2 || true
     exit 1
   fi
 }

@@ -40,6 +40,21 @@ fn get(path: &str, token: Option<&str>) -> Option<(u16, String)> {
     (code != 0).then(|| (code, body.to_string()))
 }
 
+/// A one-second CPU profile from /debug/pprof/profile, taken with `token`.
+fn cpu_profile(token: &str) -> pprof::protos::Profile {
+    use pprof::protos::Message;
+    let out = Command::new("curl")
+        .args(["-sk", "--fail", "--max-time", "20", "-H"])
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg(format!(
+            "https://127.0.0.1:{SECURE_PORT}/debug/pprof/profile?seconds=1"
+        ))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "curl: {:?}", out.status);
+    pprof::protos::Profile::decode(out.stdout.as_slice()).expect("a pprof profile")
+}
+
 /// The subject and subject alternative names of the served certificate.
 fn served_certificate() -> String {
     let shown = Command::new("sh")
@@ -139,10 +154,10 @@ async fn kubeadms_kube_scheduler_command_line_starts_gantry_and_passes_its_probe
         "--role=gantry-lease",
         "--user=gantry",
     ]);
-    // Prometheus' service account may read /metrics; another may not.
+    // Prometheus' service account may read /metrics (and take a CPU profile); another may not.
     plane.apply(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: metrics-reader}\n\
-         rules:\n- nonResourceURLs: [/metrics]\n  verbs: [get]\n",
+         rules:\n- nonResourceURLs: [/metrics, /debug/pprof/*]\n  verbs: [get]\n",
     );
     plane.kubectl(&[
         "create",
@@ -223,6 +238,26 @@ async fn kubeadms_kube_scheduler_command_line_starts_gantry_and_passes_its_probe
     // The decision log is behind the same checks.
     let (code, _) = get("/debug/decisions/default/none", Some(&not_allowed)).expect("an answer");
     assert_eq!(code, 403);
+    // So is profiling, on by default as in kube-scheduler: a CPU profile in pprof's format.
+    let (code, _) = get("/debug/pprof/profile?seconds=1", None).expect("an answer");
+    assert_eq!(code, 401);
+    let (code, _) = get("/debug/pprof/profile?seconds=1", Some(&not_allowed)).expect("an answer");
+    assert_eq!(code, 403);
+    let profile = cpu_profile(&allowed);
+    let unit = |i: i64| profile.string_table[i as usize].as_str();
+    assert!(
+        profile
+            .sample_type
+            .iter()
+            .any(|t| unit(t.ty) == "cpu" && unit(t.unit) == "nanoseconds"),
+        "{:?}",
+        profile.sample_type
+    );
+    assert!(
+        profile.duration_nanos >= 1_000_000_000,
+        "{}",
+        profile.duration_nanos
+    );
     // It leads: the lease is its own (kube-system/gantry, not kube-scheduler's).
     let leases = plane.kubectl(&["get", "lease", "-n", "kube-system", "-o", "name"]);
     assert!(

@@ -420,7 +420,7 @@ impl Driver {
                     pod: pod_ref(&pod),
                     profile: pod.scheduler_name.clone(),
                     condition_reason: CONDITION_SCHEDULER_ERROR,
-                    message: format!("error: {status}"),
+                    message: status.error_message(),
                     nomination: Nomination::Keep,
                     nominated: None,
                 });
@@ -607,8 +607,8 @@ impl Driver {
         // The message of a failure: a PreBind error says which plugin failed; a refused
         // binding is said to be one.
         let failure = match &outcome {
-            BindOutcome::PreBindFailed(error) => Some(format!("error: {error}")),
-            BindOutcome::Failed(error) => Some(format!("error: binding rejected: {error}")),
+            BindOutcome::PreBindFailed(error) => Some(error.clone()),
+            BindOutcome::Failed(error) => Some(format!("binding rejected: {error}")),
             _ => None,
         };
         match outcome {

@@ -1,6 +1,6 @@
 //! The HTTP endpoints: `/metrics` (Prometheus), `/healthz` and `/livez` (the process is up),
 //! `/readyz` (the caches are warm), `/debug/decisions/<namespace>/<pod>` (the pod's latest
-//! scheduling attempts, as decision records in JSON).
+//! scheduling attempts, as decision records in JSON), and `/debug/pprof` when profiling is on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,17 +28,25 @@ pub struct Health {
     pub ready: Arc<AtomicBool>,
     /// The latest decision records.
     pub decisions: SharedStore,
+    /// Whether `/debug/pprof` is served (`enableProfiling`).
+    pub profiling: bool,
 }
 
 /// The router serving the endpoints.
 pub fn router(health: Health) -> Router {
-    Router::new()
+    let profiling = health.profiling;
+    let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .route("/debug/decisions/{namespace}/{pod}", get(decisions))
-        .with_state(health)
+        .with_state(health);
+    if profiling {
+        router.merge(super::profiling::router())
+    } else {
+        router
+    }
 }
 
 /// Binds `address` and serves the endpoints over plain HTTP, open to all (`--address`),
@@ -170,6 +178,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
             decisions: store,
+            profiling: false,
         };
         let (status, body) = get(&health, "/debug/decisions/default/big").await;
         assert_eq!(status, StatusCode::OK);

@@ -47,6 +47,7 @@ pub mod pod_group_status;
 pub mod pre_bind;
 pub mod preemption;
 pub mod process_metrics;
+pub mod profiling;
 pub mod protobuf;
 pub mod reflector;
 pub mod rest_client;
@@ -223,6 +224,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         metrics: metrics.clone(),
         ready: ready.clone(),
         decisions: decision_store.clone(),
+        profiling: serving.profiling,
     };
     let plain = match serving.plain {
         Some(address) => Some(

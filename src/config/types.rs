@@ -23,9 +23,9 @@ pub struct KubeSchedulerConfiguration {
     pub leader_election: Option<LeaderElection>,
     /// API client settings.
     pub client_connection: Option<ClientConnection>,
-    /// Accepted for compatibility; gantry serves no profiling endpoints.
+    /// Serve the CPU profile at `/debug/pprof/profile` (default true, as kube-scheduler).
     pub enable_profiling: Option<bool>,
-    /// Accepted for compatibility; gantry serves no profiling endpoints.
+    /// Go's block profile: accepted for compatibility, not served (a warning when true).
     pub enable_contention_profiling: Option<bool>,
     /// Share of nodes to find feasible before scoring; 0 (default) is adaptive.
     pub percentage_of_nodes_to_score: Option<i64>,

@@ -132,6 +132,16 @@ impl Status {
     pub fn message(&self) -> String {
         self.reasons.join(", ")
     }
+
+    /// The message of an attempt that failed with this error, as kube-scheduler writes it
+    /// in the pod's condition and event: the reasons, after the plugin that failed if one
+    /// did (an extender's or the scheduler's own error names its source in its reasons).
+    pub fn error_message(&self) -> String {
+        match self.plugin {
+            Some(p) => format!("running plugin {p:?}: {}", self.message()),
+            None => self.message(),
+        }
+    }
 }
 
 impl Default for Status {

@@ -249,7 +249,7 @@ fn run_queue(
                 }
                 Attempt::Failed { pod, status, .. } => {
                     if let Some(&i) = index.get(&pod.key()) {
-                        report.pods[i].message = Some(format!("error: {status}"));
+                        report.pods[i].message = Some(status.error_message());
                     }
                     // Nothing changes between tries in a simulation: the error would come back
                     // after every backoff, for ever. The pod is not tried again.
@@ -855,7 +855,7 @@ profiles:
         let report = simulate(&input, config, None);
         let message = report.pods[0].message.as_deref().unwrap_or_default();
         assert!(
-            message.starts_with("error: ") && message.contains("broken"),
+            message.starts_with("running plugin ") && message.contains("broken"),
             "{message}"
         );
     }

@@ -90,6 +90,8 @@ pub struct Serving {
     pub secure: Option<SecureServing>,
     /// Plain HTTP, open to all (`--address`).
     pub plain: Option<SocketAddr>,
+    /// Whether `/debug/pprof` is served (`enableProfiling`).
+    pub profiling: bool,
 }
 
 /// The endpoints cannot be served.
@@ -322,6 +324,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
             decisions: DecisionStore::shared(10),
+            profiling: true,
         }
     }
 
@@ -351,8 +354,13 @@ mod tests {
         let (code, body) = get(&router, "/metrics", None).await;
         assert_eq!(code, StatusCode::UNAUTHORIZED);
         assert!(body.contains(r#""reason":"Unauthorized""#), "{body}");
-        let (code, _) = get(&router, "/debug/decisions/default/p", Some("token")).await;
-        assert_eq!(code, StatusCode::UNAUTHORIZED);
+        for path in [
+            "/debug/decisions/default/p",
+            "/debug/pprof/profile?seconds=1",
+        ] {
+            let (code, _) = get(&router, path, Some("token")).await;
+            assert_eq!(code, StatusCode::UNAUTHORIZED, "{path}");
+        }
     }
 
     #[tokio::test]

@@ -109,12 +109,13 @@ pub struct DeprecatedArgs {
     /// application/vnd.kubernetes.protobuf or application/json.
     #[arg(long, default_value = config::DEFAULT_CONTENT_TYPE)]
     pub kube_api_content_type: String,
-    /// kube-scheduler's profiling endpoints (`enableProfiling`): gantry serves none, so
-    /// asking for them is a warning.
+    /// Serve the CPU profile at /debug/pprof/profile, behind the secure port's checks
+    /// (`enableProfiling`).
     #[arg(long, default_value_t = config::DEFAULT_PROFILING, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub profiling: bool,
-    /// Block profiling, with --profiling (`enableContentionProfiling`): not served either.
+    /// Block profiling, with --profiling (`enableContentionProfiling`): Go's, not served
+    /// by gantry, so asking for it is a warning.
     #[arg(long, default_value_t = config::DEFAULT_PROFILING, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", value_parser = go_bool)]
     pub contention_profiling: bool,
@@ -200,8 +201,9 @@ pub struct ServingArgs {
 }
 
 impl ServingArgs {
-    /// Where and how to serve, with the plain address `plain` (`--address`) if given.
-    pub fn serving(&self, plain: Option<SocketAddr>) -> Result<Serving, String> {
+    /// Where and how to serve, with the plain address `plain` (`--address`) if given, and
+    /// `/debug/pprof` if `profiling`.
+    pub fn serving(&self, plain: Option<SocketAddr>, profiling: bool) -> Result<Serving, String> {
         let always_allow_paths = authz::parse_paths(&self.authorization_always_allow_paths)
             .map_err(|e| format!("--authorization-always-allow-paths: {e}"))?;
         let certificate = match (&self.tls_cert_file, &self.tls_private_key_file) {
@@ -225,7 +227,11 @@ impl ServingArgs {
                 unauthorized_ttl: self.authorization_webhook_cache_unauthorized_ttl.0,
             },
         });
-        Ok(Serving { secure, plain })
+        Ok(Serving {
+            secure,
+            plain,
+            profiling,
+        })
     }
 }
 
@@ -279,12 +285,15 @@ pub fn apply(
             None => cc.kubeconfig = Some(path.display().to_string()),
         }
     }
-    if file.enable_profiling == Some(true)
-        && (given(matches, "profiling") || (from_file && file.enable_profiling.is_some()))
+    if file.enable_profiling != Some(false)
+        && file.enable_contention_profiling == Some(true)
+        && (given(matches, "contention_profiling")
+            || (from_file && file.enable_contention_profiling.is_some()))
     {
         warnings.push(
-            "profiling (--profiling, enableProfiling) is not served by gantry: no /debug/pprof \
-             endpoints"
+            "contention profiling (--contention-profiling, enableContentionProfiling) is not \
+             served by gantry: Go's block profile has no counterpart; /debug/pprof/profile \
+             serves the CPU profile"
                 .to_string(),
         );
     }

@@ -218,7 +218,10 @@ pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
     let node_load = args.load.settings()?;
     let serving = args
         .serving
-        .serving(args.address)
+        .serving(
+            args.address,
+            file.enable_profiling.unwrap_or(config::DEFAULT_PROFILING),
+        )
         .map_err(anyhow::Error::msg)?;
     // `parallelism` counts kube-scheduler's goroutines, which Go multiplexes onto the cores;
     // threads beyond the cores would only add switching. One core is left to the I/O
@@ -536,7 +539,7 @@ mod tests {
             "--feature-gates: unrecognized feature gate: Nope"
         );
         let args: Args = parse(&["--authorization-always-allow-paths=/a*b"]);
-        let e = args.serving.serving(None).unwrap_err();
+        let e = args.serving.serving(None, false).unwrap_err();
         assert!(e.starts_with("--authorization-always-allow-paths:"), "{e}");
     }
 
@@ -549,7 +552,7 @@ mod tests {
             "--kubeconfig=/etc/kubernetes/scheduler.conf",
             "--leader-elect=true",
         ]);
-        let serving = args.serving.serving(None).unwrap();
+        let serving = args.serving.serving(None, false).unwrap();
         let secure = serving.secure.expect("HTTPS by default");
         assert_eq!(secure.address.to_string(), "127.0.0.1:10259");
         assert_eq!(serving.plain, None, "no plain HTTP unless asked");
