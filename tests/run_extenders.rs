@@ -1,8 +1,9 @@
 //! `gantry run` with scheduler extenders, against a real kube-apiserver and a small extender
 //! written here that speaks kube-scheduler's protocol (`ExtenderArgs` in;
 //! `ExtenderFilterResult`, `HostPriorityList`, `ExtenderBindingResult` out; Go's field
-//! names): filter, prioritize with a weight, bind and preempt, node-cache-capable calls,
-//! managed resources, a timeout and an ignorable failure.
+//! names): filter, prioritize with a weight and bind (over HTTPS, the extender's certificate
+//! checked against `tlsConfig.caFile`), preempt, node-cache-capable calls, managed
+//! resources, a timeout and an ignorable failure.
 
 mod support;
 
@@ -167,8 +168,39 @@ async fn broken(State(ext): State<Extender>, body: Bytes) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, "broken").into_response()
 }
 
-/// Serves the test extender on a free loopback port.
-async fn serve(ext: Extender) -> SocketAddr {
+/// Where the test extender listens: plain HTTP, and HTTPS with a certificate for 127.0.0.1
+/// signed by the CA in `ca_file`.
+struct Addresses {
+    plain: SocketAddr,
+    tls: SocketAddr,
+    ca_file: std::path::PathBuf,
+}
+
+/// A CA (written to `dir`) and a serving certificate for 127.0.0.1 it signed: (CA file,
+/// certificate PEM, key PEM).
+fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("serving key");
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .expect("serving params")
+        .signed_by(&key, &issuer)
+        .expect("serving certificate");
+    let ca_file = dir.join("extender-ca.crt");
+    std::fs::write(&ca_file, ca_cert.pem()).expect("write the CA");
+    (ca_file, cert.pem(), key.serialize_pem())
+}
+
+/// Serves the test extender on two free loopback ports, one plain, one HTTPS.
+async fn serve(ext: Extender, dir: &std::path::Path) -> Addresses {
     let app = axum::Router::new()
         .route("/ext/filter", post(filter))
         .route("/ext/prioritize", post(prioritize))
@@ -177,12 +209,46 @@ async fn serve(ext: Extender) -> SocketAddr {
         .route("/ext/broken", post(broken))
         .route("/ext/preempt", post(preempt))
         .with_state(ext);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind the extender");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
+    let bind = || async {
+        tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the extender")
+    };
+    let listener = bind().await;
+    let plain = listener.local_addr().expect("address");
+    tokio::spawn({
+        let app = app.clone();
+        async move { axum::serve(listener, app).await }
+    });
+    let (ca_file, cert, key) = certificates(dir);
+    let acceptor = tokio_rustls::TlsAcceptor::from(
+        gantry::adapter::serving::tls::server_config(&cert, &key).expect("TLS configuration"),
+    );
+    let listener = bind().await;
+    let tls = listener.local_addr().expect("address");
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            tokio::spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let service = hyper::service::service_fn(
+                    move |request: hyper::Request<hyper::body::Incoming>| {
+                        tower::ServiceExt::oneshot(app.clone(), request)
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Addresses {
+        plain,
+        tls,
+        ca_file,
+    }
 }
 
 /// One test's world on the shared control plane: its namespace `ns` with `nodes` (of `cpu`
@@ -201,23 +267,26 @@ async fn world(
     ns: &str,
     nodes: &[&str],
     cpu: &str,
-    extenders_for: impl Fn(SocketAddr) -> String,
+    extenders_for: impl Fn(&Addresses) -> String,
 ) -> World {
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     create_namespace(&client, ns).await;
     create_nodes(&client, nodes, ns, cpu, "8Gi").await;
     let calls = Arc::new(Calls::default());
-    let addr = serve(Extender {
-        api: client.clone(),
-        calls: calls.clone(),
-    })
+    let addresses = serve(
+        Extender {
+            api: client.clone(),
+            calls: calls.clone(),
+        },
+        plane.dir(),
+    )
     .await;
     let profile = format!("gantry-{ns}");
     let mut gantry = Gantry::start(
         plane.dir(),
         ns,
-        &config(&profile, ns, None, &extenders_for(addr)),
+        &config(&profile, ns, None, &extenders_for(&addresses)),
         &plane.kubeconfig(),
     );
     gantry.wait_ready().await;
@@ -245,7 +314,8 @@ fn with_resource(mut p: Pod, resource: &str) -> Pod {
     p
 }
 
-/// Filter, prioritize with a weight and bind on one node-cache-capable extender: pods
+/// Filter, prioritize with a weight and bind on one node-cache-capable extender served
+/// over HTTPS: pods
 /// avoid the node it rejects, land on the node it prefers, are bound by it (not by
 /// gantry), and a pod it leaves no node for is unschedulable with its reasons.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,10 +327,13 @@ async fn an_extender_filters_scores_and_binds() {
         calls,
         mut gantry,
         profile,
-    } = world(ns, &["ext-a", "ext-b", "ext-c"], "4", |addr| {
+    } = world(ns, &["ext-a", "ext-b", "ext-c"], "4", |a| {
         format!(
-            "extenders:\n- urlPrefix: http://{addr}/ext\n  filterVerb: filter\n  \
-             prioritizeVerb: prioritize\n  weight: 5\n  bindVerb: bind\n  nodeCacheCapable: true\n"
+            "extenders:\n- urlPrefix: https://{}/ext\n  filterVerb: filter\n  \
+             prioritizeVerb: prioritize\n  weight: 5\n  bindVerb: bind\n  nodeCacheCapable: true\n  \
+             tlsConfig: {{caFile: {}}}\n",
+            a.tls,
+            a.ca_file.display()
         )
     })
     .await;
@@ -321,7 +394,8 @@ async fn timeouts_fail_an_attempt_and_ignorable_failures_are_skipped() {
         calls,
         mut gantry,
         profile,
-    } = world(ns, &["ext-fail-1"], "4", |addr| {
+    } = world(ns, &["ext-fail-1"], "4", |a| {
+        let addr = a.plain;
         format!(
             "extenders:\n\
              - urlPrefix: http://{addr}/ext\n  filterVerb: slow\n  httpTimeout: 1s\n  \
@@ -377,7 +451,8 @@ async fn a_preempt_extender_chooses_among_the_candidates() {
         calls,
         mut gantry,
         profile,
-    } = world(ns, &["ext-pre-1", "ext-pre-2"], "1", |addr| {
+    } = world(ns, &["ext-pre-1", "ext-pre-2"], "1", |a| {
+        let addr = a.plain;
         format!(
             "extenders:\n- urlPrefix: http://{addr}/ext\n  preemptVerb: preempt\n  \
              nodeCacheCapable: true\n"
