@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::model::gpu::{GpuRequest, MILLI_PER_GPU, device_usage};
+use crate::model::gpu::{DeviceUse, GpuRequest, MILLI_PER_GPU, device_usage, hami_usage};
 use crate::model::load::NodeLoad;
 use crate::model::pod::HostPort;
 use crate::model::{NodeModel, PodInfo, Resources};
@@ -30,6 +30,9 @@ pub struct NodeInfo {
     /// Milli of each GPU device held by the pods, from their assignments (see
     /// [`crate::model::gpu::device_usage`]); one entry per device of the node.
     pub gpu_used: Vec<u32>,
+    /// What the pods hold of each HAMi device (see [`crate::model::gpu::hami_usage`]),
+    /// when HAMi's device plugin registered the node's devices; empty otherwise.
+    pub gpu_hami_used: Vec<DeviceUse>,
     /// The node's measured load and the placements since, once a metrics source reported
     /// it (boxed: most nodes of a plain profile never have any).
     pub load: Option<Box<NodeLoad>>,
@@ -49,6 +52,10 @@ impl NodeInfo {
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
             gpu_used: vec![0; node.gpu.count],
+            gpu_hami_used: vec![
+                DeviceUse::default();
+                node.gpu.hami_devices().map_or(0, <[_]>::len)
+            ],
             load: None,
             generation: 0,
             node,
@@ -66,6 +73,7 @@ impl NodeInfo {
             requested: self.requested.clone(),
             used_ports: self.used_ports.clone(),
             gpu_used: self.gpu_used.clone(),
+            gpu_hami_used: self.gpu_hami_used.clone(),
             load: self.load.clone(),
             ..*self
         }
@@ -85,7 +93,22 @@ impl NodeInfo {
     }
 
     fn recount_gpus(&mut self) {
-        self.gpu_used = device_usage(&self.node.gpu, self.pods.iter().map(|p| &p.gpu));
+        let pods = self.pods.iter().map(|p| &p.gpu);
+        match self.node.gpu.hami_devices() {
+            Some(devices) => {
+                self.gpu_hami_used = hami_usage(devices, pods);
+                self.gpu_used = self
+                    .gpu_hami_used
+                    .iter()
+                    .zip(devices)
+                    .map(|(used, device)| used.milli_of(device))
+                    .collect();
+            }
+            None => {
+                self.gpu_hami_used.clear();
+                self.gpu_used = device_usage(&self.node.gpu, pods);
+            }
+        }
     }
 
     /// The node's name.
@@ -142,5 +165,7 @@ impl NodeInfo {
 
 /// True when the pod asks for or holds GPU devices.
 fn holds_gpu(pod: &PodInfo) -> bool {
-    pod.gpu.request != GpuRequest::None || pod.gpu.assignment.is_some()
+    pod.gpu.request != GpuRequest::None
+        || pod.gpu.assignment.is_some()
+        || pod.gpu.hami_assignment.is_some()
 }

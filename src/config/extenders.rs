@@ -155,3 +155,60 @@ pub fn with_ignored_resources(
         })
         .collect()
 }
+
+/// `profiles` where those that enable GpuShare have HAMi's GPU resources
+/// (`nvidia.com/gpumem`, `nvidia.com/gpumem-percentage`, `nvidia.com/gpucores`) added to
+/// NodeResourcesFit's `ignoredResources`: no node offers them as resources, GpuShare
+/// measures them against HAMi's devices, as kube-scheduler leaves them to HAMi's extender
+/// (`ignoredByScheduler`).
+pub fn leave_hami_resources_to_gpu_share(
+    profiles: &[types::ProfileConfig],
+) -> Vec<types::ProfileConfig> {
+    use crate::model::hami;
+    let hami_resources = [
+        hami::MEMORY_RESOURCE,
+        hami::MEMORY_PERCENTAGE_RESOURCE,
+        hami::CORES_RESOURCE,
+    ];
+    let fit = crate::plugins::node_resources_fit::NAME;
+    profiles
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            let enables_gpu_share = p.plugins.as_ref().is_some_and(|plugins| {
+                [&plugins.multi_point, &plugins.filter].iter().any(|set| {
+                    set.enabled
+                        .iter()
+                        .any(|r| r.name == crate::plugins::gpu_share::NAME)
+                })
+            });
+            if !enables_gpu_share {
+                return p;
+            }
+            let config = match p.plugin_config.iter().position(|c| c.name == fit) {
+                Some(i) => &mut p.plugin_config[i],
+                None => {
+                    p.plugin_config.push(types::PluginConfig {
+                        name: fit.to_string(),
+                        args: None,
+                    });
+                    p.plugin_config.last_mut().expect("just pushed")
+                }
+            };
+            let args = config.args.get_or_insert_with(|| serde_json::json!({}));
+            if let Some(args) = args.as_object_mut() {
+                let list = args
+                    .entry("ignoredResources")
+                    .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+                if let Some(list) = list.as_array_mut() {
+                    for name in hami_resources {
+                        if !list.iter().any(|v| v == name) {
+                            list.push(serde_json::Value::from(name));
+                        }
+                    }
+                }
+            }
+            p
+        })
+        .collect()
+}

@@ -307,6 +307,8 @@ impl Config {
             with_ignored = extenders::with_ignored_resources(profile_configs, &ignored);
             profile_configs = &with_ignored;
         }
+        let with_hami = extenders::leave_hami_resources_to_gpu_share(profile_configs);
+        profile_configs = &with_hami;
         let mut profiles: Vec<Profile> = Vec::new();
         for (i, pc) in profile_configs.iter().enumerate() {
             let base = format!("profiles[{i}]");

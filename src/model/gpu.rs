@@ -10,11 +10,19 @@
 //! GPU's memory); `gantry.io/gpu-model: V100M16|V100M32` restricts it to some models. The
 //! devices a placed pod holds are written on it as `gantry.io/gpu-assignment` (see
 //! [`GpuAssignment`]), so that a restarted scheduler reads them back.
+//!
+//! A node that HAMi's device plugin registers (see [`super::hami`]) has its devices read from
+//! the registration instead: each with its UUID, model, memory, compute and how many pods may
+//! share it. Pods then ask as HAMi's users write it: `nvidia.com/gpu` GPUs, each a share of
+//! `nvidia.com/gpumem` MiB (or `nvidia.com/gpumem-percentage`) and `nvidia.com/gpucores`
+//! percent of compute, restricted by HAMi's type, UUID and policy annotations.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use super::echo::echo;
+use super::hami;
 use super::labels::Labels;
 use super::resources::Resources;
 
@@ -39,15 +47,49 @@ pub const MILLI_PER_GPU: u32 = 1000;
 /// capacity must not make the scheduler allocate without bound).
 pub const MAX_GPUS_PER_NODE: usize = 256;
 
+/// A GPU that HAMi's device plugin registered, usable for scheduling (healthy, not
+/// cordoned, not partitioned by MIG).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HamiDevice {
+    /// The device's UUID, which allocations name it by.
+    pub uuid: Arc<str>,
+    /// Its index on the node.
+    pub index: u32,
+    /// How many pods may share it at once.
+    pub shares: u32,
+    /// Its memory in MiB.
+    pub memory_mib: u64,
+    /// Its compute in percent.
+    pub cores: u32,
+    /// Its model as registered (`NVIDIA-Tesla V100-PCIE-32GB`).
+    pub model: Arc<str>,
+}
+
+/// What a node's HAMi registration says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HamiNode {
+    /// The node has no HAMi registration: its GPUs are read from labels.
+    #[default]
+    Absent,
+    /// The usable devices, in the order registered.
+    Devices(Arc<[HamiDevice]>),
+    /// The registration cannot be used (unreadable, or the device plugin is gone): the
+    /// node's GPUs are not scheduled.
+    Unusable(Arc<str>),
+}
+
 /// A node's GPUs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeGpus {
     /// Number of devices.
     pub count: usize,
-    /// The model, when the node is labelled with it.
+    /// The model, when the node is labelled with it (or all its HAMi devices share one).
     pub model: Option<Arc<str>>,
-    /// Memory of each GPU in MiB, when labelled (an unparsable label counts as unknown).
+    /// Memory of each GPU in MiB, when labelled (an unparsable label counts as unknown), or
+    /// when all its HAMi devices have the same.
     pub memory_mib: Option<u64>,
+    /// The devices HAMi's device plugin registered, if it did.
+    pub hami: HamiNode,
 }
 
 impl NodeGpus {
@@ -66,6 +108,91 @@ impl NodeGpus {
                 .get(GPU_MEMORY_LABEL)
                 .and_then(|m| m.trim().parse::<u64>().ok())
                 .filter(|m| *m > 0),
+            hami: HamiNode::Absent,
+        }
+    }
+
+    /// Reads a node's GPUs: from its HAMi registration when its annotations carry one
+    /// ([`hami::REGISTER_ANNOTATION`], with the handshake and the cordoned devices), from
+    /// its labels and allocatable resources otherwise.
+    pub fn from_api_node(
+        labels: &Labels,
+        allocatable: &Resources,
+        annotations: Option<&BTreeMap<String, String>>,
+    ) -> Self {
+        let registration = annotations.and_then(|a| a.get(hami::REGISTER_ANNOTATION));
+        let (Some(annotations), Some(registration)) = (annotations, registration) else {
+            return NodeGpus::from_node(labels, allocatable);
+        };
+        let unusable = |reason: String| NodeGpus {
+            hami: HamiNode::Unusable(Arc::from(reason)),
+            ..NodeGpus::default()
+        };
+        let handshake = hami::Handshake::parse(
+            annotations
+                .get(hami::HANDSHAKE_ANNOTATION)
+                .map(String::as_str),
+        );
+        if !handshake.devices_usable(allocatable.scalar(GPU_RESOURCE)) {
+            return unusable(format!(
+                "HAMi's device plugin is not answering ({} is {:?})",
+                hami::HANDSHAKE_ANNOTATION,
+                annotations
+                    .get(hami::HANDSHAKE_ANNOTATION)
+                    .map_or("", |h| h.as_str())
+            ));
+        }
+        let registered = match hami::decode_registration(registration) {
+            Ok(r) => r,
+            Err(e) => return unusable(format!("annotation {}: {e}", hami::REGISTER_ANNOTATION)),
+        };
+        let cordoned: Vec<&str> = annotations
+            .get(hami::DEVICE_CORDON_ANNOTATION)
+            .map(|c| {
+                c.split(',')
+                    .map(str::trim)
+                    .filter(|u| !u.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let devices: Vec<HamiDevice> = registered
+            .into_iter()
+            .filter(|d| {
+                d.healthy && d.mode() != hami::MIG_MODE && !cordoned.contains(&d.uuid.as_str())
+            })
+            .filter(|d| d.shares > 0 && !d.uuid.is_empty())
+            .take(MAX_GPUS_PER_NODE)
+            .map(|d| HamiDevice {
+                uuid: Arc::from(d.uuid),
+                index: d.index,
+                shares: d.shares,
+                memory_mib: d.memory_mib,
+                cores: d.cores,
+                model: Arc::from(d.model),
+            })
+            .collect();
+        let common = |f: &dyn Fn(&HamiDevice) -> Option<u64>| {
+            let first = devices.first().and_then(f)?;
+            devices.iter().all(|d| f(d) == Some(first)).then_some(first)
+        };
+        let memory_mib = common(&|d| Some(d.memory_mib).filter(|m| *m > 0));
+        let model = devices
+            .first()
+            .filter(|first| devices.iter().all(|d| d.model == first.model))
+            .map(|d| d.model.clone());
+        NodeGpus {
+            count: devices.len(),
+            model,
+            memory_mib,
+            hami: HamiNode::Devices(devices.into()),
+        }
+    }
+
+    /// The node's HAMi devices, if HAMi's device plugin registered it.
+    pub fn hami_devices(&self) -> Option<&[HamiDevice]> {
+        match &self.hami {
+            HamiNode::Devices(d) => Some(d),
+            _ => None,
         }
     }
 
@@ -97,6 +224,8 @@ pub enum GpuRequest {
     Milli(u32),
     /// A share of one GPU by memory, in MiB (`gantry.io/gpu-memory`).
     MemoryMib(u64),
+    /// Shares of distinct GPUs as HAMi's users ask (`nvidia.com/gpumem`, ...).
+    Hami(HamiShare),
 }
 
 impl GpuRequest {
@@ -104,6 +233,129 @@ impl GpuRequest {
     pub fn is_some(&self) -> bool {
         !matches!(self, GpuRequest::None)
     }
+}
+
+/// GPU memory a HAMi share asks on each device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HamiMemory {
+    /// MiB (`nvidia.com/gpumem`).
+    Mib(u64),
+    /// Percent of the device's (`nvidia.com/gpumem-percentage`; 100 when neither is given).
+    Percent(u32),
+}
+
+/// `count` GPUs, each shared: memory and compute on each of them, as HAMi reads a
+/// container's `nvidia.com/gpu`, `nvidia.com/gpumem`, `nvidia.com/gpumem-percentage` and
+/// `nvidia.com/gpucores`, with the defaults HAMi's admission webhook fills in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HamiShare {
+    /// Number of distinct GPUs.
+    pub count: u32,
+    /// Memory on each.
+    pub memory: HamiMemory,
+    /// Compute on each, in percent (0: no limit of its own).
+    pub cores: u32,
+}
+
+impl HamiShare {
+    /// MiB taken on a device of `device_mib` (HAMi rounds a percentage down).
+    pub fn memory_on(&self, device_mib: u64) -> u64 {
+        match self.memory {
+            HamiMemory::Mib(m) => m,
+            HamiMemory::Percent(p) => device_mib.saturating_mul(u64::from(p)) / 100,
+        }
+    }
+}
+
+/// The GPUs a pod may use, by HAMi's annotations: types as case-insensitive substrings of
+/// the model (`nvidia.com/use-gputype`, `nvidia.com/nouse-gputype`), devices by UUID
+/// (`nvidia.com/use-gpuuuid`, `nvidia.com/nouse-gpuuuid`); comma-separated lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceFilter {
+    use_types: Box<[Box<str>]>,
+    nouse_types: Box<[Box<str>]>,
+    use_uuids: Box<[Box<str>]>,
+    nouse_uuids: Box<[Box<str>]>,
+}
+
+impl DeviceFilter {
+    fn from_annotations(annotations: &Labels) -> Option<Self> {
+        let list = |key: &str, upper: bool| -> Box<[Box<str>]> {
+            annotations
+                .get(key)
+                .into_iter()
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(|t| {
+                    Box::from(if upper {
+                        t.to_uppercase()
+                    } else {
+                        t.to_string()
+                    })
+                })
+                .collect()
+        };
+        let filter = DeviceFilter {
+            use_types: list(hami::USE_TYPE_ANNOTATION, true),
+            nouse_types: list(hami::NOUSE_TYPE_ANNOTATION, true),
+            use_uuids: list(hami::USE_UUID_ANNOTATION, false),
+            nouse_uuids: list(hami::NOUSE_UUID_ANNOTATION, false),
+        };
+        (filter != DeviceFilter::default()).then_some(filter)
+    }
+
+    /// Whether a device of `model` is allowed by the type lists.
+    pub fn accepts_type(&self, model: &str) -> bool {
+        let model = model.to_uppercase();
+        let matches = |list: &[Box<str>]| list.iter().any(|t| model.contains(&**t));
+        (self.use_types.is_empty() || matches(&self.use_types))
+            && (self.nouse_types.is_empty() || !matches(&self.nouse_types))
+    }
+
+    /// Whether the device `uuid` is allowed by the UUID lists.
+    pub fn accepts_uuid(&self, uuid: &str) -> bool {
+        let listed = |list: &[Box<str>]| list.iter().any(|u| &**u == uuid);
+        (self.use_uuids.is_empty() || listed(&self.use_uuids)) && !listed(&self.nouse_uuids)
+    }
+
+    /// True when devices are chosen by UUID, which only a HAMi registration gives.
+    pub fn names_uuids(&self) -> bool {
+        !self.use_uuids.is_empty()
+    }
+}
+
+/// HAMi's binpack or spread, for nodes (`hami.io/node-scheduler-policy`) or for the GPUs of
+/// a node (`hami.io/gpu-scheduler-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// The fullest first.
+    Binpack,
+    /// The emptiest first.
+    Spread,
+}
+
+impl Packing {
+    fn parse(annotations: &Labels, key: &str) -> Result<Option<Packing>, String> {
+        match annotations.get(key).map(str::trim) {
+            None | Some("") => Ok(None),
+            Some("binpack") => Ok(Some(Packing::Binpack)),
+            Some("spread") => Ok(Some(Packing::Spread)),
+            Some(other) => Err(format!(
+                "annotation {key}: {} is not binpack or spread (the HAMi policies gantry follows)",
+                echo(other)
+            )),
+        }
+    }
+}
+
+/// A pod's HAMi policy annotations; none given: the plugin's policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HamiPolicy {
+    /// How nodes are chosen.
+    pub node: Option<Packing>,
+    /// How a node's GPUs are chosen.
+    pub gpu: Option<Packing>,
 }
 
 /// The devices a placed pod holds: device index and milli taken on it, e.g. `1:500` or
@@ -160,30 +412,58 @@ pub struct PodGpu {
     pub request: GpuRequest,
     /// Models the pod accepts; empty means any.
     pub models: Models,
+    /// HAMi's type and UUID restrictions, if the pod has any.
+    pub filter: Option<Arc<DeviceFilter>>,
+    /// HAMi's policy annotations.
+    pub policy: HamiPolicy,
+    /// Containers (init containers included) that ask for GPUs.
+    pub containers: u8,
     /// The devices it holds, from its `gantry.io/gpu-assignment` annotation (a malformed
     /// value reads as none: the cache then places the pod's share on the first devices
     /// that have room, keeping the node's totals right).
     pub assignment: Option<GpuAssignment>,
+    /// The HAMi devices it holds, from its `hami.io/vgpu-devices-allocated` annotation, all
+    /// containers together (written by gantry or by HAMi's own scheduler).
+    pub hami_assignment: Option<Arc<[hami::ContainerDevice]>>,
     /// What is wrong with the pod's GPU annotations, if anything: such a pod cannot be
     /// scheduled by the GPU plugin, which reports this message.
     pub error: Option<String>,
 }
 
 impl PodGpu {
-    /// Reads a pod's GPU request from its requests and (kept) annotations.
-    pub fn from_pod(requests: &Resources, annotations: &Labels) -> Self {
+    /// Reads a pod's GPU request from its requests, (kept) annotations and the number of
+    /// its containers that ask for GPUs.
+    pub fn from_pod(requests: &Resources, annotations: &Labels, containers: u8) -> Self {
         let assignment = annotations
             .get(GPU_ASSIGNMENT_ANNOTATION)
             .and_then(|a| GpuAssignment::parse(a).ok());
-        match parse_request(requests, annotations) {
-            Ok((request, models)) => PodGpu {
+        let hami_assignment = annotations
+            .get(hami::ALLOCATED_ANNOTATION)
+            .and_then(|a| hami::decode_pod_devices(a).ok())
+            .map(|containers| containers.into_iter().flatten().collect::<Arc<[_]>>())
+            .filter(|devices| !devices.is_empty());
+        let parsed = parse_request(requests, annotations, containers).and_then(|(r, m)| {
+            let policy = HamiPolicy {
+                node: Packing::parse(annotations, hami::NODE_POLICY_ANNOTATION)?,
+                gpu: Packing::parse(annotations, hami::GPU_POLICY_ANNOTATION)?,
+            };
+            Ok((r, m, policy))
+        });
+        match parsed {
+            Ok((request, models, policy)) => PodGpu {
                 request,
                 models,
+                filter: DeviceFilter::from_annotations(annotations).map(Arc::new),
+                policy,
+                containers,
                 assignment,
+                hami_assignment,
                 error: None,
             },
             Err(error) => PodGpu {
+                containers,
                 assignment,
+                hami_assignment,
                 error: Some(error),
                 ..Default::default()
             },
@@ -193,18 +473,102 @@ impl PodGpu {
     /// True when the pod accepts a GPU of `model` (a node without a model label only suits
     /// pods that accept any model).
     pub fn accepts_model(&self, model: Option<&str>) -> bool {
-        self.models.is_empty() || model.is_some_and(|m| self.models.iter().any(|a| &**a == m))
+        let listed =
+            self.models.is_empty() || model.is_some_and(|m| self.models.iter().any(|a| &**a == m));
+        let typed = match &self.filter {
+            None => true,
+            Some(f) => model.map_or(f.accepts_type(""), |m| f.accepts_type(m)),
+        };
+        listed && typed
     }
+}
+
+/// The largest GPU memory a HAMi request may name, in MiB: HAMi keeps it in 32 bits.
+const MAX_HAMI_MIB: i64 = i32::MAX as i64;
+
+fn parse_hami(
+    requests: &Resources,
+    whole: i64,
+    containers: u8,
+) -> Result<Option<HamiShare>, String> {
+    let memory = requests.scalar(hami::MEMORY_RESOURCE);
+    let percent = requests.scalar(hami::MEMORY_PERCENTAGE_RESOURCE);
+    let cores = requests.scalar(hami::CORES_RESOURCE);
+    if memory <= 0 && percent <= 0 && cores <= 0 {
+        return Ok(None);
+    }
+    if containers > 1 {
+        return Err(format!(
+            "{containers} containers ask for HAMi GPU shares: gantry places them for one \
+             container per pod"
+        ));
+    }
+    if whole <= 0 {
+        return Err(format!(
+            "{}, {} and {} need {GPU_RESOURCE}: HAMi's device plugin is asked for \
+             {GPU_RESOURCE} only (HAMi's admission webhook adds {GPU_RESOURCE}: 1)",
+            hami::MEMORY_RESOURCE,
+            hami::MEMORY_PERCENTAGE_RESOURCE,
+            hami::CORES_RESOURCE
+        ));
+    }
+    let count = u32::try_from(whole)
+        .ok()
+        .filter(|w| *w as usize <= MAX_GPUS_PER_NODE)
+        .ok_or_else(|| format!("{GPU_RESOURCE}: {whole} GPUs is more than any node has"))?;
+    if memory > MAX_HAMI_MIB {
+        return Err(format!(
+            "{}: {memory} MiB is more than HAMi can express ({MAX_HAMI_MIB})",
+            hami::MEMORY_RESOURCE
+        ));
+    }
+    if percent > 100 {
+        return Err(format!(
+            "{}: {percent} is not a percentage in 0..=100",
+            hami::MEMORY_PERCENTAGE_RESOURCE
+        ));
+    }
+    if cores > i64::from(hami::FULL_CORES) {
+        return Err(format!(
+            "{}: {cores} is not a percentage in 0..=100",
+            hami::CORES_RESOURCE
+        ));
+    }
+    // HAMi's reading: memory in MiB wins over a percentage; neither is the whole memory.
+    let memory = match (memory, percent) {
+        (m, _) if m > 0 => HamiMemory::Mib(m as u64),
+        (_, p) if p > 0 => HamiMemory::Percent(p as u32),
+        _ => HamiMemory::Percent(100),
+    };
+    // HAMi's webhook: a GPU's whole memory without a compute limit is the whole GPU.
+    let cores = match (cores, memory) {
+        (0, HamiMemory::Percent(100)) => hami::FULL_CORES,
+        (c, _) => c as u32,
+    };
+    Ok(Some(HamiShare {
+        count,
+        memory,
+        cores,
+    }))
 }
 
 fn parse_request(
     requests: &Resources,
     annotations: &Labels,
+    containers: u8,
 ) -> Result<(GpuRequest, Models), String> {
     let whole = requests.scalar(GPU_RESOURCE);
     let milli = annotations.get(GPU_MILLI_ANNOTATION);
     let memory = annotations.get(GPU_MEMORY_ANNOTATION);
+    let hami = parse_hami(requests, whole, containers)?;
+    if hami.is_some() && (milli.is_some() || memory.is_some()) {
+        return Err(format!(
+            "HAMi's GPU resources ({}, ...) cannot be combined with a GPU share annotation",
+            hami::MEMORY_RESOURCE
+        ));
+    }
     let request = match (whole, milli, memory) {
+        _ if hami.is_some() => hami.map_or(GpuRequest::None, GpuRequest::Hami),
         (_, Some(_), Some(_)) => {
             return Err(format!(
                 "annotations {GPU_MILLI_ANNOTATION} and {GPU_MEMORY_ANNOTATION} cannot both be set"
@@ -280,6 +644,13 @@ pub fn device_usage<'a>(
     gpus: &NodeGpus,
     pods: impl Iterator<Item = &'a PodGpu> + Clone,
 ) -> Vec<u32> {
+    if let Some(devices) = gpus.hami_devices() {
+        return hami_usage(devices, pods)
+            .iter()
+            .zip(devices)
+            .map(|(used, device)| used.milli_of(device))
+            .collect();
+    }
     let mut used = vec![0u32; gpus.count];
     for pod in pods.clone() {
         if let Some(a) = &pod.assignment {
@@ -299,6 +670,8 @@ pub fn device_usage<'a>(
                 Some(m) => (1, m),
                 None => continue,
             },
+            // Measured against HAMi devices only, which this node does not have.
+            GpuRequest::Hami(_) => continue,
         };
         let mut left = count;
         for u in used.iter_mut() {
@@ -308,6 +681,124 @@ pub fn device_usage<'a>(
             if *u + milli <= MILLI_PER_GPU {
                 *u += milli;
                 left -= 1;
+            }
+        }
+    }
+    used
+}
+
+/// What pods hold of one HAMi device, or what a pod asks of one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceUse {
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Compute in percent.
+    pub cores: u32,
+    /// Pods sharing it.
+    pub shares: u32,
+}
+
+impl DeviceUse {
+    /// The milli of `device` this use amounts to, for the policies' one-dimensional view:
+    /// the larger of its memory and compute fractions, rounded up, and all of it once no
+    /// pod more may share it.
+    pub fn milli_of(&self, device: &HamiDevice) -> u32 {
+        if self.shares >= device.shares {
+            return MILLI_PER_GPU;
+        }
+        let fraction = |used: u64, total: u64| {
+            if total == 0 {
+                return if used > 0 { MILLI_PER_GPU } else { 0 };
+            }
+            let milli = (u128::from(used) * u128::from(MILLI_PER_GPU)).div_ceil(u128::from(total));
+            u32::try_from(milli)
+                .unwrap_or(MILLI_PER_GPU)
+                .min(MILLI_PER_GPU)
+        };
+        fraction(self.memory_mib, device.memory_mib)
+            .max(fraction(u64::from(self.cores), u64::from(device.cores)))
+    }
+
+    /// Whether `ask` fits on `device` next to this use, by HAMi's rules: a share left,
+    /// enough memory and compute, a pod asking all of a GPU's compute only on an unshared
+    /// GPU, and a pod asking no compute of its own only where some is left.
+    pub fn fits(&self, ask: &DeviceUse, device: &HamiDevice) -> bool {
+        self.shares < device.shares
+            && self.memory_mib.saturating_add(ask.memory_mib) <= device.memory_mib
+            && self.cores.saturating_add(ask.cores) <= device.cores
+            && !(ask.cores >= hami::FULL_CORES
+                && device.cores == hami::FULL_CORES
+                && self.shares > 0)
+            && !(ask.cores == 0 && device.cores != 0 && self.cores >= device.cores)
+    }
+
+    fn add(&mut self, other: &DeviceUse) {
+        self.memory_mib = self.memory_mib.saturating_add(other.memory_mib);
+        self.cores = self.cores.saturating_add(other.cores);
+        self.shares = self.shares.saturating_add(other.shares);
+    }
+}
+
+/// How many of a node's HAMi devices `request` asks for, and what it asks of each of them
+/// (sized against `device`): a whole GPU is its memory and all its compute; a gantry share
+/// of `m` milli is `m` thousandths of its memory and `m/10` percent of compute (rounded up);
+/// a share by memory asks no compute of its own.
+pub fn hami_demand(request: GpuRequest, device: &HamiDevice) -> Option<(usize, DeviceUse)> {
+    let one = |memory_mib, cores| DeviceUse {
+        memory_mib,
+        cores,
+        shares: 1,
+    };
+    match request {
+        GpuRequest::None => None,
+        GpuRequest::Whole(n) => Some((n as usize, one(device.memory_mib, hami::FULL_CORES))),
+        GpuRequest::Milli(m) => Some((
+            1,
+            one(
+                device.memory_mib.saturating_mul(u64::from(m)) / u64::from(MILLI_PER_GPU),
+                m.div_ceil(MILLI_PER_GPU / hami::FULL_CORES),
+            ),
+        )),
+        GpuRequest::MemoryMib(mib) => Some((1, one(mib, 0))),
+        GpuRequest::Hami(share) => Some((
+            share.count as usize,
+            one(share.memory_on(device.memory_mib), share.cores),
+        )),
+    }
+}
+
+/// What `pods` hold of each of `devices`: the devices their HAMi allocation names (by UUID;
+/// devices the node no longer registers are ignored), then, for GPU pods without one (bound
+/// by another scheduler), the first devices with room, so that the node's totals stay right.
+pub fn hami_usage<'a>(
+    devices: &[HamiDevice],
+    pods: impl Iterator<Item = &'a PodGpu> + Clone,
+) -> Vec<DeviceUse> {
+    let mut used = vec![DeviceUse::default(); devices.len()];
+    for pod in pods.clone() {
+        for held in pod.hami_assignment.iter().flat_map(|a| a.iter()) {
+            if let Some(i) = devices.iter().position(|d| *d.uuid == *held.uuid) {
+                used[i].add(&DeviceUse {
+                    memory_mib: held.memory_mib,
+                    cores: held.cores,
+                    shares: 1,
+                });
+            }
+        }
+    }
+    for pod in pods.filter(|p| p.hami_assignment.is_none()) {
+        let mut left = None;
+        for (i, device) in devices.iter().enumerate() {
+            let Some((count, ask)) = hami_demand(pod.request, device) else {
+                break;
+            };
+            let left = left.get_or_insert(count);
+            if *left == 0 {
+                break;
+            }
+            if used[i].fits(&ask, device) {
+                used[i].add(&ask);
+                *left -= 1;
             }
         }
     }
@@ -329,7 +820,7 @@ mod tests {
     }
 
     fn pod_gpu(whole: i64, annotations: &[(&str, &str)]) -> PodGpu {
-        PodGpu::from_pod(&gpus(whole), &labels(annotations))
+        PodGpu::from_pod(&gpus(whole), &labels(annotations), 1)
     }
 
     #[test]
@@ -338,6 +829,7 @@ mod tests {
             count: 1,
             model: None,
             memory_mib: Some(u64::MAX),
+            hami: HamiNode::Absent,
         };
         assert_eq!(huge.milli_for_memory(u64::MAX), Some(1000));
         assert_eq!(huge.milli_for_memory(u64::MAX / 2), Some(500));
@@ -367,6 +859,7 @@ mod tests {
             count: 1,
             model: None,
             memory_mib: Some(16384),
+            hami: HamiNode::Absent,
         };
         assert_eq!(n.milli_for_memory(8192), Some(500));
         assert_eq!(n.milli_for_memory(8193), Some(501));
@@ -470,6 +963,7 @@ mod tests {
             count: 3,
             model: None,
             memory_mib: Some(1000),
+            hami: HamiNode::Absent,
         };
         let assigned = pod_gpu(
             0,
@@ -497,5 +991,248 @@ mod tests {
             vec![600, 600],
             "what does not fit is left out"
         );
+    }
+
+    fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const TWO_V100: &str = "[{\"id\":\"GPU-a\",\"index\":0,\"count\":10,\"devmem\":32768,\"devcore\":100,\"type\":\"NVIDIA-Tesla V100-PCIE-32GB\",\"health\":true},{\"id\":\"GPU-b\",\"index\":1,\"count\":10,\"devmem\":32768,\"devcore\":100,\"type\":\"NVIDIA-Tesla V100-PCIE-32GB\",\"health\":true},{\"id\":\"GPU-sick\",\"index\":2,\"count\":10,\"devmem\":32768,\"devcore\":100,\"type\":\"NVIDIA-Tesla V100-PCIE-32GB\",\"health\":false}]";
+
+    fn hami_node(extra: &[(&str, &str)], allocatable: i64) -> NodeGpus {
+        let mut pairs = vec![(hami::REGISTER_ANNOTATION, TWO_V100)];
+        pairs.extend_from_slice(extra);
+        NodeGpus::from_api_node(
+            &Labels::default(),
+            &gpus(allocatable),
+            Some(&annotations(&pairs)),
+        )
+    }
+
+    #[test]
+    fn a_hami_registration_gives_the_nodes_devices() {
+        let n = hami_node(&[], 30);
+        let devices = n.hami_devices().expect("HAMi devices");
+        let uuids: Vec<&str> = devices.iter().map(|d| &*d.uuid).collect();
+        assert_eq!(
+            uuids,
+            ["GPU-a", "GPU-b"],
+            "the unhealthy device is left out"
+        );
+        assert_eq!(n.count, 2);
+        assert_eq!(n.memory_mib, Some(32768));
+        assert_eq!(n.model.as_deref(), Some("NVIDIA-Tesla V100-PCIE-32GB"));
+        let cordoned = hami_node(&[(hami::DEVICE_CORDON_ANNOTATION, "GPU-b")], 30);
+        assert_eq!(cordoned.count, 1);
+        let gone = hami_node(
+            &[(hami::HANDSHAKE_ANNOTATION, "Requesting_2024-01-23 04:31:04")],
+            0,
+        );
+        assert!(matches!(gone.hami, HamiNode::Unusable(_)), "{gone:?}");
+        assert_eq!(gone.count, 0);
+        let bad = NodeGpus::from_api_node(
+            &Labels::default(),
+            &gpus(1),
+            Some(&annotations(&[(hami::REGISTER_ANNOTATION, "garbage")])),
+        );
+        let HamiNode::Unusable(reason) = &bad.hami else {
+            panic!("{bad:?}");
+        };
+        assert!(
+            reason.starts_with("annotation hami.io/node-nvidia-register:"),
+            "{reason}"
+        );
+        let plain = NodeGpus::from_api_node(&Labels::default(), &gpus(4), Some(&BTreeMap::new()));
+        assert_eq!((plain.count, &plain.hami), (4, &HamiNode::Absent));
+    }
+
+    fn hami_pod(resources: &[(&str, i64)], annotations: &[(&str, &str)]) -> PodGpu {
+        let mut r = Resources::default();
+        for (name, v) in resources {
+            r.set_scalar(name, *v);
+        }
+        PodGpu::from_pod(&r, &labels(annotations), 1)
+    }
+
+    #[test]
+    fn hami_requests_read_as_hami_and_its_webhook_read_them() {
+        let share = |r: &[(&str, i64)]| match hami_pod(r, &[]).request {
+            GpuRequest::Hami(s) => s,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            share(&[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 8000)]),
+            HamiShare {
+                count: 1,
+                memory: HamiMemory::Mib(8000),
+                cores: 0
+            }
+        );
+        assert_eq!(
+            share(&[
+                (GPU_RESOURCE, 2),
+                (hami::MEMORY_PERCENTAGE_RESOURCE, 50),
+                (hami::CORES_RESOURCE, 30)
+            ]),
+            HamiShare {
+                count: 2,
+                memory: HamiMemory::Percent(50),
+                cores: 30
+            }
+        );
+        // Compute alone: all the memory of the GPU, that compute.
+        assert_eq!(
+            share(&[(GPU_RESOURCE, 1), (hami::CORES_RESOURCE, 25)]).memory,
+            HamiMemory::Percent(100)
+        );
+        // Memory in MiB wins over a percentage, as in HAMi.
+        assert_eq!(
+            share(&[
+                (GPU_RESOURCE, 1),
+                (hami::MEMORY_RESOURCE, 100),
+                (hami::MEMORY_PERCENTAGE_RESOURCE, 50)
+            ])
+            .memory,
+            HamiMemory::Mib(100)
+        );
+        // nvidia.com/gpu alone stays whole GPUs.
+        assert_eq!(
+            hami_pod(&[(GPU_RESOURCE, 1)], &[]).request,
+            GpuRequest::Whole(1)
+        );
+        let p = hami_pod(
+            &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 1000)],
+            &[
+                (hami::USE_TYPE_ANNOTATION, "v100, A100"),
+                (hami::NOUSE_UUID_ANNOTATION, "GPU-b"),
+                (hami::GPU_POLICY_ANNOTATION, "binpack"),
+            ],
+        );
+        let f = p.filter.as_deref().expect("a filter");
+        assert!(f.accepts_type("NVIDIA-Tesla V100-PCIE-32GB"));
+        assert!(!f.accepts_type("NVIDIA-T4"));
+        assert!(f.accepts_uuid("GPU-a") && !f.accepts_uuid("GPU-b"));
+        assert!(!p.accepts_model(Some("NVIDIA-T4")));
+        assert_eq!(p.policy.gpu, Some(Packing::Binpack));
+        assert_eq!(p.policy.node, None);
+    }
+
+    #[test]
+    fn malformed_hami_requests_say_what_is_wrong() {
+        let err = |r: &[(&str, i64)], a: &[(&str, &str)]| hami_pod(r, a).error.unwrap();
+        assert!(err(&[(hami::MEMORY_RESOURCE, 100)], &[]).starts_with(
+            "nvidia.com/gpumem, nvidia.com/gpumem-percentage and nvidia.com/gpucores need nvidia.com/gpu"
+        ));
+        assert_eq!(
+            err(
+                &[(GPU_RESOURCE, 1), (hami::MEMORY_PERCENTAGE_RESOURCE, 101)],
+                &[]
+            ),
+            "nvidia.com/gpumem-percentage: 101 is not a percentage in 0..=100"
+        );
+        assert_eq!(
+            err(&[(GPU_RESOURCE, 1), (hami::CORES_RESOURCE, 150)], &[]),
+            "nvidia.com/gpucores: 150 is not a percentage in 0..=100"
+        );
+        assert!(
+            err(&[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 1 << 40)], &[])
+                .contains("more than HAMi can express")
+        );
+        assert!(
+            err(
+                &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 10)],
+                &[(GPU_MILLI_ANNOTATION, "5")]
+            )
+            .contains("cannot be combined")
+        );
+        assert_eq!(
+            err(
+                &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 10)],
+                &[(hami::NODE_POLICY_ANNOTATION, "topology-aware")]
+            ),
+            "annotation hami.io/node-scheduler-policy: \"topology-aware\" is not binpack or spread (the HAMi policies gantry follows)"
+        );
+        let mut r = Resources::default();
+        r.set_scalar(GPU_RESOURCE, 2);
+        r.set_scalar(hami::MEMORY_RESOURCE, 10);
+        assert!(
+            PodGpu::from_pod(&r, &Labels::default(), 2)
+                .error
+                .unwrap()
+                .contains("one container per pod")
+        );
+    }
+
+    #[test]
+    fn hami_usage_from_allocations_and_hamis_fit_rules() {
+        let n = hami_node(&[], 30);
+        let devices = n.hami_devices().unwrap();
+        let placed = hami_pod(
+            &[
+                (GPU_RESOURCE, 1),
+                (hami::MEMORY_RESOURCE, 8192),
+                (hami::CORES_RESOURCE, 30),
+            ],
+            &[(hami::ALLOCATED_ANNOTATION, "GPU-b,NVIDIA,8192,30:;")],
+        );
+        let unplaced = hami_pod(&[(GPU_RESOURCE, 1)], &[]);
+        let used = hami_usage(devices, [placed, unplaced].iter());
+        assert_eq!(
+            used,
+            vec![
+                DeviceUse {
+                    memory_mib: 32768,
+                    cores: 100,
+                    shares: 1
+                },
+                DeviceUse {
+                    memory_mib: 8192,
+                    cores: 30,
+                    shares: 1
+                },
+            ]
+        );
+        assert_eq!(
+            used[1].milli_of(&devices[1]),
+            300,
+            "the larger of 250 (memory) and 300 (compute)"
+        );
+        assert_eq!(used[0].milli_of(&devices[0]), 1000);
+        let ask = |m, c| DeviceUse {
+            memory_mib: m,
+            cores: c,
+            shares: 1,
+        };
+        assert!(used[1].fits(&ask(24576, 70), &devices[1]));
+        assert!(!used[1].fits(&ask(24577, 0), &devices[1]), "memory");
+        assert!(!used[1].fits(&ask(1, 71), &devices[1]), "compute");
+        assert!(
+            !used[1].fits(&ask(1, 100), &devices[1]),
+            "all the compute of a shared GPU"
+        );
+        let full = DeviceUse {
+            memory_mib: 100,
+            cores: 100,
+            shares: 1,
+        };
+        assert!(!full.fits(&ask(1, 0), &devices[1]), "no compute left");
+        let crowded = DeviceUse {
+            memory_mib: 0,
+            cores: 0,
+            shares: 10,
+        };
+        assert!(!crowded.fits(&ask(1, 0), &devices[1]), "no share left");
+        assert_eq!(crowded.milli_of(&devices[1]), 1000);
+        let (count, each) = hami_demand(GpuRequest::Milli(250), &devices[0]).unwrap();
+        assert_eq!((count, each), (1, ask(8192, 25)));
+        // The node's milli view follows.
+        let pods = [hami_pod(
+            &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 16384)],
+            &[(hami::ALLOCATED_ANNOTATION, "GPU-a,NVIDIA,16384,0:;")],
+        )];
+        assert_eq!(device_usage(&n, pods.iter()), vec![500, 0]);
     }
 }

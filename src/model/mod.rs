@@ -5,6 +5,7 @@ pub(crate) mod arc_str;
 pub mod disruption_budget;
 pub mod echo;
 pub mod gpu;
+pub mod hami;
 pub mod labels;
 pub mod load;
 pub mod node;

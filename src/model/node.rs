@@ -102,7 +102,7 @@ impl NodeModel {
             .map(Labels::from)
             .unwrap_or_default();
         Ok(NodeModel {
-            gpu: NodeGpus::from_node(&labels, &allocatable),
+            gpu: NodeGpus::from_api_node(&labels, &allocatable, node.metadata.annotations.as_ref()),
             labels,
             annotations,
             taints,

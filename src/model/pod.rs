@@ -20,6 +20,9 @@ use super::volume::PodVolumes;
 
 /// Annotation prefixes the scheduler keeps; every other annotation is dropped at the edge.
 pub const KEPT_ANNOTATION_PREFIXES: &[&str] = &["gantry.io/", "scheduler.alpha.kubernetes.io/"];
+/// Prefixes of the pod annotations HAMi reads and writes (its requests' restrictions and
+/// policies, and the devices allocated), kept on pods besides the above.
+pub const HAMI_ANNOTATION_PREFIXES: &[&str] = &["hami.io/", "nvidia.com/"];
 
 /// A host port a container binds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -289,7 +292,7 @@ impl PodInfo {
             .collect();
         map.extend(set.into_iter().map(|(k, v)| (k.to_string(), v.to_string())));
         self.annotations = Labels::from(&map);
-        self.gpu = PodGpu::from_pod(&self.requests, &self.annotations);
+        self.gpu = PodGpu::from_pod(&self.requests, &self.annotations, self.gpu.containers);
     }
 
     /// Converts an API pod. Every malformed field is an error naming the pod and the field.
@@ -375,9 +378,14 @@ impl PodInfo {
             .annotations
             .iter()
             .flatten()
-            .filter(|(k, _)| KEPT_ANNOTATION_PREFIXES.iter().any(|p| k.starts_with(p)))
+            .filter(|(k, _)| {
+                KEPT_ANNOTATION_PREFIXES
+                    .iter()
+                    .chain(HAMI_ANNOTATION_PREFIXES)
+                    .any(|p| k.starts_with(p))
+            })
             .collect();
-        let gpu = PodGpu::from_pod(&requests, &annotations);
+        let gpu = PodGpu::from_pod(&requests, &annotations, gpu_containers(spec));
         let volumes = PodVolumes::from_api(&name, spec.volumes.as_ref()).map_err(fail)?;
         let extended_resource_names = extended_resource_names(spec);
         Ok(PodInfo {
@@ -493,6 +501,25 @@ fn extended_resource_names(spec: &core::PodSpec) -> Vec<ResourceName> {
     names.sort_unstable();
     names.dedup();
     names
+}
+
+/// Containers (init containers included) that name a GPU resource, `nvidia.com/gpu` or one of
+/// HAMi's (at most 255 counted).
+fn gpu_containers(spec: &core::PodSpec) -> u8 {
+    let gpu_names = [
+        crate::model::gpu::GPU_RESOURCE,
+        crate::model::hami::MEMORY_RESOURCE,
+        crate::model::hami::MEMORY_PERCENTAGE_RESOURCE,
+        crate::model::hami::CORES_RESOURCE,
+    ];
+    let count = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+        .filter(|c| gpu_names.iter().any(|n| mentions(c, n)))
+        .count();
+    u8::try_from(count).unwrap_or(u8::MAX)
 }
 
 /// True when the container names `name` among requests or limits (for the scoring defaults,

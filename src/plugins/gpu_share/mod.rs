@@ -7,9 +7,12 @@
 //! with the binding. The annotations are described in [`crate::model::gpu`].
 
 mod devices;
+pub mod hami;
 pub mod policy;
 pub mod workload;
 
+#[cfg(test)]
+mod hami_tests;
 #[cfg(test)]
 mod tests;
 
@@ -26,7 +29,8 @@ use crate::framework::{
 };
 use crate::model::PodInfo;
 use crate::model::gpu::{
-    GPU_ASSIGNMENT_ANNOTATION, GpuAssignment, GpuRequest, MAX_GPUS_PER_NODE, MILLI_PER_GPU,
+    DeviceFilter, GPU_ASSIGNMENT_ANNOTATION, GpuAssignment, GpuRequest, HamiNode,
+    MAX_GPUS_PER_NODE, MILLI_PER_GPU, Packing,
 };
 
 pub use policy::Policy;
@@ -299,6 +303,9 @@ struct PodState {
     request: GpuRequest,
     cpu: i64,
     typical: Arc<TypicalWorkload>,
+    /// The policy for this pod: the plugin's, or the one its HAMi node policy annotation
+    /// names (binpack: GpuPacking, spread: Spread).
+    policy: Policy,
 }
 
 /// Fragmentation tables for the feasible nodes' GPU models, computed at PreScore.
@@ -411,10 +418,16 @@ impl PreFilterPlugin for GpuShare {
             return (PreFilterResult::default(), Status::unresolvable(msg));
         };
         let typical = self.typical_for(pod, &shape);
+        let policy = match pod.gpu.policy.node {
+            Some(Packing::Binpack) => Policy::GpuPacking,
+            Some(Packing::Spread) => Policy::Spread,
+            None => self.policy,
+        };
         state.insert(PodState {
             request: pod.gpu.request,
             cpu: pod.non_zero_milli_cpu,
             typical,
+            policy,
         });
         let status = if pod.gpu.request.is_some() {
             Status::success()
@@ -431,6 +444,25 @@ impl FilterPlugin for GpuShare {
             return missing("PreFilterGpuShare");
         };
         let gpus = &node.node.gpu;
+        if !matches!(gpus.hami, HamiNode::Absent) {
+            if gpus.count == 0 && !matches!(gpus.hami, HamiNode::Unusable(_)) {
+                return Status::unresolvable(NO_GPU);
+            }
+            return match hami::candidates(pod, s.request, node) {
+                Ok(_) => Status::success(),
+                Err(hami::INSUFFICIENT_HAMI) => Status::unschedulable(hami::INSUFFICIENT_HAMI),
+                Err(reason) => Status::unresolvable(reason),
+            };
+        }
+        if matches!(s.request, GpuRequest::Hami(_))
+            || pod
+                .gpu
+                .filter
+                .as_deref()
+                .is_some_and(DeviceFilter::names_uuids)
+        {
+            return Status::unresolvable(hami::NO_HAMI_DEVICES);
+        }
         if gpus.count == 0 {
             return Status::unresolvable(NO_GPU);
         }
@@ -475,12 +507,12 @@ impl PreScorePlugin for GpuShare {
         let Some(s) = state.get::<PodState>() else {
             return missing("PreFilterGpuShare");
         };
-        let tables = if self.policy.uses_fragmentation() {
+        let tables = if s.policy.uses_fragmentation() {
             Tables::build(&s.typical, feasible.iter().copied())
         } else {
             Tables::default()
         };
-        let capacity = if self.policy == Policy::BestFit {
+        let capacity = if s.policy == Policy::BestFit {
             largest_capacity(snapshot)
         } else {
             Capacity {
@@ -521,7 +553,7 @@ impl ScorePlugin for GpuShare {
         let Some(take) = Take::on(p.request, node) else {
             return Ok(0);
         };
-        Ok(match self.policy {
+        Ok(match p.policy {
             Policy::Fgd => match s.tables.get(node) {
                 Some(t) => policy::fgd_score(t, node, p.cpu, take),
                 None => 0,
@@ -536,8 +568,9 @@ impl ScorePlugin for GpuShare {
         })
     }
 
-    fn normalize(&self, _: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
-        if self.policy.min_max_normalized() {
+    fn normalize(&self, state: &CycleState, _: &PodInfo, scores: &mut [NodeScore]) -> Status {
+        let policy = state.get::<PodState>().map_or(self.policy, |p| p.policy);
+        if policy.min_max_normalized() {
             policy::min_max_normalize(scores);
         }
         Status::success()
@@ -552,12 +585,15 @@ impl ScorePlugin for GpuShare {
 impl ReservePlugin for GpuShare {
     /// Picks the pod's GPUs on the chosen node and records them as its
     /// `gantry.io/gpu-assignment` annotation.
-    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(p) = state.get::<PodState>() else {
             return missing("PreFilterGpuShare");
         };
         if !p.request.is_some() {
             return Status::success();
+        }
+        if node.node.gpu.hami_devices().is_some() {
+            return self.reserve_hami(state, pod, node);
         }
         let Some(take) = Take::on(p.request, node) else {
             return Status::unschedulable(GPU_MEMORY_UNKNOWN);
@@ -586,5 +622,77 @@ impl ReservePlugin for GpuShare {
 
     fn unreserve(&self, state: &mut CycleState, _pod: &PodInfo, _node: &str) {
         ReservedAnnotations::remove(state, GPU_ASSIGNMENT_ANNOTATION);
+        for key in HAMI_RESERVED {
+            ReservedAnnotations::remove(state, key);
+        }
+    }
+}
+
+/// The annotations Reserve writes for a pod placed on a HAMi node (the binder adds the
+/// times and the bind phase).
+const HAMI_RESERVED: [&str; 3] = [
+    crate::model::hami::TO_ALLOCATE_ANNOTATION,
+    crate::model::hami::ALLOCATED_ANNOTATION,
+    crate::model::hami::ASSIGNED_NODE_ANNOTATION,
+];
+
+impl GpuShare {
+    /// Reserve on a HAMi node: the devices the policy (or the pod's HAMi GPU policy) picks
+    /// among those that can take the share, one by one, written as HAMi's scheduler writes
+    /// them, so that HAMi's device plugin allocates exactly those.
+    fn reserve_hami(&self, state: &mut CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(p) = state.get::<PodState>() else {
+            return missing("PreFilterGpuShare");
+        };
+        let (count, mut allowed) = match hami::candidates(pod, p.request, node) {
+            Ok(c) => c,
+            Err(reason) => return Status::unschedulable(reason),
+        };
+        let Some(take) = Take::on(p.request, node) else {
+            return Status::unschedulable(hami::INSUFFICIENT_HAMI);
+        };
+        let table = p.policy.uses_fragmentation().then(|| {
+            p.typical
+                .table(node.node.gpu.model.as_deref(), node.node.gpu.memory_mib)
+        });
+        let mut chosen = Vec::with_capacity(count);
+        while chosen.len() < count {
+            let view = hami::masked(node, &allowed);
+            let pick = match pod.gpu.policy.gpu {
+                Some(packing) => allowed
+                    .iter()
+                    .map(|(i, _)| *i)
+                    .min_by_key(|&i| match packing {
+                        Packing::Binpack => (view.gpu_free(i), i),
+                        Packing::Spread => (MILLI_PER_GPU - view.gpu_free(i), i),
+                    }),
+                None => {
+                    let one = match take {
+                        Take::Whole(_) => Take::Whole(1),
+                        other => other,
+                    };
+                    policy::choose_devices(p.policy, table.as_deref(), &view, p.cpu, one)
+                        .and_then(|d| d.first().map(|(i, _)| usize::from(*i)))
+                }
+            };
+            let Some(position) = pick.and_then(|i| allowed.iter().position(|(a, _)| *a == i))
+            else {
+                return Status::unschedulable(hami::INSUFFICIENT_HAMI);
+            };
+            chosen.push(allowed.swap_remove(position));
+        }
+        let value = hami::allocation(node, &chosen);
+        for key in [
+            crate::model::hami::TO_ALLOCATE_ANNOTATION,
+            crate::model::hami::ALLOCATED_ANNOTATION,
+        ] {
+            ReservedAnnotations::set(state, key, value.clone());
+        }
+        ReservedAnnotations::set(
+            state,
+            crate::model::hami::ASSIGNED_NODE_ANNOTATION,
+            node.name().to_string(),
+        );
+        Status::success()
     }
 }

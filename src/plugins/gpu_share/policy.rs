@@ -77,7 +77,12 @@ pub enum Take {
 impl Take {
     /// What `request` takes on `node`; `None` when a memory share cannot be resolved there.
     pub fn on(request: GpuRequest, node: &NodeInfo) -> Option<Take> {
+        if node.node.gpu.hami_devices().is_some() {
+            return super::hami::take(request, node);
+        }
         match request {
+            // Measured against HAMi devices, which this node does not have.
+            GpuRequest::Hami(_) => None,
             GpuRequest::None => Some(Take::Nothing),
             GpuRequest::Whole(n) => Some(Take::Whole(n as usize)),
             GpuRequest::Milli(m) if m >= MILLI_PER_GPU => Some(Take::Whole(1)),

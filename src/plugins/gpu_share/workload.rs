@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use crate::model::PodInfo;
-use crate::model::gpu::{GpuRequest, MILLI_PER_GPU, Models};
+use crate::model::gpu::{GpuRequest, HamiMemory, MILLI_PER_GPU, Models};
 
 /// A pod shape as FGD counts them: cpu, GPU request and accepted models.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -46,6 +46,14 @@ impl ShapeKey {
             GpuRequest::Whole(n) => (n, MILLI_PER_GPU, 0),
             GpuRequest::Milli(m) => (1, m, 0),
             GpuRequest::MemoryMib(mib) => (1, 0, mib),
+            // Shares of several GPUs count as whole GPUs in the typical workload, whose
+            // shares are of one GPU; a share of one is its memory, or the larger of its
+            // memory and compute percentages.
+            GpuRequest::Hami(share) if share.count > 1 => (share.count, MILLI_PER_GPU, 0),
+            GpuRequest::Hami(share) => match share.memory {
+                HamiMemory::Mib(mib) => (1, 0, mib),
+                HamiMemory::Percent(p) => (1, (p.max(share.cores) * 10).min(MILLI_PER_GPU), 0),
+            },
         };
         Some(ShapeKey {
             cpu: pod.non_zero_milli_cpu,

@@ -1,0 +1,116 @@
+//! GpuShare on nodes whose GPUs HAMi's device plugin registered: which devices a pod may take
+//! (HAMi's rules, exact in memory, compute and shares, and its type and UUID annotations),
+//! how the policies see what it takes, and the allocation HAMi's device plugin reads.
+
+use crate::cache::NodeInfo;
+use crate::model::PodInfo;
+use crate::model::gpu::{DeviceUse, GpuRequest, HamiNode, MILLI_PER_GPU, hami_demand};
+use crate::model::hami::{self, ContainerDevice};
+
+use super::policy::Take;
+
+/// Reason for a node without HAMi devices, for a pod that needs them (HAMi's resources, or
+/// devices named by UUID).
+pub const NO_HAMI_DEVICES: &str = "node(s) had no GPU registered by HAMi's device plugin";
+/// Reason for a node whose HAMi registration cannot be used.
+pub const HAMI_UNUSABLE: &str = "node(s) had an unusable HAMi device registration";
+/// Reason for a HAMi node without enough devices that can take the pod's share.
+pub const INSUFFICIENT_HAMI: &str =
+    "node(s) didn't have enough GPUs with the requested memory, compute and share free";
+/// Reason for a HAMi node and a pod whose GPUs several containers ask for.
+pub const ONE_CONTAINER: &str =
+    "node(s) allocate GPUs through HAMi, which gantry does for one container per pod";
+
+/// Devices of a node by position among its HAMi devices, with what a pod asks of each.
+pub type Asks = Vec<(usize, DeviceUse)>;
+
+/// The devices of `node` that the pod may take, with what it asks of each, and how many it
+/// needs; or why the node cannot take it.
+pub fn candidates(
+    pod: &PodInfo,
+    request: GpuRequest,
+    node: &NodeInfo,
+) -> Result<(usize, Asks), &'static str> {
+    let devices = match &node.node.gpu.hami {
+        HamiNode::Devices(d) => d,
+        HamiNode::Unusable(_) => return Err(HAMI_UNUSABLE),
+        HamiNode::Absent => return Err(NO_HAMI_DEVICES),
+    };
+    if !request.is_some() {
+        return Ok((0, Vec::new()));
+    }
+    if pod.gpu.containers > 1 {
+        return Err(ONE_CONTAINER);
+    }
+    let mut count = 1;
+    let mut out = Vec::new();
+    for (i, device) in devices.iter().enumerate() {
+        let Some((n, ask)) = hami_demand(request, device) else {
+            continue;
+        };
+        count = n;
+        let allowed = pod
+            .gpu
+            .filter
+            .as_deref()
+            .is_none_or(|f| f.accepts_type(&device.model) && f.accepts_uuid(&device.uuid))
+            && pod.gpu.accepts_model(Some(&device.model));
+        let used = node.gpu_hami_used.get(i).copied().unwrap_or_default();
+        if allowed && used.fits(&ask, device) {
+            out.push((i, ask));
+        }
+    }
+    if out.len() < count {
+        return Err(INSUFFICIENT_HAMI);
+    }
+    Ok((count, out))
+}
+
+/// What `request` takes on the HAMi node `node`, in the policies' milli: a share of one GPU
+/// the size of its larger fraction (memory or compute) on the node's first device, whole
+/// GPUs when that is all of one; a share of several GPUs counts as one share in scoring
+/// (the devices are then chosen one by one).
+pub fn take(request: GpuRequest, node: &NodeInfo) -> Option<Take> {
+    let device = node.node.gpu.hami_devices()?.first()?;
+    let Some((count, ask)) = hami_demand(request, device) else {
+        return Some(Take::Nothing);
+    };
+    let milli = DeviceUse { shares: 0, ..ask }.milli_of(device);
+    Some(if milli >= MILLI_PER_GPU {
+        Take::Whole(count)
+    } else {
+        Take::Share(milli.max(1))
+    })
+}
+
+/// `node` as the policies should see it for this pod: devices the pod may not take count
+/// as full, so that a policy's choice is always one of `allowed`.
+pub fn masked(node: &NodeInfo, allowed: &[(usize, DeviceUse)]) -> NodeInfo {
+    let mut view = node.clone();
+    for (i, used) in view.gpu_used.iter_mut().enumerate() {
+        if !allowed.iter().any(|(a, _)| *a == i) {
+            *used = MILLI_PER_GPU;
+        }
+    }
+    view
+}
+
+/// The value of HAMi's allocation annotations for the devices `chosen` (positions among the
+/// node's HAMi devices, with what the pod takes of each), one container's worth.
+pub fn allocation(node: &NodeInfo, chosen: &[(usize, DeviceUse)]) -> String {
+    let Some(devices) = node.node.gpu.hami_devices() else {
+        return String::new();
+    };
+    let container: Vec<ContainerDevice> = chosen
+        .iter()
+        .filter_map(|(i, ask)| {
+            devices.get(*i).map(|d| ContainerDevice {
+                uuid: d.uuid.to_string(),
+                device_type: hami::DEVICE_TYPE.to_string(),
+                memory_mib: ask.memory_mib,
+                cores: ask.cores,
+            })
+        })
+        .collect();
+    hami::encode_pod_devices(&[container])
+}
