@@ -1175,6 +1175,7 @@ fn run(
                 Expect::Detailed(Detailed {
                     one_of: Some(ns),
                     pending: None,
+                    ..
                 }),
                 PodState::Bound(g),
             ) => ns.contains(g),
@@ -1182,6 +1183,7 @@ fn run(
                 Expect::Detailed(Detailed {
                     one_of: None,
                     pending: Some(_),
+                    ..
                 }),
                 PodState::Waiting,
             ) => true,
@@ -1189,6 +1191,7 @@ fn run(
                 Expect::Detailed(Detailed {
                     one_of: None,
                     pending: Some(msg),
+                    ..
                 }),
                 PodState::Unschedulable(m),
             ) => {

@@ -94,10 +94,24 @@ fn run(path: &Path) -> Vec<String> {
             Expect::Detailed(Detailed {
                 one_of: Some(nodes),
                 pending: None,
-            }) => got.node.as_ref().is_some_and(|n| nodes.contains(n)),
+                devices,
+            }) => {
+                let given: Vec<String> = got
+                    .devices
+                    .iter()
+                    .map(|d| format!("{} {} {}", d.uuid, d.memory_mib, d.cores))
+                    .collect();
+                if devices.as_ref().is_some_and(|want| *want != given) {
+                    problems.push(format!(
+                        "{pod}: devices\n   got: {given:?}\n  want: {devices:?}"
+                    ));
+                }
+                got.node.as_ref().is_some_and(|n| nodes.contains(n))
+            }
             Expect::Detailed(Detailed {
                 one_of: None,
                 pending: Some(msg),
+                devices: None,
             }) => got.node.is_none() && got.message.as_deref() == Some(msg.as_str()),
             Expect::Detailed(d) => {
                 problems.push(format!(

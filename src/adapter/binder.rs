@@ -112,17 +112,28 @@ pub async fn run(
         // Work before the binding (volumes to bind) may wait minutes on other controllers:
         // it holds no binding slot meanwhile.
         tokio::spawn(async move {
+            let mut request = request;
             let start = Instant::now();
-            let done = pre_bind::carry_out(&client, &request.task.plan.pre_bind).await;
+            let pod = &request.task.assumed;
+            let done = pre_bind::carry_out(
+                &client,
+                &pod.namespace,
+                &pod.name,
+                &request.task.plan.pre_bind,
+            )
+            .await;
             let code = if done.is_ok() {
                 Code::Success
             } else {
                 Code::Error
             };
             metrics.extension_point("PreBind", code, &request.task.profile, start.elapsed());
-            if let Err(error) = done {
-                report(Box::new(request), BindOutcome::PreBindFailed(error));
-                return;
+            match done {
+                Ok(annotations) => request.task.plan.annotations.extend(annotations),
+                Err(error) => {
+                    report(Box::new(request), BindOutcome::PreBindFailed(error));
+                    return;
+                }
             }
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 return;
@@ -192,6 +203,16 @@ async fn bind_and_report(
     // The permit is held while the binding is read back: when the API server is
     // unreachable, no new binding is sent before the earlier ones are settled.
     drop(permit);
+    if !matches!(outcome, BindOutcome::Bound) && !request.task.plan.pre_bind.is_empty() {
+        let pod = &request.task.assumed;
+        pre_bind::release(
+            client,
+            &pod.namespace,
+            &pod.name,
+            &request.task.plan.pre_bind,
+        )
+        .await;
+    }
     report(Box::new(request), outcome);
 }
 

@@ -38,6 +38,7 @@ pub mod driver;
 pub mod events;
 pub mod exposition;
 pub mod extender;
+pub mod hami_lock;
 pub mod health;
 pub mod instrument;
 pub mod leader;

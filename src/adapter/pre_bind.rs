@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, GetParams, Patch, PatchParams};
 use serde_json::json;
@@ -16,13 +17,22 @@ use crate::framework::{PreBindAction, VolumeBinding};
 use crate::model::volume::{
     BIND_COMPLETED_ANNOTATION, BOUND_BY_CONTROLLER_ANNOTATION, SELECTED_NODE_ANNOTATION,
 };
-use crate::plugins::volume_binding;
+use crate::plugins::{gpu_share, volume_binding};
+
+use super::hami_lock;
 
 /// How often the claims are read while waiting for the PV controller (kube-scheduler's).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Carries out `actions` in order; the error is the message kube-scheduler gives.
-pub async fn carry_out(client: &Client, actions: &[PreBindAction]) -> Result<(), String> {
+/// Carries out `actions` for the pod `namespace/name` in order; the annotations the binding
+/// is to carry besides the plan's. The error is the message kube-scheduler gives.
+pub async fn carry_out(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    actions: &[PreBindAction],
+) -> Result<Vec<(String, String)>, String> {
+    let mut annotations = Vec::new();
     for action in actions {
         match action {
             PreBindAction::BindVolumes(binding) => {
@@ -33,9 +43,25 @@ pub async fn carry_out(client: &Client, actions: &[PreBindAction]) -> Result<(),
                     )
                 })?;
             }
+            PreBindAction::LockHamiNode(node) => {
+                hami_lock::lock(client, node, namespace, name)
+                    .await
+                    .map_err(|e| format!("running PreBind plugin \"{}\": {e}", gpu_share::NAME))?;
+                annotations.extend(hami_lock::binding_annotations(Timestamp::now()));
+            }
         }
     }
-    Ok(())
+    Ok(annotations)
+}
+
+/// Undoes what `actions` hold once the binding failed: a HAMi node lock no device plugin
+/// will release.
+pub async fn release(client: &Client, namespace: &str, name: &str, actions: &[PreBindAction]) {
+    for action in actions {
+        if let PreBindAction::LockHamiNode(node) = action {
+            hami_lock::release(client, node, namespace, name).await;
+        }
+    }
 }
 
 async fn bind_volumes(client: &Client, binding: &VolumeBinding) -> Result<(), String> {

@@ -475,6 +475,10 @@ pub struct VolumeBinding {
 pub enum PreBindAction {
     /// Write volume bindings and wait until the pod's claims are bound.
     BindVolumes(VolumeBinding),
+    /// Take HAMi's lock on the node (one pod's devices are allocated at a time there, and the
+    /// node's device plugin finds the pod by it), then bind with HAMi's bind phase and times,
+    /// as HAMi's scheduler binds.
+    LockHamiNode(Arc<str>),
 }
 
 /// Prepares the binding of a pod to its node, after Permit: says what must be done in the

@@ -26,7 +26,7 @@ use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
 pub use input::{ClusterInput, InputError};
-pub use report::{GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
+pub use report::{GpuDevice, GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
 /// What the report says of a pod that scheduler extenders would filter or score: the
 /// simulator makes no network calls (`gantry simulate` refuses such a configuration).
@@ -102,6 +102,7 @@ pub fn simulate_recorded(
                     message: Some(e.to_string()),
                     running: false,
                     annotations: Default::default(),
+                    devices: Vec::new(),
                     volumes: Default::default(),
                     evicted: None,
                 });
@@ -120,6 +121,7 @@ pub fn simulate_recorded(
                 message: None,
                 running: true,
                 annotations: Default::default(),
+                devices: Vec::new(),
                 volumes: Default::default(),
                 evicted: None,
             });
@@ -143,6 +145,7 @@ pub fn simulate_recorded(
             message,
             running: false,
             annotations: Default::default(),
+            devices: Vec::new(),
             volumes: Default::default(),
             evicted: None,
         });
@@ -221,6 +224,8 @@ fn run_queue(
                                 report.pods[i].message = None;
                                 report.pods[i].annotations =
                                     task.plan.annotations.iter().cloned().collect();
+                                report.pods[i].devices =
+                                    GpuDevice::allocated(&report.pods[i].annotations);
                                 report.pods[i].volumes = volumes;
                             }
                         }
@@ -323,7 +328,13 @@ fn complete_pre_bind(
     now: Duration,
 ) -> BTreeMap<String, String> {
     let mut outcome = BTreeMap::new();
-    for PreBindAction::BindVolumes(binding) in actions {
+    // A HAMi node lock has no one to wait for in a simulation, whose device plugins
+    // allocate at once.
+    let volume_bindings = actions.iter().filter_map(|a| match a {
+        PreBindAction::BindVolumes(binding) => Some(binding),
+        PreBindAction::LockHamiNode(_) => None,
+    });
+    for binding in volume_bindings {
         for decision in &binding.decisions {
             let (claim_key, volume) = match decision {
                 VolumeDecision::Bind { claim, volume, .. } => (claim, volume.clone()),
@@ -652,6 +663,36 @@ metadata: {name: batch}
 spec:
   containers: [{name: a}]
 "#;
+
+    #[test]
+    fn hami_devices_show_in_the_table_and_the_json() {
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             profiles:\n- plugins:\n    multiPoint:\n      enabled: [{name: GpuShare}]\n",
+            &crate::plugins::registry(),
+        )
+        .unwrap();
+        let mut input = ClusterInput::default();
+        input
+            .add_yaml(
+                r#"{apiVersion: v1, kind: Node, metadata: {name: n, annotations: {hami.io/node-nvidia-register: '[{"id":"GPU-x","count":4,"devmem":8192,"devcore":100,"type":"NVIDIA-T4","health":true}]'}}, status: {allocatable: {cpu: '4', pods: '9', nvidia.com/gpu: '4'}}}
+---
+{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: '1', nvidia.com/gpumem: '2048', nvidia.com/gpucores: '25'}}}]}}
+"#,
+                "test",
+            )
+            .unwrap();
+        let report = simulate(&input, config, None);
+        assert_eq!(report.pods[0].node.as_deref(), Some("n"), "{report:?}");
+        let table = report.to_table();
+        assert!(table.contains("GPU devices (HAMi):"), "{table}");
+        assert!(table.contains("GPU-x   2048"), "{table}");
+        let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
+        assert_eq!(
+            json["pods"][0]["devices"],
+            serde_json::json!([{"uuid": "GPU-x", "memoryMib": 2048, "cores": 25}])
+        );
+    }
 
     #[test]
     fn node_load_annotations_drive_the_plugins_and_show_in_the_report() {

@@ -24,6 +24,9 @@ pub struct PodOutcome {
     /// beyond the node (an overcommit's margin, GPU devices).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// The HAMi devices the pod was given, as HAMi's device plugin will allocate them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<GpuDevice>,
     /// The volumes the scheduler bound for the pod's claims: claim name to volume name, or
     /// to `provisioned on <node>` for a claim whose volume the class provisions.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -31,6 +34,37 @@ pub struct PodOutcome {
     /// Set when a preemption evicted the pod: by which pod, from which node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evicted: Option<String>,
+}
+
+/// A GPU a pod was given on a HAMi node, with the memory and compute HAMi's limiter holds it
+/// to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuDevice {
+    /// The device's UUID.
+    pub uuid: String,
+    /// Memory, in MiB.
+    pub memory_mib: u64,
+    /// Compute, in percent.
+    pub cores: u32,
+}
+
+impl GpuDevice {
+    /// The devices HAMi's allocation annotation among `annotations` names.
+    pub fn allocated(annotations: &BTreeMap<String, String>) -> Vec<GpuDevice> {
+        annotations
+            .get(crate::model::hami::ALLOCATED_ANNOTATION)
+            .and_then(|a| crate::model::hami::decode_pod_devices(a).ok())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|d| GpuDevice {
+                uuid: d.uuid,
+                memory_mib: d.memory_mib,
+                cores: d.cores,
+            })
+            .collect()
+    }
 }
 
 /// One preemption the simulation carried out.
@@ -190,6 +224,35 @@ impl Report {
         if !annotated.is_empty() {
             let _ = writeln!(out, "\nSet with the binding:");
             out.push_str(&table(&["NAMESPACE", "POD", "ANNOTATION"], &annotated));
+        }
+        let devices: Vec<Vec<String>> = self
+            .scheduled()
+            .flat_map(|p| {
+                p.devices.iter().map(|d| {
+                    vec![
+                        p.namespace.clone(),
+                        p.name.clone(),
+                        p.node.clone().unwrap_or_default(),
+                        d.uuid.clone(),
+                        d.memory_mib.to_string(),
+                        d.cores.to_string(),
+                    ]
+                })
+            })
+            .collect();
+        if !devices.is_empty() {
+            let _ = writeln!(out, "\nGPU devices (HAMi):");
+            out.push_str(&table(
+                &[
+                    "NAMESPACE",
+                    "POD",
+                    "NODE",
+                    "DEVICE",
+                    "MEMORY (MiB)",
+                    "CORES (%)",
+                ],
+                &devices,
+            ));
         }
         let volumes: Vec<Vec<String>> = self
             .scheduled()

@@ -64,6 +64,10 @@ pub struct Detailed {
     /// The message the pod must be pending with.
     #[serde(default)]
     pub pending: Option<String>,
+    /// With `oneOf`: the HAMi devices the pod must be given, `<UUID> <memory MiB> <cores %>`
+    /// each, in order (gantry's alone: kube-scheduler gives none).
+    #[serde(default)]
+    pub devices: Option<Vec<String>>,
 }
 
 /// A scenario's `kubeScheduler` field: whether the parity check runs it, and compares the

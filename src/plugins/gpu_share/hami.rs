@@ -83,14 +83,22 @@ pub fn take(request: GpuRequest, node: &NodeInfo) -> Option<Take> {
     })
 }
 
-/// `node` as the policies should see it for this pod: devices the pod may not take count
-/// as full, so that a policy's choice is always one of `allowed`.
-pub fn masked(node: &NodeInfo, allowed: &[(usize, DeviceUse)]) -> NodeInfo {
+/// `node` as the policies should see it for a pod taking `take`: devices the pod may not take
+/// count as full, and those it may take as having at least the room the take needs (the
+/// policies' one-dimensional milli can understate what fits in memory and compute apart),
+/// so that a policy's choice is always one of `allowed`.
+pub fn masked(node: &NodeInfo, allowed: &[(usize, DeviceUse)], take: Take) -> NodeInfo {
+    let room = match take {
+        Take::Share(m) => MILLI_PER_GPU.saturating_sub(m),
+        Take::Whole(_) | Take::Nothing => 0,
+    };
     let mut view = node.clone();
     for (i, used) in view.gpu_used.iter_mut().enumerate() {
-        if !allowed.iter().any(|(a, _)| *a == i) {
-            *used = MILLI_PER_GPU;
-        }
+        *used = if allowed.iter().any(|(a, _)| *a == i) {
+            (*used).min(room)
+        } else {
+            MILLI_PER_GPU
+        };
     }
     view
 }

@@ -24,8 +24,8 @@ use serde::Deserialize;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, NodeScore,
-    Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult, PreScorePlugin,
-    ReservePlugin, ReservedAnnotations, ScorePlugin, Status, decode_args,
+    Plugin, PluginArgs, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ReservePlugin, ReservedAnnotations, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::gpu::{
@@ -402,6 +402,25 @@ impl Plugin for GpuShare {
     fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
         Some(self)
     }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl PreBindPlugin for GpuShare {
+    /// A pod given HAMi devices is bound under HAMi's node lock.
+    fn pre_bind(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        node: &str,
+    ) -> Result<Option<PreBindAction>, Status> {
+        let allocates = state.get::<ReservedAnnotations>().is_some_and(|r| {
+            r.0.iter()
+                .any(|(k, _)| k == crate::model::hami::TO_ALLOCATE_ANNOTATION)
+        });
+        Ok(allocates.then(|| PreBindAction::LockHamiNode(Arc::from(node))))
+    }
 }
 
 impl PreFilterPlugin for GpuShare {
@@ -657,7 +676,7 @@ impl GpuShare {
         });
         let mut chosen = Vec::with_capacity(count);
         while chosen.len() < count {
-            let view = hami::masked(node, &allowed);
+            let view = hami::masked(node, &allowed, take);
             let pick = match pod.gpu.policy.gpu {
                 Some(packing) => allowed
                     .iter()

@@ -1,0 +1,313 @@
+//! GPU sharing with HAMi's node side, against a real kube-apiserver. HAMi's device plugin
+//! needs a GPU, so a small agent written here plays its part of HAMi's protocol for each
+//! node (HAMi's `docs/develop/protocol.md` and its device plugin's code): it registers the
+//! node's devices in `hami.io/node-nvidia-register`, and whenever the node's
+//! `hami.io/mutex.lock` names a bound pod whose `hami.io/bind-phase` is `allocating`, it
+//! reads `hami.io/vgpu-devices-to-allocate`, allocates those devices (or fails, for pods it
+//! is told to fail), writes the bind phase and gives the lock back. gantry places HAMi
+//! requests (`nvidia.com/gpumem`, `nvidia.com/gpucores`) and must leave every share on the
+//! device it wrote, never more memory or compute on a device than it has, one pod at a time
+//! per node under the lock.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use support::*;
+
+const REGISTER: &str = "hami.io/node-nvidia-register";
+const LOCK: &str = "hami.io/mutex.lock";
+const TO_ALLOCATE: &str = "hami.io/vgpu-devices-to-allocate";
+const ALLOCATED: &str = "hami.io/vgpu-devices-allocated";
+const BIND_PHASE: &str = "hami.io/bind-phase";
+/// Each test device: 16 GiB, compute 100, ten shares.
+const DEVICE_MIB: u64 = 16384;
+const DEVICES_PER_NODE: usize = 2;
+
+/// A GPU profile restricted to the test's nodes.
+fn hami_config(profile: &str, label: &str) -> String {
+    config_with_plugins(profile, label, &["GpuShare"], &[])
+}
+
+fn uuid(node: &str, i: usize) -> String {
+    format!("GPU-{node}-{i}")
+}
+
+/// A node offering `nvidia.com/gpu` as HAMi's device plugin does: devices times shares.
+fn hami_node(name: &str, label: &str) -> Node {
+    let mut n = node(name, label, "32", "128Gi");
+    if let Some(status) = n.status.as_mut() {
+        for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            list.insert(
+                "nvidia.com/gpu".into(),
+                Quantity((DEVICES_PER_NODE * 10).to_string()),
+            );
+        }
+    }
+    n
+}
+
+/// A pod asking one GPU with `mib` of its memory and `cores` percent of its compute.
+fn hami_pod(ns: &str, name: &str, profile: &str, mib: u64, cores: u32) -> Pod {
+    let mut p = pod(ns, name, profile, "500m", "256Mi");
+    if let Some(r) = p
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .and_then(|c| c.resources.as_mut())
+    {
+        let limits = r.limits.get_or_insert_with(BTreeMap::new);
+        limits.insert("nvidia.com/gpu".into(), Quantity("1".into()));
+        limits.insert("nvidia.com/gpumem".into(), Quantity(mib.to_string()));
+        limits.insert("nvidia.com/gpucores".into(), Quantity(cores.to_string()));
+        let requests = r.requests.get_or_insert_with(BTreeMap::new);
+        requests.insert("nvidia.com/gpu".into(), Quantity("1".into()));
+    }
+    p
+}
+
+/// One device a container got, as the agent read it from the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Allocation {
+    pod: String,
+    node: String,
+    uuid: String,
+    mib: u64,
+    cores: u32,
+}
+
+/// `UUID,type,memory,cores:` devices, `;` after each container (HAMi's protocol).
+fn decode(text: &str) -> Vec<(String, u64, u32)> {
+    text.split(';')
+        .flat_map(|c| c.split(':'))
+        .filter(|d| d.contains(','))
+        .map(|d| {
+            let f: Vec<&str> = d.split(',').collect();
+            assert_eq!(f.len(), 4, "a device is UUID,type,memory,cores: {d:?}");
+            assert_eq!(f[1], "NVIDIA", "{d:?}");
+            (
+                f[0].to_string(),
+                f[2].parse().expect("memory"),
+                f[3].parse().expect("cores"),
+            )
+        })
+        .collect()
+}
+
+/// The agent of `node`: registers its devices, then serves allocations until aborted.
+async fn agent(client: Client, node: String, allocations: Arc<Mutex<Vec<Allocation>>>) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let devices: Vec<serde_json::Value> = (0..DEVICES_PER_NODE)
+        .map(|i| {
+            json!({"id": uuid(&node, i), "index": i, "count": 10, "devmem": DEVICE_MIB,
+                   "devcore": 100, "type": "NVIDIA-Tesla T4", "numa": 0, "mode": "hami-core",
+                   "health": true})
+        })
+        .collect();
+    let register = json!({"metadata": {"annotations": {
+        REGISTER: serde_json::to_string(&devices).expect("devices"),
+    }}});
+    nodes
+        .patch(&node, &PatchParams::default(), &Patch::Merge(&register))
+        .await
+        .expect("register the devices");
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Ok(current) = nodes.get(&node).await else {
+            continue;
+        };
+        let Some(lock) = current.annotations().get(LOCK).cloned() else {
+            continue;
+        };
+        let parts: Vec<&str> = lock.split(',').collect();
+        assert_eq!(
+            parts.len(),
+            3,
+            "HAMi's lock is <time>,<namespace>,<name>: {lock:?}"
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), parts[1]);
+        let Ok(Some(pod)) = pods.get_opt(parts[2]).await else {
+            continue;
+        };
+        // The kubelet asks the device plugin once the pod is bound here.
+        if node_of(&pod) != Some(node.as_str()) {
+            continue;
+        }
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        if annotations.get(BIND_PHASE).map(String::as_str) != Some("allocating") {
+            continue;
+        }
+        let name = pod.name_any();
+        let to_allocate = annotations.get(TO_ALLOCATE).cloned().unwrap_or_default();
+        let mut ok = !name.starts_with("fail-");
+        for (uuid, mib, cores) in decode(&to_allocate) {
+            ok &= uuid.starts_with(&format!("GPU-{node}-"));
+            allocations.lock().expect("allocations").push(Allocation {
+                pod: name.clone(),
+                node: node.clone(),
+                uuid,
+                mib,
+                cores,
+            });
+        }
+        let phase = if ok { "success" } else { "failed" };
+        let done = json!({"metadata": {"annotations": {BIND_PHASE: phase, TO_ALLOCATE: ""}}});
+        pods.patch(&name, &PatchParams::default(), &Patch::Merge(&done))
+            .await
+            .expect("report the allocation");
+        let release = json!({"metadata": {"annotations": {LOCK: null}}});
+        nodes
+            .patch(&node, &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .expect("release the lock");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let (ns, profile) = ("hami", "gantry-hami");
+    create_namespace(&client, ns).await;
+    let node_names = ["hami-1", "hami-2"];
+    let allocations = Arc::new(Mutex::new(Vec::new()));
+    let mut agents = Vec::new();
+    for name in node_names {
+        create_node(&client, &hami_node(name, ns)).await;
+        agents.push(tokio::spawn(agent(
+            client.clone(),
+            name.to_string(),
+            allocations.clone(),
+        )));
+    }
+    eventually(Duration::from_secs(10), "devices registered", || async {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut all = true;
+        for name in node_names {
+            all &= nodes
+                .get(name)
+                .await
+                .is_ok_and(|n| n.annotations().contains_key(REGISTER));
+        }
+        all.then_some(())
+    })
+    .await;
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        ns,
+        &hami_config(profile, ns),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+
+    // 6000 MiB each: two per 16 GiB device, eight in all; the other four wait.
+    for i in 0..12 {
+        create_pod(
+            &client,
+            &hami_pod(ns, &format!("share-{i}"), profile, 6000, 30),
+        )
+        .await;
+    }
+    let bound = eventually(
+        Duration::from_secs(60),
+        "eight shares allocated",
+        || async {
+            let ps = pods(&client, ns).await;
+            let done: Vec<Pod> = ps
+                .into_iter()
+                .filter(|p| {
+                    p.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(BIND_PHASE))
+                        .is_some_and(|b| b == "success")
+                })
+                .collect();
+            (done.len() == 8).then_some(done)
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = pods(&client, ns).await;
+    assert_eq!(
+        all.iter().filter(|p| node_of(p).is_some()).count(),
+        8,
+        "only what fits is bound: {}",
+        gantry.log_text()
+    );
+    let pending = all
+        .iter()
+        .find(|p| node_of(p).is_none())
+        .expect("a waiting pod");
+    let (status, reason, message) = pod_scheduled(pending).expect("a condition");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "Unschedulable")
+    );
+    assert!(
+        message.contains(
+            "node(s) didn't have enough GPUs with the requested memory, compute and share free"
+        ),
+        "{message}"
+    );
+
+    // What the agents allocated is exactly what gantry wrote, pod by pod.
+    let allocated = allocations.lock().expect("allocations").clone();
+    for p in &bound {
+        let name = p.name_any();
+        let written = decode(
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ALLOCATED))
+                .expect("the allocation gantry wrote"),
+        );
+        let got: Vec<(String, u64, u32)> = allocated
+            .iter()
+            .filter(|a| a.pod == name)
+            .map(|a| (a.uuid.clone(), a.mib, a.cores))
+            .collect();
+        assert_eq!(got, written, "{name}");
+        assert_eq!(written.len(), 1);
+        assert_eq!((written[0].1, written[0].2), (6000, 30));
+        let node = node_of(p).expect("bound");
+        assert!(
+            written[0].0.starts_with(&format!("GPU-{node}-")),
+            "{written:?} on {node}"
+        );
+    }
+    // Never more memory or compute on a device than it has.
+    let mut per_device: BTreeMap<String, (u64, u32)> = BTreeMap::new();
+    for a in &allocated {
+        let e = per_device.entry(a.uuid.clone()).or_default();
+        e.0 += a.mib;
+        e.1 += a.cores;
+        assert!(
+            e.0 <= DEVICE_MIB && e.1 <= 100,
+            "{} over-allocated: {e:?}",
+            a.uuid
+        );
+        assert!(node_names.contains(&a.node.as_str()));
+    }
+    assert_eq!(per_device.len(), node_names.len() * DEVICES_PER_NODE);
+    // Every lock was given back.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in node_names {
+        let n = nodes.get(name).await.expect("node");
+        assert!(!n.annotations().contains_key(LOCK), "{name} still locked");
+    }
+    for a in agents {
+        a.abort();
+    }
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
