@@ -7,7 +7,7 @@
 //! is told to fail), writes the bind phase and gives the lock back. gantry places HAMi
 //! requests (`nvidia.com/gpumem`, `nvidia.com/gpucores`) and must leave every share on the
 //! device it wrote, never more memory or compute on a device than it has, one pod at a time
-//! per node under the lock.
+//! per node under the lock; the devices of an allocation that failed are given to others.
 
 mod support;
 
@@ -210,6 +210,20 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
     );
     gantry.wait_ready().await;
 
+    // A pod whose allocation the device plugin fails holds no device afterwards (its
+    // kubelet rejects it): the eight shares below fit only if its 6000 MiB were given back.
+    create_pod(&client, &hami_pod(ns, "fail-0", profile, 6000, 30)).await;
+    eventually(Duration::from_secs(30), "the failed allocation", || async {
+        let p = get_pod(&client, ns, "fail-0").await;
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(BIND_PHASE))
+            .is_some_and(|b| b == "failed")
+            .then_some(())
+    })
+    .await;
+
     // 6000 MiB each: two per 16 GiB device, eight in all; the other four wait.
     for i in 0..12 {
         create_pod(
@@ -238,7 +252,11 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let all = pods(&client, ns).await;
+    let all: Vec<Pod> = pods(&client, ns)
+        .await
+        .into_iter()
+        .filter(|p| p.name_any() != "fail-0")
+        .collect();
     assert_eq!(
         all.iter().filter(|p| node_of(p).is_some()).count(),
         8,
@@ -286,9 +304,9 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
             "{written:?} on {node}"
         );
     }
-    // Never more memory or compute on a device than it has.
+    // Never more memory or compute on a device than it has (the failed allocation aside).
     let mut per_device: BTreeMap<String, (u64, u32)> = BTreeMap::new();
-    for a in &allocated {
+    for a in allocated.iter().filter(|a| a.pod != "fail-0") {
         let e = per_device.entry(a.uuid.clone()).or_default();
         e.0 += a.mib;
         e.1 += a.cores;
@@ -309,5 +327,69 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
     for a in agents {
         a.abort();
     }
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
+
+/// The devices the pod `ns/name` holds by its `hami.io/vgpu-devices-allocated`.
+async fn devices_of(client: &Client, ns: &str, name: &str) -> Vec<(String, u64, u32)> {
+    let p = get_pod(client, ns, name).await;
+    decode(
+        p.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ALLOCATED))
+            .map_or("", String::as_str),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reads_the_devices_back_from_hamis_allocations() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let (ns, profile) = ("hami-restart", "gantry-hami-restart");
+    let node_name = "hami-r1";
+    create_namespace(&client, ns).await;
+    create_node(&client, &hami_node(node_name, ns)).await;
+    let allocations = Arc::new(Mutex::new(Vec::new()));
+    let agent = tokio::spawn(agent(client.clone(), node_name.to_string(), allocations));
+    // A pod HAMi's own scheduler placed before gantry took over: 12000 MiB of device 0.
+    let mut before = hami_pod(ns, "from-hami", "hami-scheduler", 12000, 50);
+    before.metadata.annotations = Some(BTreeMap::from([
+        (
+            ALLOCATED.to_string(),
+            format!("{},NVIDIA,12000,50:;", uuid(node_name, 0)),
+        ),
+        (BIND_PHASE.to_string(), "success".to_string()),
+        ("hami.io/vgpu-node".to_string(), node_name.to_string()),
+    ]));
+    create_pod(&client, &before).await;
+    bind(&client, ns, "from-hami", node_name)
+        .await
+        .expect("bound by hand, as HAMi's scheduler would");
+
+    let config = hami_config(profile, ns);
+    let mut gantry = Gantry::start(plane.dir(), ns, &config, &plane.kubeconfig());
+    gantry.wait_ready().await;
+    create_pod(&client, &hami_pod(ns, "big", profile, 12000, 10)).await;
+    wait_bound(&client, ns, "big", Duration::from_secs(30)).await;
+    assert_eq!(
+        devices_of(&client, ns, "big").await,
+        vec![(uuid(node_name, 1), 12000, 10)],
+        "device 0 has 4384 MiB left"
+    );
+    assert_eq!(gantry.terminate().code(), Some(0));
+
+    // A new gantry reads both allocations back: no device has 12000 MiB left, both 4384.
+    let mut gantry = Gantry::start(plane.dir(), ns, &config, &plane.kubeconfig());
+    gantry.wait_ready().await;
+    create_pod(&client, &hami_pod(ns, "big-2", profile, 12000, 10)).await;
+    let message = wait_unschedulable(&client, ns, "big-2", Duration::from_secs(30)).await;
+    assert!(
+        message.contains("memory, compute and share free"),
+        "{message}"
+    );
+    create_pod(&client, &hami_pod(ns, "small", profile, 4000, 10)).await;
+    wait_bound(&client, ns, "small", Duration::from_secs(30)).await;
+    agent.abort();
     assert_eq!(gantry.terminate().code(), Some(0));
 }

@@ -425,6 +425,10 @@ pub struct PodGpu {
     /// The HAMi devices it holds, from its `hami.io/vgpu-devices-allocated` annotation, all
     /// containers together (written by gantry or by HAMi's own scheduler).
     pub hami_assignment: Option<Arc<[hami::ContainerDevice]>>,
+    /// HAMi's device plugin reported that it could not allocate the pod's devices
+    /// (`hami.io/bind-phase: failed`): the pod holds none (its kubelet rejects it, and its
+    /// controller's replacement is placed afresh).
+    pub allocation_failed: bool,
     /// What is wrong with the pod's GPU annotations, if anything: such a pod cannot be
     /// scheduled by the GPU plugin, which reports this message.
     pub error: Option<String>,
@@ -442,6 +446,8 @@ impl PodGpu {
             .and_then(|a| hami::decode_pod_devices(a).ok())
             .map(|containers| containers.into_iter().flatten().collect::<Arc<[_]>>())
             .filter(|devices| !devices.is_empty());
+        let allocation_failed =
+            annotations.get(hami::BIND_PHASE_ANNOTATION) == Some(hami::BIND_FAILED);
         let parsed = parse_request(requests, annotations, containers).and_then(|(r, m)| {
             let policy = HamiPolicy {
                 node: Packing::parse(annotations, hami::NODE_POLICY_ANNOTATION)?,
@@ -458,12 +464,14 @@ impl PodGpu {
                 containers,
                 assignment,
                 hami_assignment,
+                allocation_failed,
                 error: None,
             },
             Err(error) => PodGpu {
                 containers,
                 assignment,
                 hami_assignment,
+                allocation_failed,
                 error: Some(error),
                 ..Default::default()
             },
@@ -775,6 +783,7 @@ pub fn hami_usage<'a>(
     pods: impl Iterator<Item = &'a PodGpu> + Clone,
 ) -> Vec<DeviceUse> {
     let mut used = vec![DeviceUse::default(); devices.len()];
+    let pods = pods.filter(|p| !p.allocation_failed);
     for pod in pods.clone() {
         for held in pod.hami_assignment.iter().flat_map(|a| a.iter()) {
             if let Some(i) = devices.iter().position(|d| *d.uuid == *held.uuid) {
@@ -1228,6 +1237,19 @@ mod tests {
         assert_eq!(crowded.milli_of(&devices[1]), 1000);
         let (count, each) = hami_demand(GpuRequest::Milli(250), &devices[0]).unwrap();
         assert_eq!((count, each), (1, ask(8192, 25)));
+        // A pod whose allocation HAMi's device plugin reports failed holds nothing.
+        let failed = hami_pod(
+            &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 8192)],
+            &[
+                (hami::ALLOCATED_ANNOTATION, "GPU-a,NVIDIA,8192,0:;"),
+                (hami::BIND_PHASE_ANNOTATION, hami::BIND_FAILED),
+            ],
+        );
+        assert!(failed.allocation_failed);
+        assert_eq!(
+            hami_usage(devices, [failed].iter()),
+            vec![DeviceUse::default(); 2]
+        );
         // The node's milli view follows.
         let pods = [hami_pod(
             &[(GPU_RESOURCE, 1), (hami::MEMORY_RESOURCE, 16384)],
