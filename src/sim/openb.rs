@@ -292,6 +292,93 @@ pub fn node_object(n: &TraceNode) -> core::Node {
     node
 }
 
+/// How the replay writes the trace's GPUs and GPU requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Terms {
+    /// GPU feature discovery's labels and gantry's annotations (`gantry.io/gpu-milli`).
+    #[default]
+    Gantry,
+    /// HAMi's: each node's GPUs registered as HAMi's device plugin registers them, each share
+    /// asked as HAMi's users ask it, `gpu_milli` as both its memory and its compute
+    /// percentage (as the trace's authors define a share).
+    Hami,
+}
+
+/// Memory of every GPU of a node in HAMi's terms, in MiB (the trace gives none; shares are
+/// asked as percentages of it).
+const HAMI_DEVICE_MIB: u64 = 16384;
+/// Pods that may share one GPU in HAMi's terms: more than any GPU of the trace takes, so that
+/// only memory and compute bound the shares (HAMi's `deviceSplitCount`).
+const HAMI_DEVICE_SHARES: u32 = 100;
+
+/// [`node_object`] in HAMi's terms: its GPUs registered in `hami.io/node-nvidia-register`
+/// (UUID `GPU-<node>-<i>`, the trace's model, [`HAMI_DEVICE_MIB`], compute 100,
+/// [`HAMI_DEVICE_SHARES`] shares), `nvidia.com/gpu` as HAMi's device plugin offers it.
+pub fn hami_node_object(n: &TraceNode) -> core::Node {
+    use crate::model::hami::{self, RegisteredDevice};
+    let mut node = node_object(n);
+    if n.gpus == 0 {
+        return node;
+    }
+    let devices: Vec<RegisteredDevice> = (0..n.gpus)
+        .map(|i| RegisteredDevice {
+            uuid: format!("GPU-{}-{i}", n.name),
+            index: i,
+            shares: HAMI_DEVICE_SHARES,
+            memory_mib: HAMI_DEVICE_MIB,
+            cores: hami::FULL_CORES,
+            model: n.model.clone(),
+            numa: 0,
+            mode: hami::HAMI_CORE_MODE.to_string(),
+            healthy: true,
+        })
+        .collect();
+    node.metadata.labels = None;
+    node.metadata.annotations = Some(BTreeMap::from([(
+        hami::REGISTER_ANNOTATION.to_string(),
+        hami::encode_registration(&devices),
+    )]));
+    if let Some(alloc) = node.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+        alloc.insert(
+            GPU_RESOURCE.to_string(),
+            quantity((u64::from(n.gpus) * u64::from(HAMI_DEVICE_SHARES)).to_string()),
+        );
+    }
+    node
+}
+
+/// [`pod_object`] in HAMi's terms: a share of one GPU as `nvidia.com/gpu: 1` with
+/// `nvidia.com/gpumem-percentage` and `nvidia.com/gpucores` both `gpu_milli / 10` (rounded
+/// up; every `gpu_milli` of the trace is a multiple of 10, so they are exact); whole GPUs as
+/// `nvidia.com/gpu` alone, as HAMi's users ask them; models as
+/// `gantry.io/gpu-model`, which holds on HAMi's devices too.
+pub fn hami_pod_object(p: &TracePod, namespace: &str) -> core::Pod {
+    use crate::model::hami;
+    let mut pod = pod_object(p, namespace);
+    if p.num_gpu == 0 || p.gpu_milli == 0 || p.gpu_milli >= MILLI_PER_GPU {
+        return pod;
+    }
+    if let Some(a) = pod.metadata.annotations.as_mut() {
+        a.remove(GPU_MILLI_ANNOTATION);
+    }
+    let percent = p.gpu_milli.div_ceil(10).to_string();
+    if let Some(requests) = pod
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .and_then(|c| c.resources.as_mut())
+        .and_then(|r| r.requests.as_mut())
+    {
+        requests.insert(GPU_RESOURCE.to_string(), quantity("1".to_string()));
+        requests.insert(
+            hami::MEMORY_PERCENTAGE_RESOURCE.to_string(),
+            quantity(percent.clone()),
+        );
+        requests.insert(hami::CORES_RESOURCE.to_string(), quantity(percent));
+    }
+    pod
+}
+
 /// The Kubernetes Pod a trace pod stands for: cpu and memory requests; whole GPUs as
 /// `nvidia.com/gpu`, a share of one as `gantry.io/gpu-milli`; models as `gantry.io/gpu-model`.
 pub fn pod_object(p: &TracePod, namespace: &str) -> core::Pod {
@@ -348,10 +435,27 @@ impl Trace {
     /// Converts the trace's nodes and pods (pods are sorted by name, as the experiment's
     /// shuffle starts from that order).
     pub fn new(nodes: &[TraceNode], pods: &[TracePod]) -> Result<Self, OpenbError> {
+        Trace::in_terms(nodes, pods, Terms::Gantry)
+    }
+
+    /// [`Trace::new`], the GPUs and requests written in `terms`.
+    pub fn in_terms(
+        nodes: &[TraceNode],
+        pods: &[TracePod],
+        terms: Terms,
+    ) -> Result<Self, OpenbError> {
+        let node_of = match terms {
+            Terms::Gantry => node_object,
+            Terms::Hami => hami_node_object,
+        };
+        let pod_of = match terms {
+            Terms::Gantry => pod_object,
+            Terms::Hami => hami_pod_object,
+        };
         let nodes: Vec<NodeModel> = nodes
             .iter()
             .map(|n| {
-                NodeModel::from_api(&node_object(n)).map_err(|e| OpenbError::Config(e.to_string()))
+                NodeModel::from_api(&node_of(n)).map_err(|e| OpenbError::Config(e.to_string()))
             })
             .collect::<Result<_, _>>()?;
         let mut sorted: Vec<&TracePod> = pods.iter().collect();
@@ -359,7 +463,7 @@ impl Trace {
         let pods = sorted
             .into_iter()
             .map(|p| {
-                PodInfo::from_api(&pod_object(p, "openb"))
+                PodInfo::from_api(&pod_of(p, "openb"))
                     .map(|info| (Arc::new(info), p.total_gpu_milli()))
                     .map_err(|e| OpenbError::Config(e.to_string()))
             })
@@ -1149,6 +1253,43 @@ n,1,1,257
         );
         assert_eq!(c[130], None);
         assert_eq!(c[50], None);
+    }
+
+    #[test]
+    fn in_hamis_terms_the_trace_is_hami_devices_and_requests_with_the_same_outcome() {
+        let nodes = load_nodes(&write("hn.csv", NODES)).unwrap();
+        let pods = load_pods(&write("hp.csv", PODS)).unwrap();
+        let t = Trace::in_terms(&nodes, &pods, Terms::Hami).unwrap();
+        let devices = t.nodes[0].gpu.hami_devices().expect("registered as HAMi's");
+        assert_eq!(devices.len(), 2);
+        assert_eq!((&*devices[1].uuid, &*devices[1].model), ("GPU-n0-1", "T4"));
+        assert_eq!(
+            t.nodes[1].gpu.hami_devices(),
+            None,
+            "no GPU, no registration"
+        );
+        assert_eq!(t.capacity_milli, 2000);
+        let share = match t.pods[1].0.gpu.request {
+            GpuRequest::Hami(s) => s,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (share.count, share.memory, share.cores),
+            (1, crate::model::gpu::HamiMemory::Percent(50), 50)
+        );
+        assert_eq!(t.pods[0].0.gpu.request, GpuRequest::Whole(1));
+        let registry = crate::plugins::registry();
+        let plain = trace();
+        for policy in [Policy::Fgd, Policy::Gantry] {
+            let spec = PolicySpec::published(policy, &plain);
+            let a = run(&plain, &spec.args, 42, None, &registry).unwrap();
+            let b = run(&t, &spec.args, 42, None, &registry).unwrap();
+            assert_eq!(
+                (a.final_alloc, a.failed),
+                (b.final_alloc, b.failed),
+                "{policy:?}"
+            );
+        }
     }
 
     #[test]

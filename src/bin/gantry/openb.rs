@@ -46,6 +46,11 @@ pub struct Args {
     /// consecutive such pods form a PodGroup placed all or nothing by Coscheduling.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
     pub gang_size: Option<u32>,
+    /// Writes the trace in HAMi's terms: every GPU node registered as HAMi's device plugin
+    /// registers it, every share asked as HAMi's `nvidia.com/gpumem-percentage` and
+    /// `nvidia.com/gpucores` (both `gpu_milli / 10`).
+    #[arg(long)]
+    pub hami: bool,
 }
 
 /// Where the typical workload comes from.
@@ -109,7 +114,12 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
     let seeds = parse_seeds(&args.seeds)?;
     let nodes = openb::load_nodes(nodes_path)?;
     let pods = openb::load_pods(pods_path)?;
-    let trace = Trace::new(&nodes, &pods)?;
+    let terms = if args.hami {
+        openb::Terms::Hami
+    } else {
+        openb::Terms::Gantry
+    };
+    let trace = Trace::in_terms(&nodes, &pods, terms)?;
     let policies: Vec<Policy> = if args.policies.is_empty() {
         vec![Policy::default()]
     } else {

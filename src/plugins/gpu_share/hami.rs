@@ -24,6 +24,69 @@ pub const ONE_CONTAINER: &str =
 /// Devices of a node by position among its HAMi devices, with what a pod asks of each.
 pub type Asks = Vec<(usize, DeviceUse)>;
 
+/// Whether `node` can take the pod ([`candidates`] without listing them, for Filter).
+pub fn feasible(pod: &PodInfo, request: GpuRequest, node: &NodeInfo) -> Result<(), &'static str> {
+    let devices = usable(pod, request, node)?;
+    let mut count = usize::from(request.is_some());
+    let mut found = 0;
+    for (i, device) in devices.iter().enumerate() {
+        let Some((n, ask)) = hami_demand(request, device) else {
+            continue;
+        };
+        count = n;
+        if takes(pod, node, i, device, &ask) {
+            found += 1;
+            if found >= count {
+                return Ok(());
+            }
+        }
+    }
+    if found < count {
+        Err(INSUFFICIENT_HAMI)
+    } else {
+        Ok(())
+    }
+}
+
+/// The node's HAMi devices, or why the pod cannot use them; none needed for a pod asking
+/// no GPU.
+fn usable<'a>(
+    pod: &PodInfo,
+    request: GpuRequest,
+    node: &'a NodeInfo,
+) -> Result<&'a [crate::model::gpu::HamiDevice], &'static str> {
+    let devices = match &node.node.gpu.hami {
+        HamiNode::Devices(d) => d,
+        HamiNode::Unusable(_) => return Err(HAMI_UNUSABLE),
+        HamiNode::Absent => return Err(NO_HAMI_DEVICES),
+    };
+    if !request.is_some() {
+        return Ok(&[]);
+    }
+    if pod.gpu.containers > 1 {
+        return Err(ONE_CONTAINER);
+    }
+    Ok(devices)
+}
+
+/// Whether device `i` of `node` may take what the pod asks of it.
+fn takes(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    i: usize,
+    device: &crate::model::gpu::HamiDevice,
+    ask: &DeviceUse,
+) -> bool {
+    let allowed = pod
+        .gpu
+        .filter
+        .as_deref()
+        .is_none_or(|f| f.accepts_type(&device.model) && f.accepts_uuid(&device.uuid))
+        && pod.gpu.accepts_model(Some(&device.model));
+    let used = node.gpu_hami_used.get(i).copied().unwrap_or_default();
+    allowed && used.fits(ask, device)
+}
+
 /// The devices of `node` that the pod may take, with what it asks of each, and how many it
 /// needs; or why the node cannot take it.
 pub fn candidates(
@@ -31,32 +94,15 @@ pub fn candidates(
     request: GpuRequest,
     node: &NodeInfo,
 ) -> Result<(usize, Asks), &'static str> {
-    let devices = match &node.node.gpu.hami {
-        HamiNode::Devices(d) => d,
-        HamiNode::Unusable(_) => return Err(HAMI_UNUSABLE),
-        HamiNode::Absent => return Err(NO_HAMI_DEVICES),
-    };
-    if !request.is_some() {
-        return Ok((0, Vec::new()));
-    }
-    if pod.gpu.containers > 1 {
-        return Err(ONE_CONTAINER);
-    }
-    let mut count = 1;
+    let devices = usable(pod, request, node)?;
+    let mut count = usize::from(request.is_some());
     let mut out = Vec::new();
     for (i, device) in devices.iter().enumerate() {
         let Some((n, ask)) = hami_demand(request, device) else {
             continue;
         };
         count = n;
-        let allowed = pod
-            .gpu
-            .filter
-            .as_deref()
-            .is_none_or(|f| f.accepts_type(&device.model) && f.accepts_uuid(&device.uuid))
-            && pod.gpu.accepts_model(Some(&device.model));
-        let used = node.gpu_hami_used.get(i).copied().unwrap_or_default();
-        if allowed && used.fits(&ask, device) {
+        if takes(pod, node, i, device, &ask) {
             out.push((i, ask));
         }
     }

@@ -467,8 +467,8 @@ impl FilterPlugin for GpuShare {
             if gpus.count == 0 && !matches!(gpus.hami, HamiNode::Unusable(_)) {
                 return Status::unresolvable(NO_GPU);
             }
-            return match hami::candidates(pod, s.request, node) {
-                Ok(_) => Status::success(),
+            return match hami::feasible(pod, s.request, node) {
+                Ok(()) => Status::success(),
                 Err(hami::INSUFFICIENT_HAMI) => Status::unschedulable(hami::INSUFFICIENT_HAMI),
                 Err(reason) => Status::unresolvable(reason),
             };
