@@ -157,7 +157,8 @@ pub fn with_ignored_resources(
 }
 
 /// `profiles` where those that enable GpuShare have HAMi's GPU resources
-/// (`nvidia.com/gpumem`, `nvidia.com/gpumem-percentage`, `nvidia.com/gpucores`) added to
+/// (`nvidia.com/gpumem`, `nvidia.com/gpumem-percentage`, `nvidia.com/gpucores`,
+/// `nvidia.com/priority`) added to
 /// NodeResourcesFit's `ignoredResources`: no node offers them as resources, GpuShare
 /// measures them against HAMi's devices, as kube-scheduler leaves them to HAMi's extender
 /// (`ignoredByScheduler`).
@@ -169,6 +170,7 @@ pub fn leave_hami_resources_to_gpu_share(
         hami::MEMORY_RESOURCE,
         hami::MEMORY_PERCENTAGE_RESOURCE,
         hami::CORES_RESOURCE,
+        hami::PRIORITY_RESOURCE,
     ];
     let fit = crate::plugins::node_resources_fit::NAME;
     profiles

@@ -46,6 +46,13 @@ pub const MEMORY_RESOURCE: &str = "nvidia.com/gpumem";
 pub const MEMORY_PERCENTAGE_RESOURCE: &str = "nvidia.com/gpumem-percentage";
 /// Container resource: compute per GPU, in percent of the device's.
 pub const CORES_RESOURCE: &str = "nvidia.com/gpucores";
+/// Container resource: the task priority HAMi's limiter gives the container (not a
+/// resource any node offers; nothing to schedule by).
+pub const PRIORITY_RESOURCE: &str = "nvidia.com/priority";
+/// Pod annotation: the device modes (`hami-core`, `mig`, `mps`) the pod accepts.
+pub const MODE_ANNOTATION: &str = "nvidia.com/vgpu-mode";
+/// Pod annotation: all of the pod's GPUs on one NUMA node (`true`).
+pub const NUMA_BIND_ANNOTATION: &str = "nvidia.com/numa-bind";
 /// Pod annotation: GPU types (substrings, comma-separated) the pod may use.
 pub const USE_TYPE_ANNOTATION: &str = "nvidia.com/use-gputype";
 /// Pod annotation: GPU types the pod must not use.

@@ -244,3 +244,33 @@ fn hami_requests_need_hami_nodes_and_hamis_allocations_are_read_back() {
         "GPU-a has 2768 MiB left"
     );
 }
+
+#[test]
+fn hamis_resources_are_left_to_gpu_share_only_where_it_is_enabled() {
+    // Without GpuShare, HAMi's memory is an extended resource no node offers, as in
+    // kube-scheduler without HAMi's extender.
+    let mut plain = Scheduler::new(
+        Config::default_with(&crate::plugins::registry()).unwrap(),
+        None,
+    );
+    plain.upsert_node(hami_node("n"), Duration::ZERO);
+    let err = attempt(&mut plain, share("p", "1", "1000", "10").build()).unwrap_err();
+    assert!(err.contains("Insufficient nvidia.com/gpumem"), "{err}");
+    // With it, a NodeResourcesFit list of the user's keeps its entries besides HAMi's.
+    let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                profiles:\n- plugins:\n    multiPoint:\n      enabled: [{name: GpuShare}]\n  \
+                pluginConfig:\n  - name: NodeResourcesFit\n    args: {ignoredResources: [example.com/dongle]}\n";
+    let mut s = Scheduler::new(
+        Config::parse(yaml, &crate::plugins::registry()).unwrap(),
+        None,
+    );
+    s.upsert_node(hami_node("n"), Duration::ZERO);
+    attempt(
+        &mut s,
+        share("p", "1", "1000", "10")
+            .req("example.com/dongle", "1")
+            .req(hami::PRIORITY_RESOURCE, "1")
+            .build(),
+    )
+    .unwrap();
+}
