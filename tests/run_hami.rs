@@ -30,6 +30,9 @@ const BIND_PHASE: &str = "hami.io/bind-phase";
 /// Each test device: 16 GiB, compute 100, ten shares.
 const DEVICE_MIB: u64 = 16384;
 const DEVICES_PER_NODE: usize = 2;
+/// Of the pods with this label, an agent fails the first allocation, and then plays its
+/// kubelet's part: the pod fails admission (`UnexpectedAdmissionError`).
+const FAIL_FIRST_LABEL: &str = "fail-first";
 
 /// A GPU profile restricted to the test's nodes.
 fn hami_config(profile: &str, label: &str) -> String {
@@ -121,6 +124,7 @@ async fn agent(client: Client, node: String, allocations: Arc<Mutex<Vec<Allocati
         .patch(&node, &PatchParams::default(), &Patch::Merge(&register))
         .await
         .expect("register the devices");
+    let mut failed_first = false;
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let Ok(current) = nodes.get(&node).await else {
@@ -149,7 +153,10 @@ async fn agent(client: Client, node: String, allocations: Arc<Mutex<Vec<Allocati
         }
         let name = pod.name_any();
         let to_allocate = annotations.get(TO_ALLOCATE).cloned().unwrap_or_default();
-        let mut ok = !name.starts_with("fail-");
+        // Pods named fail-* fail; of the pods labelled fail-first, the first one does.
+        let fail_first = pod.labels().contains_key(FAIL_FIRST_LABEL) && !failed_first;
+        failed_first |= fail_first;
+        let mut ok = !name.starts_with("fail-") && !fail_first;
         for (uuid, mib, cores) in decode(&to_allocate) {
             ok &= uuid.starts_with(&format!("GPU-{node}-"));
             allocations.lock().expect("allocations").push(Allocation {
@@ -165,6 +172,15 @@ async fn agent(client: Client, node: String, allocations: Arc<Mutex<Vec<Allocati
         pods.patch(&name, &PatchParams::default(), &Patch::Merge(&done))
             .await
             .expect("report the allocation");
+        if fail_first {
+            // The kubelet's part: the device plugin's Allocate failed, so admission fails the
+            // pod, as the kubelet reports it.
+            let failed = json!({"status": {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+                "message": "Allocate failed due to the device plugin's error"}});
+            pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&failed))
+                .await
+                .expect("fail the pod as its kubelet would");
+        }
         let release = json!({"metadata": {"annotations": {LOCK: null}}});
         nodes
             .patch(&node, &PatchParams::default(), &Patch::Merge(&release))
@@ -390,6 +406,115 @@ async fn a_restart_reads_the_devices_back_from_hamis_allocations() {
     );
     create_pod(&client, &hami_pod(ns, "small", profile, 4000, 10)).await;
     wait_bound(&client, ns, "small", Duration::from_secs(30)).await;
+    agent.abort();
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
+
+/// A failed allocation, end to end with Kubernetes' own ReplicaSet controller: the device
+/// plugin fails the first pod's allocation and its kubelet rejects it; gantry gives its devices
+/// back, the controller makes a replacement, and gantry places that one, whose allocation
+/// succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_allocation_is_placed_again_through_its_controller() {
+    let plane = ControlPlane::start();
+    let _controller = KubeControllerManager::start(&plane, &["--controllers=replicaset"])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = plane.client().await;
+    let (ns, profile) = ("hami-rs", "gantry-hami-rs");
+    let node_name = "hami-rs-1";
+    create_namespace(&client, ns).await;
+    create_node(&client, &hami_node(node_name, ns)).await;
+    let allocations = Arc::new(Mutex::new(Vec::new()));
+    let agent = tokio::spawn(agent(
+        client.clone(),
+        node_name.to_string(),
+        allocations.clone(),
+    ));
+    let mut gantry = Gantry::start(
+        plane.dir(),
+        ns,
+        &hami_config(profile, ns),
+        &plane.kubeconfig(),
+    );
+    gantry.wait_ready().await;
+    // Twelve of sixteen GiB on both GPUs: the node holds one such pod, so the replacement
+    // fits only once the failed pod's devices are given back.
+    let mut template = hami_pod(ns, "unused", profile, 12000, 40);
+    if let Some(r) = template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .and_then(|c| c.resources.as_mut())
+    {
+        for list in [r.limits.as_mut(), r.requests.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            list.insert("nvidia.com/gpu".into(), Quantity("2".into()));
+        }
+    }
+    let replica_set: k8s_openapi::api::apps::v1::ReplicaSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "infer", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "infer"}},
+            "template": {
+                "metadata": {"labels": {"app": "infer", FAIL_FIRST_LABEL: "true"}},
+                "spec": template.spec,
+            }
+        }
+    }))
+    .expect("a ReplicaSet");
+    Api::<k8s_openapi::api::apps::v1::ReplicaSet>::namespaced(client.clone(), ns)
+        .create(&kube::api::PostParams::default(), &replica_set)
+        .await
+        .expect("create the ReplicaSet");
+    let replacement = eventually(
+        Duration::from_secs(60),
+        "a replacement allocated",
+        || async {
+            pods(&client, ns).await.into_iter().find(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(BIND_PHASE))
+                    .is_some_and(|b| b == "success")
+            })
+        },
+    )
+    .await;
+    let all = pods(&client, ns).await;
+    let failed: Vec<&Pod> = all
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed"))
+        .collect();
+    assert_eq!(
+        failed.len(),
+        1,
+        "the first pod failed admission: {}",
+        gantry.log_text()
+    );
+    assert_ne!(failed[0].name_any(), replacement.name_any());
+    // Both went through the device plugin, on both devices; the replacement holds 12000 MiB
+    // of each.
+    let allocated = allocations.lock().expect("allocations").clone();
+    assert_eq!(allocated.len(), 4, "{allocated:?}");
+    assert_eq!(
+        decode(
+            replacement
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ALLOCATED))
+                .expect("allocated")
+        )
+        .iter()
+        .map(|d| (d.1, d.2))
+        .collect::<Vec<_>>(),
+        vec![(12000, 40), (12000, 40)]
+    );
     agent.abort();
     assert_eq!(gantry.terminate().code(), Some(0));
 }

@@ -33,22 +33,25 @@ pub async fn carry_out(
     actions: &[PreBindAction],
 ) -> Result<Vec<(String, String)>, String> {
     let mut annotations = Vec::new();
-    for action in actions {
-        match action {
+    for (done, action) in actions.iter().enumerate() {
+        let result = match action {
             PreBindAction::BindVolumes(binding) => {
                 bind_volumes(client, binding).await.map_err(|e| {
                     format!(
                         "running PreBind plugin \"{}\": binding volumes: {e}",
                         volume_binding::NAME
                     )
-                })?;
+                })
             }
-            PreBindAction::LockHamiNode(node) => {
-                hami_lock::lock(client, node, namespace, name)
-                    .await
-                    .map_err(|e| format!("running PreBind plugin \"{}\": {e}", gpu_share::NAME))?;
-                annotations.extend(hami_lock::binding_annotations(Timestamp::now()));
-            }
+            PreBindAction::LockHamiNode(node) => hami_lock::lock(client, node, namespace, name)
+                .await
+                .map(|()| annotations.extend(hami_lock::binding_annotations(Timestamp::now())))
+                .map_err(|e| format!("running PreBind plugin \"{}\": {e}", gpu_share::NAME)),
+        };
+        if let Err(e) = result {
+            // No binding follows: what the earlier actions hold is given back.
+            release(client, namespace, name, &actions[..done]).await;
+            return Err(e);
         }
     }
     Ok(annotations)
