@@ -179,24 +179,10 @@ struct Addresses {
 /// A CA (written to `dir`) and a serving certificate for 127.0.0.1 it signed: (CA file,
 /// certificate PEM, key PEM).
 fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().expect("serving key");
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("serving params")
-        .signed_by(&key, &issuer)
-        .expect("serving certificate");
+    let pki = support::tls::test_pki();
     let ca_file = dir.join("extender-ca.crt");
-    std::fs::write(&ca_file, ca_cert.pem()).expect("write the CA");
-    (ca_file, cert.pem(), key.serialize_pem())
+    std::fs::write(&ca_file, &pki.ca_pem).expect("write the CA");
+    (ca_file, pki.cert_pem, pki.key_pem)
 }
 
 /// Serves the test extender on two free loopback ports, one plain, one HTTPS.

@@ -50,18 +50,7 @@ fn gpu_node(name: &str, label: &str, gpus: u32, model: &str, memory_mib: u32) ->
     let labels = n.metadata.labels.get_or_insert_with(BTreeMap::new);
     labels.insert("nvidia.com/gpu.product".into(), model.into());
     labels.insert("nvidia.com/gpu.memory".into(), memory_mib.to_string());
-    if let Some(status) = n.status.as_mut() {
-        for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            list.insert(
-                "nvidia.com/gpu".into(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity(gpus.to_string()),
-            );
-        }
-    }
-    n
+    with_gpus(n, u64::from(gpus))
 }
 
 /// What a test pod asks of GPUs.

@@ -45,19 +45,10 @@ fn uuid(node: &str, i: usize) -> String {
 
 /// A node offering `nvidia.com/gpu` as HAMi's device plugin does: devices times shares.
 fn hami_node(name: &str, label: &str) -> Node {
-    let mut n = node(name, label, "32", "128Gi");
-    if let Some(status) = n.status.as_mut() {
-        for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
-            .into_iter()
-            .flatten()
-        {
-            list.insert(
-                "nvidia.com/gpu".into(),
-                Quantity((DEVICES_PER_NODE * 10).to_string()),
-            );
-        }
-    }
-    n
+    with_gpus(
+        node(name, label, "32", "128Gi"),
+        DEVICES_PER_NODE as u64 * 10,
+    )
 }
 
 /// A pod asking one GPU with `mib` of its memory and `cores` percent of its compute.
@@ -218,13 +209,13 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
         all.then_some(())
     })
     .await;
-    let mut gantry = Gantry::start(
+    let mut gantry = Gantry::start_ready(
         plane.dir(),
         ns,
         &hami_config(profile, ns),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
 
     // A pod whose allocation the device plugin fails holds no device afterwards (its
     // kubelet rejects it): the eight shares below fit only if its 6000 MiB were given back.
@@ -384,8 +375,7 @@ async fn a_restart_reads_the_devices_back_from_hamis_allocations() {
         .expect("bound by hand, as HAMi's scheduler would");
 
     let config = hami_config(profile, ns);
-    let mut gantry = Gantry::start(plane.dir(), ns, &config, &plane.kubeconfig());
-    gantry.wait_ready().await;
+    let mut gantry = Gantry::start_ready(plane.dir(), ns, &config, &plane.kubeconfig()).await;
     create_pod(&client, &hami_pod(ns, "big", profile, 12000, 10)).await;
     wait_bound(&client, ns, "big", Duration::from_secs(30)).await;
     assert_eq!(
@@ -396,8 +386,7 @@ async fn a_restart_reads_the_devices_back_from_hamis_allocations() {
     assert_eq!(gantry.terminate().code(), Some(0));
 
     // A new gantry reads both allocations back: no device has 12000 MiB left, both 4384.
-    let mut gantry = Gantry::start(plane.dir(), ns, &config, &plane.kubeconfig());
-    gantry.wait_ready().await;
+    let mut gantry = Gantry::start_ready(plane.dir(), ns, &config, &plane.kubeconfig()).await;
     create_pod(&client, &hami_pod(ns, "big-2", profile, 12000, 10)).await;
     let message = wait_unschedulable(&client, ns, "big-2", Duration::from_secs(30)).await;
     assert!(
@@ -430,13 +419,13 @@ async fn a_failed_allocation_is_placed_again_through_its_controller() {
         node_name.to_string(),
         allocations.clone(),
     ));
-    let mut gantry = Gantry::start(
+    let mut gantry = Gantry::start_ready(
         plane.dir(),
         ns,
         &hami_config(profile, ns),
         &plane.kubeconfig(),
-    );
-    gantry.wait_ready().await;
+    )
+    .await;
     // Twelve of sixteen GiB on both GPUs: the node holds one such pod, so the replacement
     // fits only once the failed pod's devices are given back.
     let mut template = hami_pod(ns, "unused", profile, 12000, 40);

@@ -6,6 +6,9 @@
 //! when all are busy, and the server stays up; malformed requests get an error, and their
 //! log lines are rate-limited.
 
+#[path = "support/tls.rs"]
+mod tls;
+
 use std::future::Future;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -43,28 +46,14 @@ const UNFINISHED: usize = 20;
 /// A CA and a serving certificate for 127.0.0.1 signed by it, written to `dir`: the files
 /// of the pair, and a client configuration trusting the CA.
 fn certificates(dir: &Path) -> (TlsConfig, Arc<ClientConfig>) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-    let ca_key = KeyPair::generate().expect("CA key");
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().expect("serving key");
-    let cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .expect("serving params")
-        .signed_by(&key, &issuer)
-        .expect("serving certificate");
+    let pki = tls::test_pki();
     let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
-    std::fs::write(&cert_file, cert.pem()).expect("write certificate");
-    std::fs::write(&key_file, key.serialize_pem()).expect("write key");
+    std::fs::write(&cert_file, &pki.cert_pem).expect("write certificate");
+    std::fs::write(&key_file, &pki.key_pem).expect("write key");
     let tls = TlsConfig::load(&cert_file, &key_file).expect("load the pair");
     let mut roots = RootCertStore::empty();
     roots
-        .add(CertificateDer::from(ca_cert.der().to_vec()))
+        .add(CertificateDer::from(pki.ca_der))
         .expect("trust the CA");
     let client =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

@@ -14,6 +14,7 @@ mod component;
 mod control_plane;
 pub mod prometheus;
 mod storage;
+pub mod tls;
 
 // Like the items below, not every test binary uses all of these.
 #[allow(unused_imports)]
@@ -533,6 +534,22 @@ pub fn node(name: &str, label: &str, cpu: &str, memory: &str) -> Node {
         }
     }))
     .expect("node")
+}
+
+/// `n` with `gpus` of `nvidia.com/gpu` in its capacity and allocatable.
+pub fn with_gpus(mut n: Node, gpus: u64) -> Node {
+    if let Some(status) = n.status.as_mut() {
+        for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            list.insert(
+                "nvidia.com/gpu".into(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity(gpus.to_string()),
+            );
+        }
+    }
+    n
 }
 
 /// Like [`node`], with more labels (zones, opt-ins).
