@@ -39,6 +39,17 @@ fn hami_config(profile: &str, label: &str) -> String {
     config_with_plugins(profile, label, &["GpuShare"], &[])
 }
 
+/// gantry with [`hami_config`] for the nodes labelled `ns`, ready.
+async fn hami_gantry(plane: &ControlPlane, ns: &str, profile: &str) -> Gantry {
+    Gantry::start_ready(
+        plane.dir(),
+        ns,
+        &hami_config(profile, ns),
+        &plane.kubeconfig(),
+    )
+    .await
+}
+
 fn uuid(node: &str, i: usize) -> String {
     format!("GPU-{node}-{i}")
 }
@@ -209,13 +220,7 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
         all.then_some(())
     })
     .await;
-    let mut gantry = Gantry::start_ready(
-        plane.dir(),
-        ns,
-        &hami_config(profile, ns),
-        &plane.kubeconfig(),
-    )
-    .await;
+    let mut gantry = hami_gantry(&plane, ns, profile).await;
 
     // A pod whose allocation the device plugin fails holds no device afterwards (its
     // kubelet rejects it): the eight shares below fit only if its 6000 MiB were given back.
@@ -419,13 +424,7 @@ async fn a_failed_allocation_is_placed_again_through_its_controller() {
         node_name.to_string(),
         allocations.clone(),
     ));
-    let mut gantry = Gantry::start_ready(
-        plane.dir(),
-        ns,
-        &hami_config(profile, ns),
-        &plane.kubeconfig(),
-    )
-    .await;
+    let mut gantry = hami_gantry(&plane, ns, profile).await;
     // Twelve of sixteen GiB on both GPUs: the node holds one such pod, so the replacement
     // fits only once the failed pod's devices are given back.
     let mut template = hami_pod(ns, "unused", profile, 12000, 40);
