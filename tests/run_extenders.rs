@@ -176,17 +176,17 @@ struct Addresses {
     ca_file: std::path::PathBuf,
 }
 
-/// A CA (written to `dir`) and a serving certificate for 127.0.0.1 it signed: (CA file,
+/// A CA (written to `ca_file`) and a serving certificate for 127.0.0.1 it signed: (CA file,
 /// certificate PEM, key PEM).
-fn certificates(dir: &std::path::Path) -> (std::path::PathBuf, String, String) {
+fn certificates(ca_file: std::path::PathBuf) -> (std::path::PathBuf, String, String) {
     let pki = support::tls::test_pki();
-    let ca_file = dir.join("extender-ca.crt");
     std::fs::write(&ca_file, &pki.ca_pem).expect("write the CA");
     (ca_file, pki.cert_pem, pki.key_pem)
 }
 
-/// Serves the test extender on two free loopback ports, one plain, one HTTPS.
-async fn serve(ext: Extender, dir: &std::path::Path) -> Addresses {
+/// Serves the test extender on two free loopback ports, one plain, one HTTPS, the CA that
+/// signed its certificate written to `ca_file` (one per test: the tests share a directory).
+async fn serve(ext: Extender, ca_file: std::path::PathBuf) -> Addresses {
     let app = axum::Router::new()
         .route("/ext/filter", post(filter))
         .route("/ext/prioritize", post(prioritize))
@@ -206,7 +206,7 @@ async fn serve(ext: Extender, dir: &std::path::Path) -> Addresses {
         let app = app.clone();
         async move { axum::serve(listener, app).await }
     });
-    let (ca_file, cert, key) = certificates(dir);
+    let (ca_file, cert, key) = certificates(ca_file);
     let acceptor = tokio_rustls::TlsAcceptor::from(
         gantry::adapter::serving::tls::server_config(&cert, &key).expect("TLS configuration"),
     );
@@ -265,7 +265,7 @@ async fn world(
             api: client.clone(),
             calls: calls.clone(),
         },
-        plane.dir(),
+        plane.dir().join(format!("extender-ca-{ns}.crt")),
     )
     .await;
     let profile = format!("gantry-{ns}");
