@@ -301,9 +301,8 @@ fn with_resource(mut p: Pod, resource: &str) -> Pod {
 }
 
 /// Filter, prioritize with a weight and bind on one node-cache-capable extender served
-/// over HTTPS: pods
-/// avoid the node it rejects, land on the node it prefers, are bound by it (not by
-/// gantry), and a pod it leaves no node for is unschedulable with its reasons.
+/// over HTTPS: pods avoid the node it rejects, land on the node it prefers, are bound by it
+/// (not by gantry), and a pod it leaves no node for is unschedulable with its reasons.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extender_filters_scores_and_binds() {
     let ns = "ext";

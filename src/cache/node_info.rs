@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::model::gpu::{DeviceUse, GpuRequest, MILLI_PER_GPU, device_usage, hami_usage};
+use crate::model::gpu::{
+    DeviceUse, GpuRequest, MILLI_PER_GPU, device_usage, hami_milli, hami_usage,
+};
 use crate::model::load::NodeLoad;
 use crate::model::pod::HostPort;
 use crate::model::{NodeModel, PodInfo, Resources};
@@ -97,12 +99,7 @@ impl NodeInfo {
         match self.node.gpu.hami_devices() {
             Some(devices) => {
                 self.gpu_hami_used = hami_usage(devices, pods);
-                self.gpu_used = self
-                    .gpu_hami_used
-                    .iter()
-                    .zip(devices)
-                    .map(|(used, device)| used.milli_of(device))
-                    .collect();
+                self.gpu_used = hami_milli(devices, &self.gpu_hami_used);
             }
             None => {
                 self.gpu_hami_used.clear();

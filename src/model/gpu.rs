@@ -653,11 +653,7 @@ pub fn device_usage<'a>(
     pods: impl Iterator<Item = &'a PodGpu> + Clone,
 ) -> Vec<u32> {
     if let Some(devices) = gpus.hami_devices() {
-        return hami_usage(devices, pods)
-            .iter()
-            .zip(devices)
-            .map(|(used, device)| used.milli_of(device))
-            .collect();
+        return hami_milli(devices, &hami_usage(devices, pods));
     }
     let mut used = vec![0u32; gpus.count];
     for pod in pods.clone() {
@@ -773,6 +769,15 @@ pub fn hami_demand(request: GpuRequest, device: &HamiDevice) -> Option<(usize, D
             one(share.memory_on(device.memory_mib), share.cores),
         )),
     }
+}
+
+/// The milli each of `devices` is used by, from what pods hold of each (`used`, as
+/// [`hami_usage`] gives it): the policies' view of HAMi devices.
+pub fn hami_milli(devices: &[HamiDevice], used: &[DeviceUse]) -> Vec<u32> {
+    used.iter()
+        .zip(devices)
+        .map(|(used, device)| used.milli_of(device))
+        .collect()
 }
 
 /// What `pods` hold of each of `devices`: the devices their HAMi allocation names (by UUID;

@@ -675,8 +675,9 @@ impl GpuShare {
                 .table(node.node.gpu.model.as_deref(), node.node.gpu.memory_mib)
         });
         let mut chosen = Vec::with_capacity(count);
+        // One view of the node for the whole choice: a device chosen counts as full in it.
+        let mut view = hami::masked(node, &allowed, take);
         while chosen.len() < count {
-            let view = hami::masked(node, &allowed, take);
             let pick = match pod.gpu.policy.gpu {
                 Some(packing) => allowed
                     .iter()
@@ -698,7 +699,11 @@ impl GpuShare {
             else {
                 return Status::unschedulable(hami::INSUFFICIENT_HAMI);
             };
-            chosen.push(allowed.swap_remove(position));
+            let taken = allowed.swap_remove(position);
+            if let Some(used) = view.gpu_used.get_mut(taken.0) {
+                *used = MILLI_PER_GPU;
+            }
+            chosen.push(taken);
         }
         let value = hami::allocation(node, &chosen);
         for key in [
