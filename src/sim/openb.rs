@@ -657,10 +657,30 @@ pub struct RunResult {
     pub pods: usize,
     /// Pods that could not be placed.
     pub failed: usize,
+    /// Pods placed and not placed by the GPU milli each asks for in all (0: no GPU, below
+    /// 1,000: a share of one GPU, multiples of 1,000: whole GPUs): which requests the end of
+    /// the experiment turned away.
+    pub by_request: BTreeMap<u64, Outcome>,
+    /// The partly used GPUs at the end by their free milli: the shape of what stays idle.
+    pub holes: BTreeMap<u32, usize>,
+    /// GPUs (in whole-GPU units) the shares placed would leave idle on the GPUs they use if
+    /// they were packed offline with all of them known (best-fit decreasing, cpu and
+    /// memory not counted): the online placement's idle share milli against a
+    /// clairvoyant packing of the same pods.
+    pub offline_share_idle_gpus: f64,
     /// Wall time of the scheduling loop, in seconds.
     pub wall_seconds: f64,
     /// CPU time of the scheduling loop (the thread that ran it), in seconds.
     pub cpu_seconds: f64,
+}
+
+/// How many pods of one request were placed and how many were not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// Pods placed.
+    pub placed: usize,
+    /// Pods that found no place.
+    pub failed: usize,
 }
 
 impl RunResult {
@@ -698,6 +718,7 @@ pub fn run(
     let cpu_start = cpu_time::ThreadTime::now();
     let mut gang: Vec<(Arc<PodInfo>, u64)> = Vec::new();
     let mut gangs = 0usize;
+    let mut by_request: BTreeMap<u64, Outcome> = BTreeMap::new();
     for (k, &i) in arrivals.iter().enumerate() {
         let (template, milli) = &trace.pods[i];
         let mut pod = (**template).clone();
@@ -721,7 +742,13 @@ pub fn run(
         } else {
             vec![(Arc::new(pod), *milli)]
         };
-        let (placed, lost) = place(&mut sched, batch, in_gang.then_some(gangs), now)?;
+        let (placed, lost) = place(
+            &mut sched,
+            batch,
+            in_gang.then_some(gangs),
+            now,
+            &mut by_request,
+        )?;
         allocated += placed;
         failed += lost;
         points.push((
@@ -730,7 +757,13 @@ pub fn run(
         ));
     }
     if !gang.is_empty() {
-        let (placed, lost) = place(&mut sched, std::mem::take(&mut gang), Some(gangs + 1), now)?;
+        let (placed, lost) = place(
+            &mut sched,
+            std::mem::take(&mut gang),
+            Some(gangs + 1),
+            now,
+            &mut by_request,
+        )?;
         allocated += placed;
         failed += lost;
     }
@@ -738,6 +771,7 @@ pub fn run(
     let cpu_seconds = cpu_start.elapsed().as_secs_f64();
     let typical = trace.typical_workload();
     let (mut frag, mut idle) = (0.0, 0.0);
+    let mut holes: BTreeMap<u32, usize> = BTreeMap::new();
     for info in sched.cache().nodes() {
         let table = typical.table(info.node.gpu.model.as_deref(), info.node.gpu.memory_mib);
         let free: Vec<u32> = {
@@ -746,6 +780,9 @@ pub fn run(
             f
         };
         idle += f64::from(free.iter().sum::<u32>());
+        for f in free.iter().filter(|f| **f > 0 && **f < MILLI_PER_GPU) {
+            *holes.entry(*f).or_default() += 1;
+        }
         frag += table.fragmentation(
             info.node.allocatable.milli_cpu - info.requested.milli_cpu,
             &free,
@@ -762,19 +799,50 @@ pub fn run(
         frag_ratio: if idle > 0.0 { 100.0 * frag / idle } else { 0.0 },
         pods: arrivals.len(),
         failed,
+        offline_share_idle_gpus: offline_share_idle(&by_request) as f64 / f64::from(MILLI_PER_GPU),
+        by_request,
+        holes,
         wall_seconds,
         cpu_seconds,
     })
 }
 
+/// The GPU milli left idle on the GPUs the shares (requests below one GPU) of `placed` take
+/// when they are packed largest first, each into the fullest GPU it fits (a new one when
+/// none has room).
+fn offline_share_idle(placed: &BTreeMap<u64, Outcome>) -> u64 {
+    let gpu = MILLI_PER_GPU as usize;
+    // GPUs in use by their free milli.
+    let mut free = vec![0u64; gpu];
+    let mut idle = 0u64;
+    for (&milli, outcome) in placed.range(1..u64::from(MILLI_PER_GPU)).rev() {
+        let m = milli as usize;
+        for _ in 0..outcome.placed {
+            match (m..gpu).find(|&f| free[f] > 0) {
+                Some(f) => {
+                    free[f] -= 1;
+                    free[f - m] += 1;
+                }
+                None => free[gpu - m] += 1,
+            }
+        }
+    }
+    for (f, n) in free.iter().enumerate() {
+        idle += f as u64 * n;
+    }
+    idle
+}
+
 /// Schedules `pods` (with their GPU milli), as gang number `gang` when given (a PodGroup
 /// of them all): returns the GPU milli placed and how many pods could not be, which are
-/// removed (an arrival that finds no place leaves, in the experiment).
+/// removed (an arrival that finds no place leaves, in the experiment), and counts each
+/// pod's outcome in `by_request`.
 fn place(
     sched: &mut Scheduler,
     pods: Vec<(Arc<PodInfo>, u64)>,
     gang: Option<usize>,
     now: Duration,
+    by_request: &mut BTreeMap<u64, Outcome>,
 ) -> Result<(u64, usize), OpenbError> {
     let bad = |e: crate::cache::CacheError| OpenbError::Config(e.to_string());
     let mut pods = pods;
@@ -814,8 +882,12 @@ fn place(
         }
     }
     let mut lost = 0;
-    for (pod, _) in &pods {
-        if !bound.contains(&pod.name) {
+    for (pod, milli) in &pods {
+        let outcome = by_request.entry(*milli).or_default();
+        if bound.contains(&pod.name) {
+            outcome.placed += 1;
+        } else {
+            outcome.failed += 1;
             lost += 1;
             sched.remove_pod(&pod.namespace, &pod.name, now);
         }
@@ -864,6 +936,8 @@ pub struct PolicySummary {
     pub unallocated_gpus: f64,
     /// Mean fragmentation at the end (GPU milli).
     pub frag_milli: f64,
+    /// Mean of [`RunResult::offline_share_idle_gpus`].
+    pub offline_share_idle_gpus: f64,
     /// Mean fragmentation ratio at the end (% of idle GPU milli).
     pub frag_ratio: f64,
     /// Mean allocation ratio at each arrival percentage 0..=130.
@@ -895,6 +969,7 @@ impl PolicySummary {
             alloc_130: mean(&|r| r.alloc_at(130)),
             unallocated_gpus: mean(&|r| r.unallocated_gpus),
             frag_milli: mean(&|r| r.frag_milli),
+            offline_share_idle_gpus: mean(&|r| r.offline_share_idle_gpus),
             frag_ratio: mean(&|r| r.frag_ratio),
             curve,
             cpu_seconds_per_run: mean(&|r| r.cpu_seconds),
@@ -1302,6 +1377,14 @@ n,1,1,257
             assert_eq!(r.pods, t.arrivals(42).len());
             assert!(r.final_alloc > 0.0 && r.final_alloc <= 100.0, "{r:?}");
             assert_eq!(r.unallocated_gpus, 2.0 * (1.0 - r.final_alloc / 100.0));
+            let counted: usize = r.by_request.values().map(|o| o.placed + o.failed).sum();
+            assert_eq!(counted, r.pods);
+            let failed: usize = r.by_request.values().map(|o| o.failed).sum();
+            assert_eq!(failed, r.failed);
+            let placed: u64 = r.by_request.iter().map(|(m, o)| m * o.placed as u64).sum();
+            assert!((100.0 * placed as f64 / 2000.0 - r.final_alloc).abs() < 1e-9);
+            let idle: u64 = r.holes.iter().map(|(f, n)| u64::from(*f) * *n as u64).sum();
+            assert!(idle <= 2000 - placed, "{r:?}");
         }
         assert!(PolicySpec::published(Policy::Fgd, &t).args["typicalPods"].is_array());
         assert!(
@@ -1336,6 +1419,17 @@ n,1,1,257
             (3, 75.0, 1),
             "{alone:?}"
         );
+        assert_eq!(
+            alone.by_request,
+            BTreeMap::from([(
+                3000,
+                Outcome {
+                    placed: 2,
+                    failed: 1
+                }
+            )])
+        );
+        assert!(alone.holes.is_empty(), "a free whole GPU is no hole");
         let gang = run(&t, &spec.args, 7, Some(3), &registry).unwrap();
         assert_eq!(
             (gang.pods, gang.final_alloc, gang.failed),
@@ -1345,6 +1439,42 @@ n,1,1,257
         // In gangs of two, the first pair is placed and the shorter gang left over is not.
         let pairs = run(&t, &spec.args, 7, Some(2), &registry).unwrap();
         assert_eq!((pairs.final_alloc, pairs.failed), (75.0, 1), "{pairs:?}");
+    }
+
+    #[test]
+    fn offline_packing_fills_the_fullest_gpu_with_room() {
+        let placed = |shares: &[(u64, usize)]| -> BTreeMap<u64, Outcome> {
+            shares
+                .iter()
+                .map(|&(m, n)| {
+                    (
+                        m,
+                        Outcome {
+                            placed: n,
+                            failed: 3,
+                        },
+                    )
+                })
+                .collect()
+        };
+        // 600 and 400 make one GPU; 300 + 300 + 300 another (100 idle); whole GPUs and
+        // pods without GPU do not count, nor do pods that failed.
+        assert_eq!(
+            offline_share_idle(&placed(&[(0, 4), (300, 3), (400, 1), (600, 1), (2000, 2)])),
+            100
+        );
+        // 700, 700: two GPUs; 300 goes into one of them, 250 into the other (50 idle).
+        assert_eq!(
+            offline_share_idle(&placed(&[(250, 1), (300, 1), (700, 2)])),
+            50
+        );
+        // Best fit: 300 goes next to the 700 (300 free), not the 600 (400 free), which the
+        // two 200s then fill.
+        assert_eq!(
+            offline_share_idle(&placed(&[(200, 2), (300, 1), (600, 1), (700, 1)])),
+            0
+        );
+        assert_eq!(offline_share_idle(&BTreeMap::new()), 0);
     }
 
     #[test]
@@ -1360,6 +1490,15 @@ n,1,1,257
             frag_ratio: 50.0,
             pods: 3,
             failed: 1,
+            by_request: BTreeMap::from([(
+                500,
+                Outcome {
+                    placed: 2,
+                    failed: 1,
+                },
+            )]),
+            holes: BTreeMap::from([(500, 1)]),
+            offline_share_idle_gpus: 0.5,
             wall_seconds: 0.5,
             cpu_seconds: 0.25,
         };
@@ -1388,6 +1527,9 @@ n,1,1,257
         let json: serde_json::Value = serde_json::from_str(&report.to_json()).unwrap();
         assert_eq!(json["policies"]["FGD"]["alloc_100"], 50.0);
         assert_eq!(json["policies"]["FGD"]["alloc_130"], 50.0);
+        let run = &json["policies"]["FGD"]["runs"][0];
+        assert_eq!(run["by_request"]["500"]["failed"], 1);
+        assert_eq!(run["holes"]["500"], 1);
         let svg = report.to_svg();
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains(">FGD</text>")
