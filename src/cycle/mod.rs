@@ -943,7 +943,30 @@ fn score_nodes(
             (start, start * width + j * len, len)
         })
     };
+    let out_of_range = |name: &'static str, score: i64| {
+        CycleError::Error(
+            Status::error(format!(
+                "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
+            ))
+            .with_plugin(name),
+        )
+    };
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
+        if !plugin.normalizes() {
+            for (start, at, len) in runs(j) {
+                for (cell, total) in cells[at..at + len]
+                    .iter_mut()
+                    .zip(&mut totals[start..start + len])
+                {
+                    if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(cell) {
+                        return Err(out_of_range(name, *cell));
+                    }
+                    *cell = cell.saturating_mul(*weight);
+                    *total = total.saturating_add(*cell);
+                }
+            }
+            continue;
+        }
         column.clear();
         for (start, at, len) in runs(j) {
             column.extend(
@@ -964,13 +987,7 @@ fn score_nodes(
             .iter()
             .find(|s| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score))
         {
-            return Err(CycleError::Error(
-                Status::error(format!(
-                    "plugin {name} returns an invalid score {}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                    bad.score
-                ))
-                .with_plugin(name),
-            ));
+            return Err(out_of_range(name, bad.score));
         }
         for (start, at, len) in runs(j) {
             let scored = &column[start..start + len];

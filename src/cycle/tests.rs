@@ -320,3 +320,67 @@ fn memory_spreads_the_search_and_parallel_matches_sequential() {
     assert_eq!(r1.next_start, r2.next_start);
     assert!(r1.next_start > 0);
 }
+
+/// [`LabelScore`] declaring that it does not normalize: the cycle adds its raw scores up.
+struct RawLabelScore;
+impl Plugin for RawLabelScore {
+    fn name(&self) -> &'static str {
+        "RawLabelScore"
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+impl ScorePlugin for RawLabelScore {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        LabelScore.score(state, pod, node)
+    }
+    fn normalizes(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn raw_scores_are_weighted_and_range_checked_as_normalized_ones_are() {
+    let raw = |weight: i64| Profile {
+        score: vec![(Arc::new(RawLabelScore), weight), (Arc::new(LabelScore), 1)],
+        ..profile(1)
+    };
+    let snap = snapshot(vec![
+        node("low").label("score", "10").build(),
+        node("high").label("score", "90").build(),
+    ]);
+    let p = schedule_one(
+        &raw(3),
+        &snap,
+        &pod("p").build(),
+        &mut CycleMemory::default(),
+        &OPTS,
+    )
+    .unwrap();
+    assert_eq!(&*p.node, "high");
+    assert_eq!(p.score_plugins, ["RawLabelScore", "LabelScore"]);
+    assert_eq!(p.scores[0].weighted, [270, 90]);
+    assert_eq!(p.scores[0].total, 360);
+    let snap = snapshot(vec![
+        node("a").label("score", "10").build(),
+        node("b").label("score", "101").build(),
+    ]);
+    for prof in [raw(1), profile(1)] {
+        let err = schedule_one(
+            &prof,
+            &snap,
+            &pod("p").build(),
+            &mut CycleMemory::default(),
+            &OPTS,
+        )
+        .unwrap_err();
+        let name = prof.score[0].0.name();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "Error ({name}): plugin {name} returns an invalid score 101, it should be in the range of [0, 100] after normalizing"
+            )
+        );
+    }
+}

@@ -378,6 +378,13 @@ pub trait ScorePlugin: Send + Sync {
         Status::success()
     }
 
+    /// False when [`ScorePlugin::normalize`] leaves every score as it is: the cycle then
+    /// adds the raw scores up without handing them to it. Only a plugin that does not
+    /// override `normalize` may answer false.
+    fn normalizes(&self) -> bool {
+        true
+    }
+
     /// True when nodes with the best total score should be told apart by one fixed order of
     /// nodes (by name), the same for every pod, rather than by an order drawn per pod. Packing policies ask for it: among equals they keep choosing the same nodes, so
     /// placements concentrate instead of scattering over the cluster. The cycle uses the

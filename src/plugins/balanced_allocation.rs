@@ -172,6 +172,10 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
+    fn normalizes(&self) -> bool {
+        false
+    }
+
     /// Scores in 0..=100 directly; kube-scheduler has no normalization for this plugin. As
     /// kube does, a missing PreScore state is recomputed (0 for a pod requesting nothing).
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {

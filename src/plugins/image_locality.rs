@@ -101,6 +101,10 @@ impl PreScorePlugin for ImageLocality {
 }
 
 impl ScorePlugin for ImageLocality {
+    fn normalizes(&self) -> bool {
+        false
+    }
+
     /// Already on the 0..=100 scale: kube-scheduler's ImageLocality has no normalization.
     fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         let s = state

@@ -596,6 +596,10 @@ impl PreScorePlugin for NodeResourcesFit {
 }
 
 impl ScorePlugin for NodeResourcesFit {
+    fn normalizes(&self) -> bool {
+        false
+    }
+
     /// Scores in 0..=100 directly; kube-scheduler has no normalization for this plugin. As
     /// kube does, a missing PreScore state is recomputed rather than an error.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {

@@ -71,6 +71,33 @@ impl FilterPlugin for NodeUnschedulable {
         }
         Status::success()
     }
+
+    /// Most nodes are not cordoned: only those are looked at, and the pod's tolerations are
+    /// read once for the block.
+    fn filter_nodes(
+        &self,
+        _: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        statuses: &mut [Status],
+    ) -> usize {
+        let mut tolerates = None;
+        let mut rejected = 0;
+        for (node, status) in nodes.iter().zip(statuses) {
+            if node.node.unschedulable && status.is_success() {
+                let tolerated = *tolerates.get_or_insert_with(|| {
+                    pod.tolerations
+                        .iter()
+                        .any(|t| t.tolerates(&UNSCHEDULABLE_TAINT))
+                });
+                if !tolerated {
+                    *status = Status::unresolvable(ERR_REASON_UNSCHEDULABLE);
+                    rejected += 1;
+                }
+            }
+        }
+        rejected
+    }
 }
 
 /// The plugin for the registry, with its place in kube-scheduler's default profile.
@@ -102,6 +129,38 @@ mod tests {
 
     fn filter(pod: PodBuilder, node: &NodeInfo) -> Status {
         NodeUnschedulable.filter(&CycleState::new(), &pod.build(), node)
+    }
+
+    #[test]
+    fn a_block_of_nodes_gets_each_node_s_verdict() {
+        let nodes = [
+            NodeInfo::new(Arc::new(node("open").build())),
+            cordoned(),
+            cordoned(),
+        ];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        for (p, rejected) in [
+            (pod("p").build(), 1),
+            (
+                pod("t")
+                    .toleration(TAINT_NODE_UNSCHEDULABLE, "Exists", "", "NoSchedule")
+                    .build(),
+                0,
+            ),
+        ] {
+            let state = CycleState::new();
+            let mut statuses = vec![Status::success(); 3];
+            // A node another filter already rejected keeps that verdict.
+            statuses[2] = Status::unschedulable("Insufficient cpu");
+            assert_eq!(
+                NodeUnschedulable.filter_nodes(&state, &p, &refs, &mut statuses),
+                rejected
+            );
+            for (n, s) in nodes[..2].iter().zip(&statuses) {
+                assert_eq!(s, &NodeUnschedulable.filter(&state, &p, n));
+            }
+            assert_eq!(statuses[2].message(), "Insufficient cpu");
+        }
     }
 
     #[test]

@@ -216,6 +216,27 @@ impl PodRequests {
             }
             return;
         }
+        // NodeResourcesBalancedAllocation's default, cpu and memory as requested.
+        if let [cpu, memory] = self.resources.as_slice()
+            && cpu.amount == NodeAmount::Cpu
+            && memory.amount == NodeAmount::Memory
+        {
+            if allocatable.milli_cpu != 0 {
+                f(
+                    cpu.weight,
+                    node.requested.milli_cpu + cpu.request,
+                    allocatable.milli_cpu,
+                );
+            }
+            if allocatable.memory != 0 {
+                f(
+                    memory.weight,
+                    node.requested.memory + memory.request,
+                    allocatable.memory,
+                );
+            }
+            return;
+        }
         let requested = &node.requested;
         for r in &self.resources {
             let (alloc, used) = match &r.amount {

@@ -65,6 +65,24 @@ impl FilterPlugin for TaintToleration {
             Some(taint) => Status::unresolvable(format!("{ERR_REASON_UNTOLERATED_PREFIX}{taint}")),
         }
     }
+
+    /// Most nodes carry no taint: those pass without a call.
+    fn filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[&NodeInfo],
+        statuses: &mut [Status],
+    ) -> usize {
+        let mut rejected = 0;
+        for (node, status) in nodes.iter().zip(statuses) {
+            if !node.node.taints.is_empty() && status.is_success() {
+                *status = self.filter(state, pod, node);
+                rejected += usize::from(!status.is_success());
+            }
+        }
+        rejected
+    }
 }
 
 impl PreScorePlugin for TaintToleration {
@@ -162,6 +180,35 @@ mod tests {
 
     fn filter(p: PodBuilder, n: NodeBuilder) -> Status {
         TaintToleration.filter(&CycleState::new(), &p.build(), &info(n))
+    }
+
+    #[test]
+    fn a_block_of_nodes_gets_each_node_s_verdict() {
+        let nodes = [
+            info(node("plain")),
+            info(node("gpu").taint("dedicated", "gpu", "NoSchedule")),
+            info(node("soft").taint("soft", "x", "PreferNoSchedule")),
+            info(node("failed").taint("dedicated", "gpu", "NoExecute")),
+        ];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        for p in [
+            pod("p").build(),
+            pod("t")
+                .toleration("dedicated", "Equal", "gpu", "NoSchedule")
+                .build(),
+        ] {
+            let state = CycleState::new();
+            let mut statuses = vec![Status::success(); 4];
+            // A node another filter already rejected keeps that verdict.
+            statuses[3] = Status::unschedulable("Insufficient cpu");
+            let rejected = TaintToleration.filter_nodes(&state, &p, &refs, &mut statuses);
+            for (n, s) in nodes[..3].iter().zip(&statuses) {
+                assert_eq!(s, &TaintToleration.filter(&state, &p, n), "{}", n.name());
+            }
+            assert_eq!(statuses[3].message(), "Insufficient cpu");
+            let expected = statuses[..3].iter().filter(|s| !s.is_success()).count();
+            assert_eq!(rejected, expected);
+        }
     }
 
     #[test]
