@@ -624,8 +624,24 @@ impl ScorePlugin for NodeResourcesFit {
                 &computed
             }
         };
-        for (node, score) in nodes.iter().zip(scores) {
-            *score = self.score_node(node, pod_requests);
+        // The strategy matched once per block: each loop inlines its own arithmetic.
+        let pairs = nodes.iter().zip(scores.iter_mut());
+        match &self.strategy {
+            Strategy::LeastAllocated => {
+                for (node, score) in pairs {
+                    *score = weighted_mean(node, pod_requests, least_requested_score);
+                }
+            }
+            Strategy::MostAllocated => {
+                for (node, score) in pairs {
+                    *score = weighted_mean(node, pod_requests, most_requested_score);
+                }
+            }
+            Strategy::RequestedToCapacityRatio(_) => {
+                for (node, score) in pairs {
+                    *score = self.score_node(node, pod_requests);
+                }
+            }
         }
         Ok(())
     }
