@@ -158,12 +158,20 @@ pub trait FilterPlugin: Send + Sync {
     ) -> usize {
         let mut rejected = 0;
         for (node, status) in nodes.iter().zip(statuses) {
-            if status.is_success() {
+            if status.is_success() && !self.passes_outright(node) {
                 *status = self.filter(state, pod, node);
                 rejected += usize::from(!status.is_success());
             }
         }
         rejected
+    }
+
+    /// True when `filter` accepts the node whatever the pod (an uncordoned node for
+    /// NodeUnschedulable, an untainted one for TaintToleration): the default `filter_nodes`
+    /// then passes it without the call, which matters for plugins run on every node of
+    /// every cycle. Must never be true of a node `filter` could reject.
+    fn passes_outright(&self, _node: &NodeInfo) -> bool {
+        false
     }
 }
 

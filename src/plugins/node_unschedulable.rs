@@ -72,31 +72,9 @@ impl FilterPlugin for NodeUnschedulable {
         Status::success()
     }
 
-    /// Most nodes are not cordoned: only those are looked at, and the pod's tolerations are
-    /// read once for the block.
-    fn filter_nodes(
-        &self,
-        _: &CycleState,
-        pod: &PodInfo,
-        nodes: &[&NodeInfo],
-        statuses: &mut [Status],
-    ) -> usize {
-        let mut tolerates = None;
-        let mut rejected = 0;
-        for (node, status) in nodes.iter().zip(statuses) {
-            if node.node.unschedulable && status.is_success() {
-                let tolerated = *tolerates.get_or_insert_with(|| {
-                    pod.tolerations
-                        .iter()
-                        .any(|t| t.tolerates(&UNSCHEDULABLE_TAINT))
-                });
-                if !tolerated {
-                    *status = Status::unresolvable(ERR_REASON_UNSCHEDULABLE);
-                    rejected += 1;
-                }
-            }
-        }
-        rejected
+    /// Most nodes are not cordoned.
+    fn passes_outright(&self, node: &NodeInfo) -> bool {
+        !node.node.unschedulable
     }
 }
 

@@ -194,48 +194,32 @@ impl PodRequests {
     #[inline]
     pub fn for_each(&self, node: &NodeInfo, mut f: impl FnMut(i64, i64, i64)) {
         let allocatable = &node.node.allocatable;
-        // kube-scheduler's default, cpu and memory with the non-zero view, without the
-        // per-resource dispatch: it is scored on every node of every cycle.
-        if let [cpu, memory] = self.resources.as_slice()
-            && cpu.amount == NodeAmount::NonZeroCpu
-            && memory.amount == NodeAmount::NonZeroMemory
-        {
-            if allocatable.milli_cpu != 0 {
-                f(
-                    cpu.weight,
-                    node.non_zero_milli_cpu + cpu.request,
-                    allocatable.milli_cpu,
-                );
+        // kube-scheduler's defaults, cpu and memory in the non-zero view (NodeResourcesFit) or
+        // as requested (NodeResourcesBalancedAllocation), without the per-resource dispatch:
+        // they are scored on every node of every cycle.
+        if let [cpu, memory] = self.resources.as_slice() {
+            let used = match (&cpu.amount, &memory.amount) {
+                (NodeAmount::NonZeroCpu, NodeAmount::NonZeroMemory) => {
+                    Some((node.non_zero_milli_cpu, node.non_zero_memory))
+                }
+                (NodeAmount::Cpu, NodeAmount::Memory) => {
+                    Some((node.requested.milli_cpu, node.requested.memory))
+                }
+                _ => None,
+            };
+            if let Some((used_cpu, used_memory)) = used {
+                if allocatable.milli_cpu != 0 {
+                    f(cpu.weight, used_cpu + cpu.request, allocatable.milli_cpu);
+                }
+                if allocatable.memory != 0 {
+                    f(
+                        memory.weight,
+                        used_memory + memory.request,
+                        allocatable.memory,
+                    );
+                }
+                return;
             }
-            if allocatable.memory != 0 {
-                f(
-                    memory.weight,
-                    node.non_zero_memory + memory.request,
-                    allocatable.memory,
-                );
-            }
-            return;
-        }
-        // NodeResourcesBalancedAllocation's default, cpu and memory as requested.
-        if let [cpu, memory] = self.resources.as_slice()
-            && cpu.amount == NodeAmount::Cpu
-            && memory.amount == NodeAmount::Memory
-        {
-            if allocatable.milli_cpu != 0 {
-                f(
-                    cpu.weight,
-                    node.requested.milli_cpu + cpu.request,
-                    allocatable.milli_cpu,
-                );
-            }
-            if allocatable.memory != 0 {
-                f(
-                    memory.weight,
-                    node.requested.memory + memory.request,
-                    allocatable.memory,
-                );
-            }
-            return;
         }
         let requested = &node.requested;
         for r in &self.resources {

@@ -66,22 +66,9 @@ impl FilterPlugin for TaintToleration {
         }
     }
 
-    /// Most nodes carry no taint: those pass without a call.
-    fn filter_nodes(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        nodes: &[&NodeInfo],
-        statuses: &mut [Status],
-    ) -> usize {
-        let mut rejected = 0;
-        for (node, status) in nodes.iter().zip(statuses) {
-            if !node.node.taints.is_empty() && status.is_success() {
-                *status = self.filter(state, pod, node);
-                rejected += usize::from(!status.is_success());
-            }
-        }
-        rejected
+    /// Most nodes carry no taint.
+    fn passes_outright(&self, node: &NodeInfo) -> bool {
+        node.node.taints.is_empty()
     }
 }
 

@@ -814,7 +814,6 @@ fn offline_share_idle(placed: &BTreeMap<u64, Outcome>) -> u64 {
     let gpu = MILLI_PER_GPU as usize;
     // GPUs in use by their free milli.
     let mut free = vec![0u64; gpu];
-    let mut idle = 0u64;
     for (&milli, outcome) in placed.range(1..u64::from(MILLI_PER_GPU)).rev() {
         let m = milli as usize;
         for _ in 0..outcome.placed {
@@ -827,10 +826,7 @@ fn offline_share_idle(placed: &BTreeMap<u64, Outcome>) -> u64 {
             }
         }
     }
-    for (f, n) in free.iter().enumerate() {
-        idle += f as u64 * n;
-    }
-    idle
+    free.iter().enumerate().map(|(f, n)| f as u64 * n).sum()
 }
 
 /// Schedules `pods` (with their GPU milli), as gang number `gang` when given (a PodGroup
