@@ -21,7 +21,7 @@ use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, NodeScore, NominatedPods, PermitPlugin, Plugin,
+    Code, CycleState, FilterPlugin, NodeBlock, NodeScore, NominatedPods, PermitPlugin, Plugin,
     PostFilterInput, PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, PreemptionCandidate, Profile, ReservePlugin, ScorePlugin, Status, WaitingPods,
 };
@@ -435,7 +435,7 @@ impl FilterPlugin for Timed {
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         statuses: &mut [Status],
     ) -> usize {
         let Some(inner) = self.inner.as_filter() else {
@@ -446,14 +446,14 @@ impl FilterPlugin for Timed {
             if self.evaluations.is_some() {
                 self.evaluated(statuses.iter().filter(|s| s.is_success()).count() as u64);
             }
-            return inner.filter_nodes(state, pod, nodes, statuses);
+            return inner.filter_nodes(state, pod, block, statuses);
         }
         let examined: Vec<usize> = (0..statuses.len())
             .filter(|&i| statuses[i].is_success())
             .collect();
         self.evaluated(examined.len() as u64);
         let start = Instant::now();
-        let rejected = inner.filter_nodes(state, pod, nodes, statuses);
+        let rejected = inner.filter_nodes(state, pod, block, statuses);
         let each = mean(start.elapsed(), examined.len());
         // Most nodes pass: those are counted at once, the others one by one.
         let mut passed = 0;
@@ -564,23 +564,23 @@ impl ScorePlugin for Timed {
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         scores: &mut [i64],
     ) -> Result<(), Status> {
         let Some(inner) = self.inner.as_score() else {
             return Err(missing("Score"));
         };
         self.mark_score_start();
-        self.evaluated(nodes.len() as u64);
+        self.evaluated(block.len() as u64);
         if !self.instr.sampled() {
-            return inner.score_nodes(state, pod, nodes, scores);
+            return inner.score_nodes(state, pod, block, scores);
         }
         let start = Instant::now();
-        let result = inner.score_nodes(state, pod, nodes, scores);
+        let result = inner.score_nodes(state, pod, block, scores);
         match &result {
             Ok(()) => {
-                let each = mean(start.elapsed(), nodes.len());
-                self.observe_calls("Score", Code::Success, each, nodes.len() as u64);
+                let each = mean(start.elapsed(), block.len());
+                self.observe_calls("Score", Code::Success, each, block.len() as u64);
             }
             Err(status) => self.observe("Score", status.code(), start.elapsed()),
         }

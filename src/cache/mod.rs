@@ -31,7 +31,7 @@ use snapshot::DisruptionBudgets;
 pub use node_info::NodeInfo;
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
-pub use snapshot::{Snapshot, TopologyDomains};
+pub use snapshot::{Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;

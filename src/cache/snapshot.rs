@@ -36,8 +36,8 @@ pub struct Snapshot {
     pub(super) storage: Storage,
     pub(super) disruption_budgets: DisruptionBudgets,
     pub(super) pod_groups: PodGroups,
-    /// Domains of the topology keys asked so far; replaced (not cleared: an older snapshot
-    /// may share it) whenever a node is added, removed or changed.
+    /// Domains and values of the topology keys asked so far; replaced (not cleared: an older
+    /// snapshot may share it) whenever a node is added, removed or relabelled.
     pub(super) domains: Arc<Mutex<DomainCache>>,
     pub(super) generation: u64,
     pub(super) now: Duration,
@@ -130,7 +130,7 @@ impl Snapshot {
     pub fn topology_domains(&self, keys: &[&str]) -> Arc<TopologyDomains> {
         let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
         // A profile asks for a handful of key lists at most: a scan beats hashing them.
-        if let Some((_, d)) = cache.iter().find(|(k, _)| k.iter().eq(keys.iter())) {
+        if let Some((_, d)) = cache.domains.iter().find(|(k, _)| k.iter().eq(keys.iter())) {
             return d.clone();
         }
         let mut nodes_per_value = vec![FxHashMap::<Box<str>, usize>::default(); keys.len()];
@@ -161,11 +161,33 @@ impl Snapshot {
             nodes_per_value,
             tainted,
         });
-        cache.push((
+        cache.domains.push((
             keys.iter().map(|k| k.to_string()).collect(),
             domains.clone(),
         ));
         domains
+    }
+
+    /// The value of topology key `key` on every node, as a number per position (see
+    /// [`TopologyValues`]); computed once per node set and label change, then shared by the
+    /// cycles that ask for the same key.
+    pub fn topology_values(&self, key: &str) -> Arc<TopologyValues> {
+        let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, v)) = cache.values.iter().find(|(k, _)| k == key) {
+            return v.clone();
+        }
+        let mut values = TopologyValues::default();
+        values.ids = self
+            .nodes
+            .iter()
+            .map(|n| match n.node.labels.get(key) {
+                Some(value) => values.intern(value),
+                None => TopologyValues::NONE,
+            })
+            .collect();
+        let values = Arc::new(values);
+        cache.values.push((key.to_string(), values.clone()));
+        values
     }
 
     /// Labels of a namespace (empty when the namespace is unknown).
@@ -235,8 +257,54 @@ impl Snapshot {
 /// persistent map, whose clone is a pointer copy.
 pub(super) type DisruptionBudgets = imbl::OrdMap<(String, String), Arc<DisruptionBudgetModel>>;
 
-/// The topology domains computed so far, each with the key list it was asked for.
-type DomainCache = Vec<(Vec<String>, Arc<TopologyDomains>)>;
+/// The topology domains computed so far, each with the key list it was asked for, and the
+/// values of single keys.
+#[derive(Debug, Default)]
+pub(super) struct DomainCache {
+    domains: Vec<(Vec<String>, Arc<TopologyDomains>)>,
+    values: Vec<(String, Arc<TopologyValues>)>,
+}
+
+/// One topology key's value on every node of a snapshot, each distinct value numbered from
+/// 0: plugins that count pods per domain keep their counts in a vector indexed by the number
+/// and read a node's count by its position, without looking its labels up (Filter and Score
+/// run on every node of every cycle).
+#[derive(Debug, Default)]
+pub struct TopologyValues {
+    /// For each position of [`Snapshot::nodes`], the number of the node's value, or
+    /// [`TopologyValues::NONE`] when the node lacks the key.
+    pub ids: Vec<u32>,
+    /// The values, by number.
+    pub values: Vec<Box<str>>,
+    index: FxHashMap<Box<str>, u32>,
+}
+
+impl TopologyValues {
+    /// The number of a node without the key.
+    pub const NONE: u32 = u32::MAX;
+
+    /// The number of `value`, if some node has it.
+    pub fn id_of(&self, value: &str) -> Option<u32> {
+        self.index.get(value).copied()
+    }
+
+    /// The number of the value of the node at `position`; `None` when the position is
+    /// beyond the snapshot this was computed on (a node copy made within a cycle), and
+    /// `Some(NONE)` when the node lacks the key.
+    pub fn at(&self, position: usize) -> Option<u32> {
+        self.ids.get(position).copied()
+    }
+
+    fn intern(&mut self, value: &str) -> u32 {
+        if let Some(&id) = self.index.get(value) {
+            return id;
+        }
+        let id = u32::try_from(self.values.len()).unwrap_or(Self::NONE - 1);
+        self.values.push(value.into());
+        self.index.insert(value.into(), id);
+        id
+    }
+}
 
 /// The domains of some topology keys over the nodes that carry all of them (see
 /// [`Snapshot::topology_domains`]).

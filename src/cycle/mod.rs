@@ -13,8 +13,8 @@ use crate::cache::{NodeInfo, Snapshot};
 use crate::extender::combine::Verdict;
 use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods,
-    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore,
+    NominatedPods, PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 
@@ -323,6 +323,7 @@ pub fn filter_for_extenders(
         nodes,
         evaluated,
         mut diagnosis,
+        ..
     } = find_feasible_nodes(
         profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
     )?;
@@ -433,6 +434,7 @@ fn place(
 ) -> Result<Placement, CycleError> {
     let Feasible {
         nodes: feasible,
+        positions,
         evaluated,
         mut diagnosis,
     } = found;
@@ -454,7 +456,7 @@ fn place(
     }
     let buffers = &mut memory.scores;
     let mut score_plugins = score_nodes(
-        profile, &mut state, pod, snapshot, &feasible, options, buffers,
+        profile, &mut state, pod, snapshot, &feasible, &positions, options, buffers,
     )?;
     let extra = extra.filter(|e| !e.is_empty());
     let extra_of = |node: &Arc<str>| extra.and_then(|e| e.get(node)).copied().unwrap_or(0);
@@ -600,6 +602,8 @@ fn pre_filter(
 struct Feasible<'s> {
     /// The feasible nodes, in examination order.
     nodes: Vec<&'s NodeInfo>,
+    /// Their positions in the snapshot.
+    positions: Vec<usize>,
     /// Nodes examined, those PreFilter left out included.
     evaluated: usize,
     /// Why the others were rejected.
@@ -640,10 +644,11 @@ fn find_feasible_nodes<'s>(
     };
     let mut progress = FilterProgress {
         feasible: Vec::with_capacity(to_find.min(candidate_count)),
+        positions: Vec::with_capacity(to_find.min(candidate_count)),
         processed: 0,
         diagnosis,
     };
-    let node_at = |i: usize| {
+    let position_at = |i: usize| {
         // `start + i` is below twice the length: a subtraction instead of a division.
         let j = start + i;
         let j = if j >= candidate_count {
@@ -651,7 +656,7 @@ fn find_feasible_nodes<'s>(
         } else {
             j
         };
-        &snapshot.nodes()[candidates.as_ref().map_or(j, |c| c[j])]
+        candidates.as_ref().map_or(j, |c| c[j])
     };
     let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
         .filter
@@ -662,9 +667,9 @@ fn find_feasible_nodes<'s>(
     // Each node's verdict: the Filter plugins on the node as it is, and where pods are
     // nominated ahead of this one, the first of kube-scheduler's two passes, with them
     // counted, whose rejection wins.
-    let filter_block = |nodes: &[&NodeInfo], statuses: &mut [Status]| {
+    let filter_block = |block: NodeBlock<'_>, statuses: &mut [Status]| {
         for (f, name) in &filters {
-            if f.filter_nodes(state, pod, nodes, statuses) > 0 {
+            if f.filter_nodes(state, pod, block, statuses) > 0 {
                 for s in statuses.iter_mut() {
                     if !s.is_success() && s.plugin().is_none() {
                         s.set_plugin(name);
@@ -673,7 +678,7 @@ fn find_feasible_nodes<'s>(
             }
         }
         if let Some(nominated) = options.nominated {
-            for (node, status) in nodes.iter().zip(statuses.iter_mut()) {
+            for (node, status) in block.nodes.iter().zip(statuses.iter_mut()) {
                 let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
                 if !first.is_success() {
                     *status = first;
@@ -682,6 +687,7 @@ fn find_feasible_nodes<'s>(
         }
     };
     let mut block: Vec<&NodeInfo> = Vec::new();
+    let mut positions: Vec<usize> = Vec::new();
     let statuses = &mut memory.statuses;
     while progress.processed < candidate_count && progress.feasible.len() < to_find {
         let remaining = candidate_count - progress.processed;
@@ -698,21 +704,26 @@ fn find_feasible_nodes<'s>(
             None => want.min(FILTER_BLOCK),
         }
         .min(remaining);
+        positions.clear();
+        positions.extend((progress.processed..progress.processed + len).map(position_at));
         block.clear();
-        block.extend((progress.processed..progress.processed + len).map(|i| &**node_at(i)));
+        block.extend(positions.iter().map(|&p| &*snapshot.nodes()[p]));
         statuses.clear();
         statuses.resize_with(len, Status::success);
         match pool {
             Some(pool) => pool.install(|| {
                 block
                     .par_chunks(FILTER_BLOCK)
+                    .zip(positions.par_chunks(FILTER_BLOCK))
                     .zip(statuses.par_chunks_mut(FILTER_BLOCK))
-                    .for_each(|(nodes, statuses)| filter_block(nodes, statuses))
+                    .for_each(|((nodes, positions), statuses)| {
+                        filter_block(NodeBlock::new(nodes, positions), statuses)
+                    })
             }),
-            None => filter_block(&block, statuses),
+            None => filter_block(NodeBlock::new(&block, &positions), statuses),
         }
-        for (node, status) in block.iter().zip(statuses.drain(..)) {
-            progress.record(node, status)?;
+        for ((node, &position), status) in block.iter().zip(&positions).zip(statuses.drain(..)) {
+            progress.record(node, position, status)?;
             if progress.feasible.len() >= to_find {
                 break;
             }
@@ -720,6 +731,7 @@ fn find_feasible_nodes<'s>(
     }
     let FilterProgress {
         feasible,
+        positions,
         processed,
         diagnosis,
     } = progress;
@@ -728,6 +740,7 @@ fn find_feasible_nodes<'s>(
     }
     Ok(Feasible {
         nodes: feasible,
+        positions,
         evaluated: processed + num_all_nodes - candidate_count,
         diagnosis,
     })
@@ -736,15 +749,25 @@ fn find_feasible_nodes<'s>(
 /// Filtering results so far, in examination order.
 struct FilterProgress<'s> {
     feasible: Vec<&'s NodeInfo>,
+    /// Their positions in the snapshot.
+    positions: Vec<usize>,
     processed: usize,
     diagnosis: Diagnosis,
 }
 
 impl<'s> FilterProgress<'s> {
-    fn record(&mut self, node: &'s NodeInfo, status: Status) -> Result<(), CycleError> {
+    fn record(
+        &mut self,
+        node: &'s NodeInfo,
+        position: usize,
+        status: Status,
+    ) -> Result<(), CycleError> {
         self.processed += 1;
         match status.code() {
-            Code::Success => self.feasible.push(node),
+            Code::Success => {
+                self.feasible.push(node);
+                self.positions.push(position);
+            }
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
                 if let Some(p) = status.plugin() {
                     self.diagnosis.unschedulable_plugins.insert(p);
@@ -872,6 +895,7 @@ fn score_nodes(
     pod: &PodInfo,
     snapshot: &Snapshot,
     feasible: &[&NodeInfo],
+    positions: &[usize],
     options: &CycleOptions<'_>,
     buffers: &mut ScoreBuffers,
 ) -> Result<Vec<&'static str>, CycleError> {
@@ -906,10 +930,12 @@ fn score_nodes(
     if width == 0 {
         return Ok(Vec::new());
     }
-    let score_block = |(nodes, cells): (&[&NodeInfo], &mut [i64])| -> Result<(), Status> {
+    type Block<'b, 'n> = ((&'b [&'n NodeInfo], &'b [usize]), &'b mut [i64]);
+    let score_block = |((nodes, positions), cells): Block<'_, '_>| -> Result<(), Status> {
         let len = nodes.len();
+        let block = NodeBlock::new(nodes, positions);
         for (j, (s, name, _)) in active.iter().enumerate() {
-            s.score_nodes(state, pod, nodes, &mut cells[j * len..(j + 1) * len])
+            s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
                 .map_err(|e| e.with_plugin(name))?;
         }
         Ok(())
@@ -919,11 +945,13 @@ fn score_nodes(
         Some(pool) if feasible.len() >= PARALLEL_THRESHOLD => pool.install(|| {
             feasible
                 .par_chunks(SCORE_BLOCK)
+                .zip(positions.par_chunks(SCORE_BLOCK))
                 .zip(cells.par_chunks_mut(SCORE_BLOCK * width))
                 .try_for_each(score_block)
         }),
         _ => feasible
             .chunks(SCORE_BLOCK)
+            .zip(positions.chunks(SCORE_BLOCK))
             .zip(cells.chunks_mut(SCORE_BLOCK * width))
             .try_for_each(score_block),
     }
@@ -1027,5 +1055,7 @@ fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_orde
     ties.min_by_key(|&i| tie_key(i)).unwrap_or(0)
 }
 
+#[cfg(test)]
+mod reference_tests;
 #[cfg(test)]
 mod tests;

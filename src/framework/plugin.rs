@@ -138,26 +138,57 @@ pub trait PreFilterPlugin: Send + Sync {
     ) -> (PreFilterResult, Status);
 }
 
+/// Nodes a Filter or Score plugin examines at once, with their positions in the cycle's
+/// snapshot ([`Snapshot::nodes`]): a plugin may keep per-node data indexed by position in
+/// its cycle state (the topology domain of each node, say) and read it here without looking
+/// the node's labels up.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeBlock<'a> {
+    /// The nodes.
+    pub nodes: &'a [&'a NodeInfo],
+    /// Their positions, as long as `nodes`.
+    pub positions: &'a [usize],
+}
+
+impl<'a> NodeBlock<'a> {
+    /// A block of `nodes` at `positions`.
+    pub fn new(nodes: &'a [&'a NodeInfo], positions: &'a [usize]) -> Self {
+        debug_assert_eq!(nodes.len(), positions.len());
+        NodeBlock { nodes, positions }
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when the block holds no node.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
 /// Decides whether one node can run the pod. Called concurrently for many nodes, so it only
 /// reads `state`. A rejected node is a normal status, not an error.
 pub trait FilterPlugin: Send + Sync {
     /// Checks `node`.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
 
-    /// Checks a block of nodes: each node whose entry in `statuses` (as long as `nodes`) is
-    /// still a success gets this plugin's verdict, the others keep the rejection an earlier
-    /// plugin gave; returns how many nodes this plugin rejected. The cycle calls this rather
-    /// than [`FilterPlugin::filter`], so that a plugin run on every node of a large cluster
-    /// can read its cycle state once per block. Must agree with `filter`.
+    /// Checks a block of nodes: each node whose entry in `statuses` (as long as the block)
+    /// is still a success gets this plugin's verdict, the others keep the rejection an
+    /// earlier plugin gave; returns how many nodes this plugin rejected. The cycle calls this
+    /// rather than [`FilterPlugin::filter`], so that a plugin run on every node of a large
+    /// cluster can read its cycle state once per block, and per-node data it computed at
+    /// PreFilter by position. Must agree with `filter`.
     fn filter_nodes(
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         statuses: &mut [Status],
     ) -> usize {
         let mut rejected = 0;
-        for (node, status) in nodes.iter().zip(statuses) {
+        for (node, status) in block.nodes.iter().zip(statuses) {
             if status.is_success() && !self.passes_outright(node) {
                 *status = self.filter(state, pod, node);
                 rejected += usize::from(!status.is_success());
@@ -363,18 +394,19 @@ pub trait ScorePlugin: Send + Sync {
     /// Scores one node; called concurrently, so it only reads `state`.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
 
-    /// Scores each of `nodes` into the same position of `scores` (as long as `nodes`). The
-    /// cycle calls this rather than [`ScorePlugin::score`], a block of nodes at a time, so a
-    /// plugin scored on every node of a large cluster can read its cycle state once per
-    /// block instead of once per node. Must give the same scores as `score`.
+    /// Scores each node of `block` into the same position of `scores` (as long as the
+    /// block). The cycle calls this rather than [`ScorePlugin::score`], a block of nodes at
+    /// a time, so a plugin scored on every node of a large cluster can read its cycle state
+    /// once per block instead of once per node, and per-node data it computed at PreScore by
+    /// position. Must give the same scores as `score`.
     fn score_nodes(
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         scores: &mut [i64],
     ) -> Result<(), Status> {
-        for (node, score) in nodes.iter().zip(scores) {
+        for (node, score) in block.nodes.iter().zip(scores) {
             *score = self.score(state, pod, node)?;
         }
         Ok(())

@@ -3,6 +3,8 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use smallvec::SmallVec;
+
 /// What a plugin says about a pod (and, for filters, a node).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Code {
@@ -28,7 +30,9 @@ pub enum Code {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     code: Code,
-    reasons: Vec<Cow<'static, str>>,
+    /// Held inline when there is one: most rejections give one reason, and a cycle may
+    /// reject thousands of nodes.
+    reasons: SmallVec<[Cow<'static, str>; 1]>,
     plugin: Option<&'static str>,
 }
 
@@ -37,7 +41,7 @@ impl Status {
     pub const fn success() -> Self {
         Status {
             code: Code::Success,
-            reasons: Vec::new(),
+            reasons: SmallVec::new_const(),
             plugin: None,
         }
     }
@@ -46,7 +50,7 @@ impl Status {
     pub fn new(code: Code, reason: impl Into<Cow<'static, str>>) -> Self {
         Status {
             code,
-            reasons: vec![reason.into()],
+            reasons: SmallVec::from_buf([reason.into()]),
             plugin: None,
         }
     }
@@ -55,7 +59,7 @@ impl Status {
     pub fn with_reasons(code: Code, reasons: Vec<Cow<'static, str>>) -> Self {
         Status {
             code,
-            reasons,
+            reasons: SmallVec::from_vec(reasons),
             plugin: None,
         }
     }
@@ -79,7 +83,7 @@ impl Status {
     pub const fn skip() -> Self {
         Status {
             code: Code::Skip,
-            reasons: Vec::new(),
+            reasons: SmallVec::new_const(),
             plugin: None,
         }
     }

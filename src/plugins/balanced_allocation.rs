@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, Plugin, PluginArgs, PluginSpec,
+    ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, NodeBlock, Plugin, PluginArgs, PluginSpec,
     PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
@@ -193,7 +193,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         scores: &mut [i64],
     ) -> Result<(), Status> {
         let computed;
@@ -208,7 +208,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
                 &computed
             }
         };
-        for (node, score) in nodes.iter().zip(scores) {
+        for (node, score) in block.nodes.iter().zip(scores) {
             *score = self.score_node(node, pod_requests);
         }
         Ok(())

@@ -17,8 +17,8 @@ use serde::{Deserialize, Deserializer};
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, Code, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE,
-    NODE_CHANGES_AND_POD_DELETES, Plugin, PluginArgs, PluginSpec, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, Status, decode_args,
+    NODE_CHANGES_AND_POD_DELETES, NodeBlock, Plugin, PluginArgs, PluginSpec, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::labels::validate_qualified_name;
@@ -465,7 +465,7 @@ impl FilterPlugin for NodeResourcesFit {
         &self,
         state: &CycleState,
         _pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         statuses: &mut [Status],
     ) -> usize {
         let Some(s) = state.get::<PreFilterState>() else {
@@ -473,7 +473,7 @@ impl FilterPlugin for NodeResourcesFit {
             return statuses.len();
         };
         let mut rejected = 0;
-        for (node, status) in nodes.iter().zip(statuses) {
+        for (node, status) in block.nodes.iter().zip(statuses) {
             if status.is_success() {
                 *status = fits_request(state, s, node);
                 rejected += usize::from(!status.is_success());
@@ -613,7 +613,7 @@ impl ScorePlugin for NodeResourcesFit {
         &self,
         state: &CycleState,
         pod: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         scores: &mut [i64],
     ) -> Result<(), Status> {
         let computed;
@@ -625,7 +625,7 @@ impl ScorePlugin for NodeResourcesFit {
             }
         };
         // The strategy matched once per block: each loop inlines its own arithmetic.
-        let pairs = nodes.iter().zip(scores.iter_mut());
+        let pairs = block.nodes.iter().zip(scores.iter_mut());
         match &self.strategy {
             Strategy::LeastAllocated => {
                 for (node, score) in pairs {

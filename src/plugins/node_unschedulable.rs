@@ -98,7 +98,7 @@ pub fn factory(_args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, Arg
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::Code;
+    use crate::framework::{Code, NodeBlock};
     use crate::testing::{PodBuilder, node, pod};
 
     fn cordoned() -> NodeInfo {
@@ -117,6 +117,7 @@ mod tests {
             cordoned(),
         ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let positions: Vec<usize> = (0..refs.len()).collect();
         for (p, rejected) in [
             (pod("p").build(), 1),
             (
@@ -131,7 +132,12 @@ mod tests {
             // A node another filter already rejected keeps that verdict.
             statuses[2] = Status::unschedulable("Insufficient cpu");
             assert_eq!(
-                NodeUnschedulable.filter_nodes(&state, &p, &refs, &mut statuses),
+                NodeUnschedulable.filter_nodes(
+                    &state,
+                    &p,
+                    NodeBlock::new(&refs, &positions),
+                    &mut statuses
+                ),
                 rejected
             );
             for (n, s) in nodes[..2].iter().zip(&statuses) {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE, NODE_CHANGES,
-    NodeScore, Plugin, PluginSpec, PreScorePlugin, ScorePlugin, Status, default_normalize_score,
+    NodeBlock, NodeScore, Plugin, PluginSpec, PreScorePlugin, ScorePlugin, Status,
+    default_normalize_score,
 };
 use crate::model::PodInfo;
 use crate::model::taint::{Taint, TaintEffect, Toleration, find_untolerated};
@@ -110,13 +111,13 @@ impl ScorePlugin for TaintToleration {
         &self,
         state: &CycleState,
         _: &PodInfo,
-        nodes: &[&NodeInfo],
+        block: NodeBlock<'_>,
         scores: &mut [i64],
     ) -> Result<(), Status> {
         let s = state
             .get::<TaintTolerationState>()
             .ok_or_else(|| Status::error(ERR_MISSING_STATE))?;
-        for (node, score) in nodes.iter().zip(scores) {
+        for (node, score) in block.nodes.iter().zip(scores) {
             *score = intolerable_preferences(&node.node.taints, &s.prefer_no_schedule);
         }
         Ok(())
@@ -178,6 +179,7 @@ mod tests {
             info(node("failed").taint("dedicated", "gpu", "NoExecute")),
         ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let positions: Vec<usize> = (0..refs.len()).collect();
         for p in [
             pod("p").build(),
             pod("t")
@@ -188,7 +190,12 @@ mod tests {
             let mut statuses = vec![Status::success(); 4];
             // A node another filter already rejected keeps that verdict.
             statuses[3] = Status::unschedulable("Insufficient cpu");
-            let rejected = TaintToleration.filter_nodes(&state, &p, &refs, &mut statuses);
+            let rejected = TaintToleration.filter_nodes(
+                &state,
+                &p,
+                NodeBlock::new(&refs, &positions),
+                &mut statuses,
+            );
             for (n, s) in nodes[..3].iter().zip(&statuses) {
                 assert_eq!(s, &TaintToleration.filter(&state, &p, n), "{}", n.name());
             }

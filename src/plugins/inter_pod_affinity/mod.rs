@@ -137,7 +137,7 @@ impl Plugin for InterPodAffinity {
 /// one hash lookup per key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct TopologyCounts {
-    by_key: Vec<(String, HashMap<String, i64>)>,
+    pub(super) by_key: Vec<(String, HashMap<String, i64>)>,
 }
 
 impl TopologyCounts {

@@ -3,9 +3,11 @@
 //! incoming pod (required affinity at `hardPodAffinityWeight`, preferred affinity +weight,
 //! preferred anti-affinity -weight), summed per topology pair.
 
-use crate::cache::{NodeInfo, Snapshot};
+use std::sync::Arc;
+
+use crate::cache::{NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, NodeBlock, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::model::{Labels, PodInfo};
 
@@ -19,6 +21,9 @@ const MISSING_STATE: &str =
 #[derive(Debug, Clone)]
 struct PreScoreState {
     scores: TopologyCounts,
+    /// The same sums by topology key, each key's by value number of the snapshot's
+    /// [`TopologyValues`]: what Score reads for a node given by position.
+    by_value: Vec<(Arc<TopologyValues>, Vec<i64>)>,
 }
 
 impl PreScorePlugin for InterPodAffinity {
@@ -72,8 +77,27 @@ impl PreScorePlugin for InterPodAffinity {
         if scorer.scores.is_empty() {
             return Status::skip();
         }
+        let by_value = scorer
+            .scores
+            .by_key
+            .iter()
+            .map(|(key, sums)| {
+                let values = snapshot.topology_values(key);
+                let mut by_value = vec![0; values.values.len()];
+                for (value, sum) in sums {
+                    if let Some(slot) = values
+                        .id_of(value)
+                        .and_then(|id| by_value.get_mut(id as usize))
+                    {
+                        *slot = *sum;
+                    }
+                }
+                (values, by_value)
+            })
+            .collect();
         state.insert(PreScoreState {
             scores: scorer.scores,
+            by_value,
         });
         Status::success()
     }
@@ -125,6 +149,33 @@ impl ScorePlugin for InterPodAffinity {
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_STATE))?;
         Ok(s.scores.node_values(&node.node.labels).sum())
+    }
+
+    /// Reads each node's sums by its position, without looking its labels up.
+    fn score_nodes(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        block: NodeBlock<'_>,
+        scores: &mut [i64],
+    ) -> Result<(), Status> {
+        let s = state
+            .get::<PreScoreState>()
+            .ok_or_else(|| Status::error(MISSING_STATE))?;
+        for ((node, &position), score) in block.nodes.iter().zip(block.positions).zip(scores) {
+            let by_position = s.by_value.iter().try_fold(0, |sum, (values, by_value)| {
+                values.at(position).map(|id| match id {
+                    TopologyValues::NONE => sum,
+                    id => sum + by_value.get(id as usize).copied().unwrap_or(0),
+                })
+            });
+            *score = match by_position {
+                Some(sum) => sum,
+                // A node the snapshot's numbering does not cover: by its labels.
+                None => s.scores.node_values(&node.node.labels).sum(),
+            };
+        }
+        Ok(())
     }
 
     /// Maps the scores linearly from [lowest, highest] (negative totals included) onto

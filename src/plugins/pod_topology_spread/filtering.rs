@@ -1,11 +1,14 @@
 //! Hard constraints (`DoNotSchedule`): PreFilter counts the matching pods of every eligible
 //! domain once per cycle; Filter checks one node's skew against those counts.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
-    CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, NodeBlock, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
+    Status,
 };
 use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
 use crate::model::selector::LabelSelector;
@@ -25,6 +28,11 @@ struct HardConstraint {
     self_match: i64,
     /// Matching pods per eligible domain (label value), zero-count domains included.
     counts: HashMap<Box<str>, i64>,
+    /// The key's value on every node of the cycle's snapshot, by position.
+    values: Arc<TopologyValues>,
+    /// `counts` by value number (0 for a value that is no eligible domain), kept in step with
+    /// `counts`: what Filter reads for a node given by position.
+    by_value: Vec<i64>,
     /// The global minimum: the smallest domain count, or 0 when there are fewer eligible
     /// domains than `minDomains`.
     min_match: i64,
@@ -35,6 +43,22 @@ struct HardConstraint {
 }
 
 impl HardConstraint {
+    /// The count of the domain with value number `id` (0 for an ineligible one).
+    fn count_of(&self, id: u32) -> i64 {
+        self.by_value.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// The verdict on a node whose value of the key is `value` (`None`: the node lacks it).
+    fn check(&self, count: Option<i64>) -> Result<(), Status> {
+        match count {
+            None => Err(Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH)),
+            Some(count) if count + self.self_match - self.min_match > self.max_skew => {
+                Err(Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     fn global_min(counts: &HashMap<Box<str>, i64>, min_domains: i32) -> i64 {
         if counts.len() < usize::try_from(min_domains).unwrap_or(0) {
             0
@@ -76,7 +100,15 @@ impl PodTopologySpread {
             .zip(counts)
             .map(|(c, counts)| {
                 let min_domains = c.spec.min_domains.unwrap_or(1);
+                let values = snapshot.topology_values(&c.spec.topology_key);
+                let by_value = values
+                    .values
+                    .iter()
+                    .map(|v| counts.get(v).copied().unwrap_or(0))
+                    .collect();
                 HardConstraint {
+                    values,
+                    by_value,
                     topology_key: c.spec.topology_key.clone(),
                     max_skew: i64::from(c.spec.max_skew),
                     self_match: i64::from(c.selector.matches(&pod.labels)),
@@ -228,6 +260,13 @@ impl PreFilterState {
             };
             if let Some(count) = c.counts.get_mut(value) {
                 *count += delta;
+                if let Some(by_value) = c
+                    .values
+                    .id_of(value)
+                    .and_then(|id| c.by_value.get_mut(id as usize))
+                {
+                    *by_value = *count;
+                }
                 c.min_match = HardConstraint::global_min(&c.counts, c.min_domains);
             }
         }
@@ -293,14 +332,57 @@ impl FilterPlugin for PodTopologySpread {
         };
         let labels = &node.node.labels;
         for c in &s.constraints {
-            let Some(value) = labels.get(&c.topology_key) else {
-                return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
-            };
-            let count = c.counts.get(value).copied().unwrap_or(0);
-            if count + c.self_match - c.min_match > c.max_skew {
-                return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
+            let count = labels
+                .get(&c.topology_key)
+                .map(|value| c.counts.get(value).copied().unwrap_or(0));
+            if let Err(rejection) = c.check(count) {
+                return rejection;
             }
         }
         Status::success()
+    }
+
+    /// Reads each node's domain count by its position, without looking its labels up.
+    fn filter_nodes(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        block: NodeBlock<'_>,
+        statuses: &mut [Status],
+    ) -> usize {
+        let Some(s) = state.get::<PreFilterState>() else {
+            for (node, status) in block.nodes.iter().zip(statuses.iter_mut()) {
+                *status = self.filter(state, pod, node);
+            }
+            return statuses.len();
+        };
+        let mut rejected = 0;
+        for ((node, &position), status) in block
+            .nodes
+            .iter()
+            .zip(block.positions)
+            .zip(statuses.iter_mut())
+        {
+            if !status.is_success() {
+                continue;
+            }
+            for c in &s.constraints {
+                let count = match c.values.at(position) {
+                    Some(TopologyValues::NONE) => None,
+                    Some(id) => Some(c.count_of(id)),
+                    None => node
+                        .node
+                        .labels
+                        .get(&c.topology_key)
+                        .map(|value| c.counts.get(value).copied().unwrap_or(0)),
+                };
+                if let Err(rejection) = c.check(count) {
+                    *status = rejection;
+                    rejected += 1;
+                    break;
+                }
+            }
+        }
+        rejected
     }
 }

@@ -1,0 +1,329 @@
+//! The cycle against a straightforward one: on random clusters and pods, with every node
+//! examined, [`schedule_one`] (blocks of nodes, per-position data, plugins' own block
+//! methods) must choose the node, count the feasible nodes, report the best scores and count
+//! the rejections exactly as running each plugin's per-node `filter` and `score` on every
+//! node, one after the other, would.
+
+use std::sync::{Arc, LazyLock};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::cache::Cache;
+use crate::config::{Config, DEFAULT_SCHEDULER_NAME};
+use crate::testing::{node, pod};
+
+/// kube-scheduler's default profile, built once.
+static CONFIG: LazyLock<Config> = LazyLock::new(|| {
+    Config::default_with(&crate::plugins::registry()).expect("the default configuration builds")
+});
+
+fn default_profile() -> &'static Profile {
+    CONFIG
+        .profile(DEFAULT_SCHEDULER_NAME)
+        .expect("the default profile exists")
+}
+
+/// What a cycle decided, in the terms both cycles report.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    node: Option<Arc<str>>,
+    feasible: usize,
+    scores: Vec<NodeScores>,
+    rejections: Vec<RejectionCount>,
+}
+
+/// What a failed cycle reports: the rejections of its diagnosis.
+fn failed(e: CycleError) -> Outcome {
+    Outcome {
+        node: None,
+        feasible: 0,
+        scores: Vec::new(),
+        rejections: match e {
+            CycleError::Unschedulable(d) => d.rejection_counts(),
+            CycleError::Error(s) => panic!("the cycle failed: {s}"),
+        },
+    }
+}
+
+/// The cycle written plainly: PreFilter as the cycle runs it, then every filter on every
+/// node in snapshot order with `filter`, then PreScore, `score` per node, normalization of
+/// every plugin (those that say they need none included), weights, and the same choice
+/// among the best.
+fn reference(profile: &Profile, snapshot: &Snapshot, pod: &PodInfo, top: usize) -> Outcome {
+    let mut state = CycleState::new();
+    let diagnosis = Diagnosis {
+        num_all_nodes: snapshot.len(),
+        ..Default::default()
+    };
+    let (pre, mut diagnosis) = match pre_filter(profile, &mut state, pod, snapshot, diagnosis) {
+        Ok(done) => done,
+        Err(e) => return failed(e),
+    };
+    state.insert(SkippedFilters(pre.skip_filter.clone()));
+    let positions: Vec<usize> = match &pre.candidates {
+        Some(c) => c.clone(),
+        None => (0..snapshot.len()).collect(),
+    };
+    let mut feasible: Vec<&NodeInfo> = Vec::new();
+    for &p in &positions {
+        let node = &*snapshot.nodes()[p];
+        let mut verdict = Status::success();
+        for plugin in &profile.filter {
+            let Some(f) = plugin.as_filter() else {
+                continue;
+            };
+            if pre.skip_filter.contains(&plugin.name()) {
+                continue;
+            }
+            verdict = f.filter(&state, pod, node).with_plugin(plugin.name());
+            if !verdict.is_success() {
+                break;
+            }
+        }
+        if verdict.is_success() {
+            feasible.push(node);
+        } else {
+            diagnosis
+                .node_statuses
+                .push((node.node.name.clone(), verdict));
+        }
+    }
+    let rejections = diagnosis.rejection_counts();
+    if feasible.len() <= 1 {
+        return Outcome {
+            node: feasible.first().map(|n| n.node.name.clone()),
+            feasible: feasible.len(),
+            scores: Vec::new(),
+            rejections,
+        };
+    }
+    let mut skipped: Vec<&str> = Vec::new();
+    for plugin in &profile.pre_score {
+        if let Some(ps) = plugin.as_pre_score()
+            && ps.pre_score(&mut state, pod, snapshot, &feasible).is_skip()
+        {
+            skipped.push(plugin.name());
+        }
+    }
+    let mut rows: Vec<Vec<i64>> = vec![Vec::new(); feasible.len()];
+    let mut names = Vec::new();
+    for (plugin, weight) in &profile.score {
+        let Some(s) = plugin.as_score() else {
+            continue;
+        };
+        if skipped.contains(&plugin.name()) {
+            continue;
+        }
+        names.push(plugin.name());
+        let mut column: Vec<NodeScore> = feasible
+            .iter()
+            .enumerate()
+            .map(|(index, node)| NodeScore {
+                index,
+                score: s.score(&state, pod, node).expect("scores"),
+            })
+            .collect();
+        assert!(s.normalize(&state, pod, &mut column).is_success());
+        for (row, cell) in rows.iter_mut().zip(&column) {
+            assert!((MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&cell.score));
+            row.push(cell.score * weight);
+        }
+    }
+    let totals: Vec<i64> = rows.iter().map(|r| r.iter().sum()).collect();
+    let fixed = profile
+        .score
+        .iter()
+        .filter(|(p, _)| names.contains(&p.name()))
+        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+    let chosen = select_host(pod, &feasible, &totals, fixed);
+    // The best `top`, ties in examination order.
+    let mut order: Vec<usize> = (0..feasible.len()).collect();
+    order.sort_by(|&a, &b| totals[b].cmp(&totals[a]).then(a.cmp(&b)));
+    let scores = order
+        .into_iter()
+        .take(top)
+        .map(|i| NodeScores {
+            node: feasible[i].node.name.clone(),
+            weighted: rows[i].clone(),
+            total: totals[i],
+        })
+        .collect();
+    Outcome {
+        node: Some(feasible[chosen].node.name.clone()),
+        feasible: feasible.len(),
+        scores,
+        rejections,
+    }
+}
+
+/// One random node: its size, zone, and whether it is cordoned or tainted.
+#[derive(Debug, Clone)]
+struct NodeSpec {
+    cpu: u32,
+    memory_gi: u32,
+    zone: Option<u8>,
+    cordoned: bool,
+    taint: Option<(&'static str, &'static str)>,
+}
+
+fn node_spec() -> impl Strategy<Value = NodeSpec> {
+    (
+        prop_oneof![Just(2u32), Just(4), Just(8), Just(32)],
+        prop_oneof![Just(4u32), Just(16), Just(64)],
+        prop::option::weighted(0.9, 0u8..3),
+        prop::bool::weighted(0.05),
+        prop::option::weighted(
+            0.15,
+            prop_oneof![
+                Just(("dedicated", "NoSchedule")),
+                Just(("spot", "PreferNoSchedule")),
+                Just(("flaky", "NoExecute")),
+            ],
+        ),
+    )
+        .prop_map(|(cpu, memory_gi, zone, cordoned, taint)| NodeSpec {
+            cpu,
+            memory_gi,
+            zone,
+            cordoned,
+            taint,
+        })
+}
+
+/// One random pod: requests, app label, and the constraints of the constrained workload.
+#[derive(Debug, Clone)]
+struct PodSpec {
+    milli_cpu: u32,
+    memory_mi: u32,
+    app: u8,
+    spread: Option<u8>,
+    anti_affinity: bool,
+    tolerates: bool,
+    zone_selector: Option<u8>,
+}
+
+fn pod_spec() -> impl Strategy<Value = PodSpec> {
+    (
+        prop_oneof![Just(0u32), 100u32..3000],
+        prop_oneof![Just(0u32), 64u32..4096],
+        0u8..4,
+        prop::option::weighted(0.4, 1u8..3),
+        prop::bool::weighted(0.4),
+        prop::bool::weighted(0.3),
+        prop::option::weighted(0.1, 0u8..3),
+    )
+        .prop_map(
+            |(milli_cpu, memory_mi, app, spread, anti_affinity, tolerates, zone_selector)| {
+                PodSpec {
+                    milli_cpu,
+                    memory_mi,
+                    app,
+                    spread,
+                    anti_affinity,
+                    tolerates,
+                    zone_selector,
+                }
+            },
+        )
+}
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
+fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
+    let app = format!("app-{}", spec.app);
+    let mut b = pod(name).label("app", &app);
+    if spec.milli_cpu > 0 {
+        b = b.req("cpu", &format!("{}m", spec.milli_cpu));
+    }
+    if spec.memory_mi > 0 {
+        b = b.req("memory", &format!("{}Mi", spec.memory_mi));
+    }
+    if spec.tolerates {
+        b = b.toleration("spot", "Exists", "", "PreferNoSchedule");
+    }
+    if let Some(z) = spec.zone_selector {
+        b = b.node_selector(ZONE, &format!("zone-{z}"));
+    }
+    let mut yaml = String::new();
+    if let Some(skew) = spec.spread {
+        yaml.push_str(&format!(
+            "topologySpreadConstraints:\n- maxSkew: {skew}\n  topologyKey: {ZONE}\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector: {{matchLabels: {{app: {app}}}}}\n"
+        ));
+    }
+    if spec.anti_affinity {
+        yaml.push_str(&format!(
+            "affinity:\n  podAntiAffinity:\n    preferredDuringSchedulingIgnoredDuringExecution:\n    - weight: 100\n      podAffinityTerm:\n        labelSelector: {{matchLabels: {{app: {app}}}}}\n        topologyKey: {HOSTNAME}\n"
+        ));
+    }
+    if !yaml.is_empty() {
+        b = b.spec_yaml(&yaml);
+    }
+    b
+}
+
+fn cluster(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Snapshot {
+    let mut cache = Cache::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let name = format!("node-{i:04}");
+        let mut b = node(&name)
+            .capacity(&n.cpu.to_string(), &format!("{}Gi", n.memory_gi))
+            .label(HOSTNAME, &name);
+        if let Some(z) = n.zone {
+            b = b.label(ZONE, &format!("zone-{z}"));
+        }
+        if n.cordoned {
+            b = b.unschedulable();
+        }
+        if let Some((key, effect)) = n.taint {
+            b = b.taint(key, "true", effect);
+        }
+        cache.upsert_node(b.build());
+    }
+    for (k, (at, spec)) in placed.iter().enumerate() {
+        let name = format!("node-{:04}", at % nodes.len());
+        let p = build_pod(&format!("placed-{k}"), spec).on(&name).build();
+        cache.add_bound_pod(p).expect("a placed pod is accepted");
+    }
+    let mut snapshot = Snapshot::default();
+    cache.update_snapshot(&mut snapshot);
+    snapshot
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn every_node_examined_matches_the_plain_cycle(
+        nodes in prop::collection::vec(node_spec(), 1..600),
+        placed in prop::collection::vec((0usize..600, pod_spec()), 0..400),
+        incoming in prop::collection::vec(pod_spec(), 1..4),
+    ) {
+        let snapshot = cluster(&nodes, &placed);
+        let profile = default_profile();
+        let options = CycleOptions {
+            pool: None,
+            percentage_of_nodes_to_score: 100,
+            top_scores: 4,
+            nominated: None,
+            waiting: None,
+            preempt_extenders: false,
+        };
+        let mut memory = CycleMemory::default();
+        for (i, spec) in incoming.iter().enumerate() {
+            let p = build_pod(&format!("incoming-{i}"), spec).build();
+            let expected = reference(profile, &snapshot, &p, options.top_scores);
+            let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
+                Ok(placement) => Outcome {
+                    node: Some(placement.node),
+                    feasible: placement.feasible,
+                    scores: placement.scores,
+                    rejections: placement.rejections,
+                },
+                Err(e) => failed(e),
+            };
+            prop_assert_eq!(got, expected);
+        }
+    }
+}
