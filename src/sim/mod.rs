@@ -3,6 +3,7 @@
 
 mod input;
 pub mod openb;
+pub mod quality;
 mod report;
 
 use std::collections::{BTreeMap, HashMap};

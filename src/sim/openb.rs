@@ -36,6 +36,7 @@ use crate::plugins::gpu_share::workload::{ShapeKey, TypicalWorkload};
 use crate::plugins::gpu_share::{self, Policy};
 use crate::plugins::{coscheduling, default_binder, node_resources_fit, priority_sort};
 use crate::scheduler::{Attempt, Scheduler};
+use crate::sim::quality::{Attempts, PlacementQuality};
 
 mod plot;
 
@@ -597,13 +598,18 @@ pub fn typical_pods_json(w: &TypicalWorkload) -> serde_json::Value {
         .collect()
 }
 
+/// The `percentageOfNodesToScore` of the paper's experiment: every node scored.
+pub const EXPERIMENT_PERCENTAGE: u32 = 100;
+
 /// The scheduler configuration of the experiment: one profile with only what the
 /// experiment checks (cpu, memory and pod count by NodeResourcesFit's filter, GPUs by
-/// GpuShare, which alone scores), every node scored; with `gangs`, Coscheduling sorts the
-/// queue (in PrioritySort's place) and places gangs whole.
+/// GpuShare, which alone scores), `percentage` of the nodes scored (the paper's
+/// [`EXPERIMENT_PERCENTAGE`], or 0 for kube-scheduler's adaptive share); with `gangs`,
+/// Coscheduling sorts the queue (in PrioritySort's place) and places gangs whole.
 pub fn experiment_config(
     args: &serde_json::Value,
     gangs: bool,
+    percentage: u32,
     registry: &Registry,
 ) -> Result<Config, OpenbError> {
     let sort = if gangs {
@@ -614,7 +620,7 @@ pub fn experiment_config(
     let config = serde_json::json!({
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
-        "percentageOfNodesToScore": 100,
+        "percentageOfNodesToScore": percentage,
         "profiles": [{
             "schedulerName": "default-scheduler",
             "plugins": {
@@ -668,6 +674,12 @@ pub struct RunResult {
     /// memory not counted): the online placement's idle share milli against a
     /// clairvoyant packing of the same pods.
     pub offline_share_idle_gpus: f64,
+    /// Pods placed and not, in the order they arrived, and how many were placed before
+    /// the first that found no place.
+    pub attempts: Attempts,
+    /// How the pods are spread over the nodes at the end (nodes used, cpu and memory
+    /// allocation across nodes, skew of pods over nodes).
+    pub quality: PlacementQuality,
     /// Wall time of the scheduling loop, in seconds.
     pub wall_seconds: f64,
     /// CPU time of the scheduling loop (the thread that ran it), in seconds.
@@ -690,20 +702,22 @@ impl RunResult {
     }
 }
 
-/// Runs the experiment with `seed` under the policy `args` through the scheduling core.
-/// With `gang_size` (2 or more), the pods asking for more than one GPU arrive in gangs of
-/// that many (consecutive such pods, each gang a PodGroup of that `minMember`; the last,
-/// shorter one of what is left): a gang's pods are placed all together or none is, as
-/// distributed training jobs need.
+/// Runs the experiment with `seed` under the policy `args` through the scheduling core,
+/// scoring `percentage` of the nodes (`percentageOfNodesToScore`; the paper's is
+/// [`EXPERIMENT_PERCENTAGE`]). With `gang_size` (2 or more), the pods asking for more than
+/// one GPU arrive in gangs of that many (consecutive such pods, each gang a PodGroup of
+/// that `minMember`; the last, shorter one of what is left): a gang's pods are placed all
+/// together or none is, as distributed training jobs need.
 pub fn run(
     trace: &Trace,
     args: &serde_json::Value,
     seed: u64,
     gang_size: Option<u32>,
+    percentage: u32,
     registry: &Registry,
 ) -> Result<RunResult, OpenbError> {
     let gang_size = gang_size.filter(|n| *n >= 2);
-    let config = experiment_config(args, gang_size.is_some(), registry)?;
+    let config = experiment_config(args, gang_size.is_some(), percentage, registry)?;
     let mut sched = Scheduler::new(config, None);
     let now = Duration::ZERO;
     for n in trace.nodes_for(seed) {
@@ -719,6 +733,7 @@ pub fn run(
     let mut gang: Vec<(Arc<PodInfo>, u64)> = Vec::new();
     let mut gangs = 0usize;
     let mut by_request: BTreeMap<u64, Outcome> = BTreeMap::new();
+    let mut attempts = Attempts::default();
     for (k, &i) in arrivals.iter().enumerate() {
         let (template, milli) = &trace.pods[i];
         let mut pod = (**template).clone();
@@ -747,7 +762,7 @@ pub fn run(
             batch,
             in_gang.then_some(gangs),
             now,
-            &mut by_request,
+            (&mut by_request, &mut attempts),
         )?;
         allocated += placed;
         failed += lost;
@@ -762,7 +777,7 @@ pub fn run(
             std::mem::take(&mut gang),
             Some(gangs + 1),
             now,
-            &mut by_request,
+            (&mut by_request, &mut attempts),
         )?;
         allocated += placed;
         failed += lost;
@@ -802,6 +817,8 @@ pub fn run(
         offline_share_idle_gpus: offline_share_idle(&by_request) as f64 / f64::from(MILLI_PER_GPU),
         by_request,
         holes,
+        attempts,
+        quality: PlacementQuality::measure(sched.cache().nodes().map(|n| &**n), None),
         wall_seconds,
         cpu_seconds,
     })
@@ -832,13 +849,13 @@ fn offline_share_idle(placed: &BTreeMap<u64, Outcome>) -> u64 {
 /// Schedules `pods` (with their GPU milli), as gang number `gang` when given (a PodGroup
 /// of them all): returns the GPU milli placed and how many pods could not be, which are
 /// removed (an arrival that finds no place leaves, in the experiment), and counts each
-/// pod's outcome in `by_request`.
+/// pod's outcome in `by_request` and in `attempts`, in the pods' order.
 fn place(
     sched: &mut Scheduler,
     pods: Vec<(Arc<PodInfo>, u64)>,
     gang: Option<usize>,
     now: Duration,
-    by_request: &mut BTreeMap<u64, Outcome>,
+    (by_request, attempts): (&mut BTreeMap<u64, Outcome>, &mut Attempts),
 ) -> Result<(u64, usize), OpenbError> {
     let bad = |e: crate::cache::CacheError| OpenbError::Config(e.to_string());
     let mut pods = pods;
@@ -882,8 +899,10 @@ fn place(
         let outcome = by_request.entry(*milli).or_default();
         if bound.contains(&pod.name) {
             outcome.placed += 1;
+            attempts.placed();
         } else {
             outcome.failed += 1;
+            attempts.failed();
             lost += 1;
             sched.remove_pod(&pod.namespace, &pod.name, now);
         }
@@ -936,6 +955,15 @@ pub struct PolicySummary {
     pub offline_share_idle_gpus: f64,
     /// Mean fragmentation ratio at the end (% of idle GPU milli).
     pub frag_ratio: f64,
+    /// Mean of the pods placed before the first that found no place (all the pods
+    /// placed, for a run where none failed).
+    pub placed_before_first_failure: f64,
+    /// Mean of the nodes holding pods at the end.
+    pub nodes_used: f64,
+    /// Mean of the standard deviation of the nodes' cpu allocation (% of allocatable).
+    pub cpu_std_dev: f64,
+    /// Mean of the standard deviation of the nodes' memory allocation (% of allocatable).
+    pub memory_std_dev: f64,
     /// Mean allocation ratio at each arrival percentage 0..=130.
     pub curve: Vec<Option<f64>>,
     /// Mean CPU time of one experiment (the scheduling loop, on one thread), in seconds.
@@ -967,6 +995,14 @@ impl PolicySummary {
             frag_milli: mean(&|r| r.frag_milli),
             offline_share_idle_gpus: mean(&|r| r.offline_share_idle_gpus),
             frag_ratio: mean(&|r| r.frag_ratio),
+            placed_before_first_failure: mean(&|r| {
+                r.attempts
+                    .placed_before_first_failure
+                    .unwrap_or(r.attempts.placed) as f64
+            }),
+            nodes_used: mean(&|r| r.quality.nodes_used as f64),
+            cpu_std_dev: mean(&|r| r.quality.cpu.std_dev),
+            memory_std_dev: mean(&|r| r.quality.memory.std_dev),
             curve,
             cpu_seconds_per_run: mean(&|r| r.cpu_seconds),
             wall_seconds_per_run: mean(&|r| r.wall_seconds),
@@ -993,6 +1029,8 @@ pub struct Report {
     /// The size of the gangs the multi-GPU pods arrived in, if they did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gang_size: Option<u32>,
+    /// The `percentageOfNodesToScore` of the runs (0: kube-scheduler's adaptive share).
+    pub percentage: u32,
 }
 
 impl Report {
@@ -1001,7 +1039,7 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "openb replay: {} ({} nodes, {} GPUs), {}{}, seeds {}",
+            "openb replay: {} ({} nodes, {} GPUs), {}{}, seeds {}, {}",
             self.nodes,
             self.cluster_nodes,
             self.cluster_gpus,
@@ -1009,7 +1047,11 @@ impl Report {
             self.gang_size
                 .map(|n| format!(" (multi-GPU pods in gangs of {n})"))
                 .unwrap_or_default(),
-            seed_range(&self.seeds)
+            seed_range(&self.seeds),
+            match self.percentage {
+                0 => "nodes scored: kube-scheduler's adaptive share".to_string(),
+                p => format!("nodes scored: {p}%"),
+            }
         );
         let _ = writeln!(
             out,
@@ -1052,6 +1094,23 @@ impl Report {
             }
             out.push('\n');
         }
+        let _ = writeln!(out, "\nPLACEMENT AT THE END (MEANS OVER THE SEEDS)");
+        let _ = writeln!(
+            out,
+            "{:<14} {:>15} {:>10} {:>10} {:>10}",
+            "POLICY", "BEFORE 1ST FAIL", "NODES USED", "CPU SD %", "MEM SD %"
+        );
+        for p in &self.policies {
+            let _ = writeln!(
+                out,
+                "{:<14} {:>15.1} {:>10.1} {:>10.2} {:>10.2}",
+                p.policy,
+                p.placed_before_first_failure,
+                p.nodes_used,
+                p.cpu_std_dev,
+                p.memory_std_dev
+            );
+        }
         out
     }
 
@@ -1074,6 +1133,7 @@ impl Report {
             "cluster_nodes": self.cluster_nodes,
             "cluster_gpus": self.cluster_gpus,
             "seeds": self.seeds,
+            "percentage": self.percentage,
             "policies": policies,
         });
         serde_json::to_string_pretty(&out).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
@@ -1353,8 +1413,8 @@ n,1,1,257
         let plain = trace();
         for policy in [Policy::Fgd, Policy::Gantry] {
             let spec = PolicySpec::published(policy, &plain);
-            let a = run(&plain, &spec.args, 42, None, &registry).unwrap();
-            let b = run(&t, &spec.args, 42, None, &registry).unwrap();
+            let a = run(&plain, &spec.args, 42, None, 100, &registry).unwrap();
+            let b = run(&t, &spec.args, 42, None, 100, &registry).unwrap();
             assert_eq!(
                 (a.final_alloc, a.failed),
                 (b.final_alloc, b.failed),
@@ -1369,7 +1429,7 @@ n,1,1,257
         let registry = crate::plugins::registry();
         for policy in [Policy::Fgd, Policy::BestFit] {
             let spec = PolicySpec::published(policy, &t);
-            let r = run(&t, &spec.args, 42, None, &registry).unwrap();
+            let r = run(&t, &spec.args, 42, None, 100, &registry).unwrap();
             assert_eq!(r.pods, t.arrivals(42).len());
             assert!(r.final_alloc > 0.0 && r.final_alloc <= 100.0, "{r:?}");
             assert_eq!(r.unallocated_gpus, 2.0 * (1.0 - r.final_alloc / 100.0));
@@ -1381,6 +1441,16 @@ n,1,1,257
             assert!((100.0 * placed as f64 / 2000.0 - r.final_alloc).abs() < 1e-9);
             let idle: u64 = r.holes.iter().map(|(f, n)| u64::from(*f) * *n as u64).sum();
             assert!(idle <= 2000 - placed, "{r:?}");
+            assert_eq!(
+                (r.attempts.placed, r.attempts.failed),
+                (r.pods - r.failed, r.failed)
+            );
+            // Below 100 nodes kube-scheduler's adaptive share is every node: the same run.
+            let adaptive = run(&t, &spec.args, 42, None, 0, &registry).unwrap();
+            assert_eq!(
+                (adaptive.final_alloc, adaptive.attempts, adaptive.quality),
+                (r.final_alloc, r.attempts, r.quality)
+            );
         }
         assert!(PolicySpec::published(Policy::Fgd, &t).args["typicalPods"].is_array());
         assert!(
@@ -1409,7 +1479,7 @@ n,1,1,257
         let t = Trace::new(&nodes, &pods).unwrap();
         let registry = crate::plugins::registry();
         let spec = PolicySpec::published(Policy::BestFit, &t);
-        let alone = run(&t, &spec.args, 7, None, &registry).unwrap();
+        let alone = run(&t, &spec.args, 7, None, 100, &registry).unwrap();
         assert_eq!(
             (alone.pods, alone.final_alloc, alone.failed),
             (3, 75.0, 1),
@@ -1426,14 +1496,25 @@ n,1,1,257
             )])
         );
         assert!(alone.holes.is_empty(), "a free whole GPU is no hole");
-        let gang = run(&t, &spec.args, 7, Some(3), &registry).unwrap();
+        assert_eq!(
+            alone.attempts,
+            Attempts {
+                placed: 2,
+                failed: 1,
+                placed_before_first_failure: Some(2)
+            }
+        );
+        assert_eq!((alone.quality.nodes_used, alone.quality.pods), (2, 2));
+        let gang = run(&t, &spec.args, 7, Some(3), 100, &registry).unwrap();
         assert_eq!(
             (gang.pods, gang.final_alloc, gang.failed),
             (3, 0.0, 3),
             "{gang:?}"
         );
+        assert_eq!(gang.attempts.placed_before_first_failure, Some(0));
+        assert_eq!(gang.quality.nodes_used, 0);
         // In gangs of two, the first pair is placed and the shorter gang left over is not.
-        let pairs = run(&t, &spec.args, 7, Some(2), &registry).unwrap();
+        let pairs = run(&t, &spec.args, 7, Some(2), 100, &registry).unwrap();
         assert_eq!((pairs.final_alloc, pairs.failed), (75.0, 1), "{pairs:?}");
     }
 
@@ -1495,6 +1576,12 @@ n,1,1,257
             )]),
             holes: BTreeMap::from([(500, 1)]),
             offline_share_idle_gpus: 0.5,
+            attempts: Attempts {
+                placed: 2,
+                failed: 1,
+                placed_before_first_failure: Some(1),
+            },
+            quality: PlacementQuality::measure(&[], None),
             wall_seconds: 0.5,
             cpu_seconds: 0.25,
         };
@@ -1506,9 +1593,17 @@ n,1,1,257
             seeds: vec![42, 43],
             policies: vec![PolicySummary::new("FGD", vec![run.clone(), run])],
             gang_size: None,
+            percentage: 0,
         };
         let table = report.to_table();
-        assert!(table.contains("seeds 42..43"), "{table}");
+        assert!(
+            table.contains("seeds 42..43, nodes scored: kube-scheduler's adaptive share"),
+            "{table}"
+        );
+        assert!(
+            table.contains("FGD                        1.0        0.0       0.00       0.00"),
+            "{table}"
+        );
         assert!(
             table.contains("FGD               50.00%    50.00%"),
             "{table}"

@@ -5,6 +5,7 @@ mod explain;
 mod feature_gates;
 mod kube_flags;
 mod openb;
+mod quality;
 mod report;
 mod run;
 mod simulate;

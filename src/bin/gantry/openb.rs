@@ -51,6 +51,12 @@ pub struct Args {
     /// `nvidia.com/gpucores` (both `gpu_milli / 10`).
     #[arg(long)]
     pub hami: bool,
+    /// percentageOfNodesToScore of every run: 100 (every node, the paper's setting) or 0
+    /// (kube-scheduler's adaptive share, 41% of the 1,213 nodes of openb's cluster), or any
+    /// share between.
+    #[arg(long, default_value_t = openb::EXPERIMENT_PERCENTAGE,
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub percentage: u32,
 }
 
 /// Where the typical workload comes from.
@@ -148,7 +154,14 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<(usize, openb::RunResult)>> = pool.install(|| {
         jobs.par_iter()
             .map(|&(i, seed)| {
-                let r = openb::run(&trace, &specs[i].args, seed, args.gang_size, &registry)?;
+                let r = openb::run(
+                    &trace,
+                    &specs[i].args,
+                    seed,
+                    args.gang_size,
+                    args.percentage,
+                    &registry,
+                )?;
                 Ok((i, r))
             })
             .collect()
@@ -170,6 +183,7 @@ pub fn run(args: Args, output: Output) -> anyhow::Result<()> {
             .map(|(s, runs)| PolicySummary::new(&s.label, runs))
             .collect(),
         gang_size: args.gang_size,
+        percentage: args.percentage,
     };
     if let Some(path) = &args.plot {
         std::fs::write(path, report.to_svg())
