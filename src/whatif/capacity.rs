@@ -3,7 +3,7 @@
 //! to be added for a set of pods to fit.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1 as core;
 
@@ -81,6 +81,7 @@ fn place_one(
 ) -> Result<(), (String, Option<Box<DecisionRecord>>)> {
     let ours = |pod: &PodInfo| pod.namespace == namespace && pod.name == name;
     loop {
+        let start = Instant::now();
         let Some(mut attempt) = fork.schedule_next(now) else {
             let why = fork
                 .waiting()
@@ -103,7 +104,7 @@ fn place_one(
             Attempt::Waiting { .. } | Attempt::Rejected { .. } => {}
             Attempt::Unschedulable { pod, message, .. } if ours(pod) => {
                 let message = message.clone();
-                let record = DecisionRecord::from_attempt(&mut attempt, 0, Duration::ZERO);
+                let record = DecisionRecord::from_attempt(&mut attempt, 0, start.elapsed());
                 return Err((message, Some(Box::new(record))));
             }
             Attempt::Failed { pod, status, .. } if ours(pod) => {

@@ -7,8 +7,10 @@ mod kube_flags;
 mod openb;
 mod report;
 mod run;
+mod server;
 mod simulate;
 mod webhook;
+mod what_if;
 mod write_config;
 
 use std::io::{IsTerminal, Write};
@@ -36,6 +38,9 @@ enum Command {
     Webhook(webhook::Args),
     /// Show a pod's latest scheduling attempts: where it went and why, or why it is pending.
     Explain(explain::Args),
+    /// Where pods would go, and why, or how many more replicas fit, against a running
+    /// gantry's state or a snapshot, without touching the cluster.
+    WhatIf(Box<what_if::Args>),
 }
 
 /// Opens /dev/null on each standard descriptor (0, 1, 2) that is closed. A process started
@@ -79,6 +84,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(*args, &sub),
         Command::Webhook(args) => webhook::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::WhatIf(args) => what_if::run(*args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
