@@ -4,6 +4,7 @@
 mod input;
 pub mod openb;
 mod report;
+pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -9,6 +9,7 @@ mod report;
 mod run;
 mod server;
 mod simulate;
+mod snapshot;
 mod webhook;
 mod what_if;
 mod write_config;
@@ -41,6 +42,9 @@ enum Command {
     /// Where pods would go, and why, or how many more replicas fit, against a running
     /// gantry's state or a snapshot, without touching the cluster.
     WhatIf(Box<what_if::Args>),
+    /// Write a running gantry's state (nodes, placed and queued pods, PodGroups) in the
+    /// simulator's input format, to replay offline.
+    Snapshot(snapshot::Args),
 }
 
 /// Opens /dev/null on each standard descriptor (0, 1, 2) that is closed. A process started
@@ -85,6 +89,7 @@ fn main() -> std::process::ExitCode {
         Command::Webhook(args) => webhook::run(args),
         Command::Explain(args) => explain::run(args),
         Command::WhatIf(args) => what_if::run(*args),
+        Command::Snapshot(args) => snapshot::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
