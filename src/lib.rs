@@ -24,3 +24,4 @@ pub mod suggest;
 pub mod synthetic;
 pub mod testing;
 pub mod webhook;
+pub mod whatif;

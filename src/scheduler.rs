@@ -212,6 +212,40 @@ enum AskingStage {
     },
 }
 
+/// The cluster as a scheduler holds it at one moment: its cache, the snapshot its cycles
+/// read, its nominated pods and where its next search starts. A question about placements
+/// (`gantry what-if`) runs a scheduler built from a clone of it ([`Scheduler::from_view`]),
+/// off the scheduling thread: the clone shares every node's [`NodeInfo`] and copies only
+/// what it changes, so the scheduler's own state is untouched.
+#[derive(Debug)]
+pub struct ClusterView {
+    cache: Cache,
+    snapshot: Snapshot,
+    nominated: NominatedPods,
+    next_start: CycleMemory,
+    /// The scheduler's time when the view was taken.
+    pub taken_at: Duration,
+}
+
+impl Clone for ClusterView {
+    fn clone(&self) -> Self {
+        ClusterView {
+            cache: self.cache.clone(),
+            snapshot: self.snapshot.clone(),
+            nominated: self.nominated.clone(),
+            next_start: self.next_start.fork(),
+            taken_at: self.taken_at,
+        }
+    }
+}
+
+impl ClusterView {
+    /// The cluster state.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+}
+
 /// The scheduling core with its state.
 pub struct Scheduler {
     config: Config,
@@ -277,6 +311,35 @@ impl Scheduler {
             asking: HashMap::new(),
             answers: std::collections::VecDeque::new(),
         }
+    }
+
+    /// The cluster as this scheduler holds it now (see [`ClusterView`]); `now` is the
+    /// scheduler's time.
+    pub fn view(&self, now: Duration) -> ClusterView {
+        ClusterView {
+            cache: self.cache.clone(),
+            snapshot: self.snapshot.clone(),
+            nominated: self.nominated.clone(),
+            next_start: self.memory.fork(),
+            taken_at: now,
+        }
+    }
+
+    /// A scheduler for `config` holding `view`'s cluster, with nothing queued: what a copy
+    /// of the scheduler that took the view would do. `config` should be built from the same
+    /// configuration (its own plugin instances, so that plugins keeping state between cycles
+    /// keep it apart).
+    pub fn from_view(
+        config: Config,
+        view: ClusterView,
+        pool: Option<Arc<rayon::ThreadPool>>,
+    ) -> Self {
+        let mut scheduler = Scheduler::new(config, pool);
+        scheduler.cache = view.cache;
+        scheduler.snapshot = view.snapshot;
+        scheduler.nominated = view.nominated;
+        scheduler.memory = view.next_start;
+        scheduler
     }
 
     /// With `true`, unschedulable attempts come with the single changes that would let the

@@ -34,7 +34,9 @@ use crate::model::volume::{
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
-use crate::scheduler::{Attempt, BindTask, ExtenderAnswer, ExtenderRequest, Scheduler};
+use crate::scheduler::{
+    Attempt, BindTask, ClusterView, ExtenderAnswer, ExtenderRequest, Scheduler,
+};
 
 /// Longest the thread sleeps with nothing to do.
 const IDLE_TICK: Duration = Duration::from_secs(1);
@@ -211,10 +213,31 @@ pub enum Input {
     },
     /// The extenders answered about a pod.
     Extenders(Box<ExtenderAnswer>),
+    /// A question about placements (`/debug/whatif`, `/debug/snapshot`) asks for the
+    /// scheduler's state as it is between two cycles.
+    View(ViewRequest),
     /// This replica leads: start scheduling.
     Lead,
     /// Stop scheduling, wait for bindings in flight, and return.
     Shutdown,
+}
+
+/// A request for the scheduler's state ([`Input::View`]).
+#[derive(Debug)]
+pub struct ViewRequest {
+    /// Also the pods waiting in the queue (for a snapshot), in the order they came.
+    pub with_queue: bool,
+    /// Where the state goes.
+    pub reply: tokio::sync::oneshot::Sender<ViewReply>,
+}
+
+/// The scheduler's state, handed off the scheduling thread.
+#[derive(Debug)]
+pub struct ViewReply {
+    /// The cluster as the scheduler holds it.
+    pub view: ClusterView,
+    /// The queued pods, when asked for.
+    pub queued: Vec<Arc<PodInfo>>,
 }
 
 /// What the scheduling thread needs.
@@ -587,6 +610,22 @@ impl Driver {
                 s.release_preemptor(&namespace, &name);
             }
             Input::Extenders(answer) => s.extenders_answered(*answer),
+            Input::View(request) => {
+                let queued = if request.with_queue {
+                    s.queue()
+                        .queued()
+                        .into_iter()
+                        .map(|q| q.pod.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                // The asker may have given up: nothing to do then.
+                let _ = request.reply.send(ViewReply {
+                    view: s.view(now),
+                    queued,
+                });
+            }
             Input::Lead => run.leading = true,
             Input::Shutdown => {
                 if run.stopping.is_none() {

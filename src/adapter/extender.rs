@@ -465,9 +465,10 @@ fn client_identity(tls: &TlsSettings) -> Result<Option<Identity>, String> {
 }
 
 /// `tlsConfig.insecure` (or `enableHTTPS` without a CA): the server's certificate is not
-/// verified, only its handshake signatures.
+/// verified, only its handshake signatures. Also what `gantry what-if` and `gantry
+/// snapshot` use with `--insecure-skip-tls-verify`.
 #[derive(Debug)]
-struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+pub struct NoVerification(pub Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for NoVerification {
     fn verify_server_cert(

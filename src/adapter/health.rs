@@ -1,6 +1,8 @@
 //! The HTTP endpoints: `/metrics` (Prometheus), `/healthz` and `/livez` (the process is up),
 //! `/readyz` (the caches are warm), `/debug/decisions/<namespace>/<pod>` (the pod's latest
-//! scheduling attempts, as decision records in JSON), and `/debug/pprof` when profiling is on.
+//! scheduling attempts, as decision records in JSON), `POST /debug/whatif` (where pods would
+//! go, see [`crate::whatif`]), `GET /debug/snapshot` (the scheduler's state in the
+//! simulator's input format), and `/debug/pprof` when profiling is on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,9 +12,10 @@ use axum::Router;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use super::metrics::Metrics;
+use super::questions::{QuestionError, Questions};
 use crate::decision::SharedStore;
 use crate::decision::store::latest_shared;
 
@@ -30,6 +33,9 @@ pub struct Health {
     pub decisions: SharedStore,
     /// Whether `/debug/pprof` is served (`enableProfiling`).
     pub profiling: bool,
+    /// The way to the scheduler for `/debug/whatif` and `/debug/snapshot` (none: they
+    /// answer 503).
+    pub questions: Option<Questions>,
 }
 
 /// The router serving the endpoints.
@@ -41,6 +47,8 @@ pub fn router(health: Health) -> Router {
         .route("/livez", get(ok))
         .route("/readyz", get(readyz))
         .route("/debug/decisions/{namespace}/{pod}", get(decisions))
+        .route("/debug/whatif", post(what_if))
+        .route("/debug/snapshot", get(snapshot))
         .with_state(health);
     if profiling {
         router.merge(super::profiling::router())
@@ -80,6 +88,97 @@ async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+/// A text answer with its status.
+type TextAnswer = (StatusCode, [(header::HeaderName, &'static str); 1], String);
+
+fn text(status: StatusCode, message: String) -> TextAnswer {
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        message,
+    )
+}
+
+/// The questions, once the caches are warm: before, the state is partial.
+fn questions(h: &Health) -> Result<&Questions, TextAnswer> {
+    let Some(questions) = &h.questions else {
+        return Err(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this gantry answers no questions\n".to_string(),
+        ));
+    };
+    if !h.ready.load(Ordering::Relaxed) {
+        return Err(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced: the scheduler's state is not complete yet\n".to_string(),
+        ));
+    }
+    Ok(questions)
+}
+
+fn failed(e: QuestionError) -> TextAnswer {
+    let status = match e {
+        QuestionError::Invalid(_) => StatusCode::BAD_REQUEST,
+        QuestionError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    text(status, format!("{e}\n"))
+}
+
+/// `POST /debug/whatif`: a [`crate::whatif::Question`] (JSON) answered against the
+/// scheduler's state now, as a [`crate::whatif::Answer`] (JSON).
+async fn what_if(State(h): State<Health>, body: axum::body::Bytes) -> TextAnswer {
+    let questions = match questions(&h) {
+        Ok(q) => q,
+        Err(answer) => return answer,
+    };
+    let question = match serde_json::from_slice(&body) {
+        Ok(q) => q,
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("the question is not a what-if question: {e}\n"),
+            );
+        }
+    };
+    match questions.ask(question).await {
+        Ok(answer) => match serde_json::to_string(&answer) {
+            Ok(body) => (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            ),
+            Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        },
+        Err(e) => failed(e),
+    }
+}
+
+/// `GET /debug/snapshot`: the scheduler's state now (nodes, placed and queued pods, and the
+/// other objects its plugins read) in the simulator's input format, a YAML `List`.
+async fn snapshot(State(h): State<Health>) -> TextAnswer {
+    let questions = match questions(&h) {
+        Ok(q) => q,
+        Err(answer) => return answer,
+    };
+    let reply = match questions.view(true).await {
+        Ok(reply) => reply,
+        Err(e) => return failed(e),
+    };
+    let written = tokio::task::spawn_blocking(move || {
+        crate::sim::snapshot::write(&reply.view, &reply.queued)
+    })
+    .await;
+    match written {
+        Ok(Ok(yaml)) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/yaml")],
+            yaml,
+        ),
+        Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
 }
 
@@ -178,6 +277,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
             decisions: store,
+            questions: None,
             profiling: false,
         };
         let (status, body) = get(&health, "/debug/decisions/default/big").await;

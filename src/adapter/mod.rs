@@ -50,6 +50,7 @@ pub mod preemption;
 pub mod process_metrics;
 pub mod profiling;
 pub mod protobuf;
+pub mod questions;
 pub mod reflector;
 pub mod rest_client;
 pub mod serving;
@@ -184,6 +185,9 @@ pub struct Options {
     pub node_load: NodeLoadSettings,
     /// Where decision records go.
     pub decisions: DecisionSettings,
+    /// Fresh configurations for the schedulers that answer what-if questions (none: the
+    /// questions are not answered).
+    pub questions: Option<questions::ConfigSource>,
 }
 
 /// Runs the scheduler against the API server until SIGTERM or SIGINT (then stops cleanly,
@@ -197,6 +201,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         pool,
         node_load,
         decisions,
+        questions,
     } = options;
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
@@ -221,11 +226,13 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         .collect();
     let identity = leader::identity();
     let ready = Arc::new(AtomicBool::new(false));
+    let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
         decisions: decision_store.clone(),
         profiling: serving.profiling,
+        questions: questions.map(|config| questions::Questions::new(inputs.clone(), config)),
     };
     let plain = match serving.plain {
         Some(address) => Some(
@@ -250,7 +257,6 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     tracing::info!(%served, %secure_served, %identity, ?profiles, "gantry starting");
 
     let mut signals = Signals::new()?;
-    let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let (bind_tx, bind_rx) = tokio::sync::mpsc::unbounded_channel();
     let (recorder, events_task) = events::spawn(client.clone(), identity.clone(), metrics.clone());
     let extender_clients = if config.extenders.is_empty() {

@@ -55,7 +55,7 @@ pub enum CacheError {
     NotAssumed(String),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct NodeEntry {
     info: Arc<NodeInfo>,
     /// False for a placeholder holding pods bound to a node not (or no longer) known.
@@ -68,8 +68,9 @@ struct PodEntry {
     assumed: bool,
 }
 
-/// The scheduler's cluster state.
-#[derive(Debug)]
+/// The scheduler's cluster state. A clone shares every node's [`NodeInfo`] (copied only
+/// when the clone changes it), so that a question about placements can run on a copy.
+#[derive(Debug, Clone)]
 pub struct Cache {
     /// The parts kept beyond nodes and pods (see [`Tracked`]).
     tracked: TrackedSet,

@@ -62,6 +62,17 @@ pub struct CycleMemory {
     scores: ScoreBuffers,
 }
 
+impl CycleMemory {
+    /// A memory that starts the next search where this one would (its buffers are not
+    /// copied): a copy of the scheduler asked what it would do next searches the same nodes.
+    pub fn fork(&self) -> CycleMemory {
+        CycleMemory {
+            next_start: self.next_start,
+            ..CycleMemory::default()
+        }
+    }
+}
+
 /// Per-cycle score arrays, kept between cycles.
 #[derive(Debug, Default)]
 struct ScoreBuffers {

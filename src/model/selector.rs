@@ -33,6 +33,36 @@ pub enum Operator {
     Lt,
 }
 
+impl Operator {
+    /// The operator as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operator::In => "In",
+            Operator::NotIn => "NotIn",
+            Operator::Exists => "Exists",
+            Operator::DoesNotExist => "DoesNotExist",
+            Operator::Gt => "Gt",
+            Operator::Lt => "Lt",
+        }
+    }
+}
+
+impl Requirement {
+    /// The requirement as a node selector writes it (`Gt` and `Lt` with their bound as the
+    /// one value).
+    pub fn to_node_selector_requirement(&self) -> core::NodeSelectorRequirement {
+        let values = match self.operator {
+            Operator::Gt | Operator::Lt => vec![self.bound.to_string()],
+            _ => self.values.clone(),
+        };
+        core::NodeSelectorRequirement {
+            key: self.key.clone(),
+            operator: self.operator.as_str().to_string(),
+            values: (!values.is_empty()).then_some(values),
+        }
+    }
+}
+
 /// One requirement on a label (or on a field, for node selectors' `matchFields`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requirement {
@@ -139,6 +169,28 @@ impl LabelSelector {
             requirements: Vec::new(),
             nothing: true,
         }
+    }
+
+    /// The selector as the API writes it (every requirement a `matchExpressions` entry);
+    /// `None` for the selector that matches nothing (an absent one). Read back with
+    /// [`LabelSelector::compile`], it is this selector again.
+    pub fn to_api(&self) -> Option<meta::LabelSelector> {
+        if self.nothing {
+            return None;
+        }
+        let expressions: Vec<meta::LabelSelectorRequirement> = self
+            .requirements
+            .iter()
+            .map(|r| meta::LabelSelectorRequirement {
+                key: r.key.clone(),
+                operator: r.operator.as_str().to_string(),
+                values: (!r.values.is_empty()).then(|| r.values.clone()),
+            })
+            .collect();
+        Some(meta::LabelSelector {
+            match_expressions: (!expressions.is_empty()).then_some(expressions),
+            match_labels: None,
+        })
     }
 
     /// A selector that matches every label set.

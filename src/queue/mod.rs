@@ -608,6 +608,20 @@ impl SchedulingQueue {
             .min()
     }
 
+    /// Every queued pod, active or not, in the order they were first queued (for a
+    /// snapshot of the scheduler's state).
+    pub fn queued(&self) -> Vec<&QueuedPod> {
+        let mut pods: Vec<&QueuedPod> = self.entries.values().map(|e| &e.queued).collect();
+        pods.sort_by(|a, b| {
+            (a.first_queued, &a.pod.namespace, &a.pod.name).cmp(&(
+                b.first_queued,
+                &b.pod.namespace,
+                &b.pod.name,
+            ))
+        });
+        pods
+    }
+
     /// Every queued pod that is not active, with its sub-queue (for reports).
     pub fn waiting(&self) -> impl Iterator<Item = (&QueuedPod, QueueName)> {
         self.waiting_entries().map(|e| (&e.queued, e.queue))

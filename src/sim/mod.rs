@@ -5,6 +5,7 @@ mod input;
 pub mod openb;
 pub mod quality;
 mod report;
+pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use crate::model::{Labels, NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
 pub use input::{ClusterInput, InputError};
+pub(crate) use report::table;
 pub use report::{GpuDevice, GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
 /// What the report says of a pod that scheduler extenders would filter or score: the
@@ -54,8 +56,29 @@ pub fn simulate_recorded(
     pool: Option<Arc<rayon::ThreadPool>>,
     decisions: Option<&DecisionRecorder>,
 ) -> Report {
+    let Loaded {
+        mut scheduler,
+        report,
+        pending,
+    } = load(input, config, pool);
+    schedule_pending(&mut scheduler, report, pending, Duration::ZERO, decisions)
+}
+
+/// A cluster read into a scheduler: what [`load`] returns.
+pub struct Loaded {
+    /// The scheduler, holding the nodes, the running pods and the other objects.
+    pub scheduler: Scheduler,
+    /// The report so far: the running pods, the pods that could not be read, what was left
+    /// out.
+    pub report: Report,
+    /// The readable pending pods, in input order (not queued yet).
+    pub pending: Vec<Arc<PodInfo>>,
+}
+
+/// Reads `input` into a scheduler for `config`: everything but the pending pods, which are
+/// returned for [`schedule_pending`].
+pub fn load(input: &ClusterInput, config: Config, pool: Option<Arc<rayon::ThreadPool>>) -> Loaded {
     let mut sched = Scheduler::new(config, pool);
-    sched.set_explain(decisions.is_some());
     let mut report = Report {
         ignored: input.ignored.clone(),
         ..Default::default()
@@ -130,6 +153,26 @@ pub fn simulate_recorded(
             pending.push(info);
         }
     }
+    Loaded {
+        scheduler: sched,
+        report,
+        pending,
+    }
+}
+
+/// Queues `pending` in `sched` (in order, after whatever `report` already holds) and
+/// schedules until nothing is due, from the time `start`: bindings complete at once,
+/// preemptions evict their victims, the clock jumps over backoffs and waits at Permit.
+/// Returns `report` with each pending pod's outcome, every node's usage and every PodGroup's
+/// outcome.
+pub fn schedule_pending(
+    sched: &mut Scheduler,
+    mut report: Report,
+    pending: Vec<Arc<PodInfo>>,
+    start: Duration,
+    decisions: Option<&DecisionRecorder>,
+) -> Report {
+    let now = start;
     let mut outcome_index: HashMap<String, usize> = HashMap::new();
     for pod in pending {
         outcome_index.insert(pod.key(), report.pods.len());
@@ -154,14 +197,14 @@ pub fn simulate_recorded(
         let _ = sched.upsert_pod(pod, now);
     }
 
-    let held = run_queue(&mut sched, &mut report, &outcome_index, decisions);
+    let held = run_queue(sched, &mut report, &outcome_index, start, decisions);
     for (queued, _) in sched.waiting() {
         if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
             report.pods[i].message = Some(status.message());
         }
     }
-    report.nodes = node_usage(&sched);
-    report.groups = group_outcomes(&sched, &report, &held);
+    report.nodes = node_usage(sched);
+    report.groups = group_outcomes(sched, &report, &held);
     report
 }
 
@@ -172,10 +215,11 @@ fn run_queue(
     sched: &mut Scheduler,
     report: &mut Report,
     index: &HashMap<String, usize>,
+    start: Duration,
     decisions: Option<&DecisionRecorder>,
 ) -> HashMap<(String, String), usize> {
     let mut held: HashMap<(String, String), usize> = HashMap::new();
-    let mut now = Duration::ZERO;
+    let mut now = start;
     // Bindings so far, and for each pod rejected at Permit, how many there were then: a pod
     // rejected twice with nothing bound in between would be held and rejected the same way
     // again, for ever, and is not tried again.

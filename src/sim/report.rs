@@ -158,7 +158,7 @@ fn percent(part: i64, whole: i64) -> String {
 }
 
 /// Formats rows as aligned columns.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

@@ -325,6 +325,7 @@ mod tests {
             ready: Arc::new(AtomicBool::new(true)),
             decisions: DecisionStore::shared(10),
             profiling: true,
+            questions: None,
         }
     }
 

@@ -8,8 +8,11 @@ mod openb;
 mod quality;
 mod report;
 mod run;
+mod server;
 mod simulate;
+mod snapshot;
 mod webhook;
+mod what_if;
 mod write_config;
 
 use std::io::{IsTerminal, Write};
@@ -37,6 +40,12 @@ enum Command {
     Webhook(webhook::Args),
     /// Show a pod's latest scheduling attempts: where it went and why, or why it is pending.
     Explain(explain::Args),
+    /// Where pods would go, and why, or how many more replicas fit, against a running
+    /// gantry's state or a snapshot, without touching the cluster.
+    WhatIf(Box<what_if::Args>),
+    /// Write a running gantry's state (nodes, placed and queued pods, PodGroups) in the
+    /// simulator's input format, to replay offline.
+    Snapshot(snapshot::Args),
 }
 
 /// Opens /dev/null on each standard descriptor (0, 1, 2) that is closed. A process started
@@ -80,6 +89,8 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(*args, &sub),
         Command::Webhook(args) => webhook::run(args),
         Command::Explain(args) => explain::run(args),
+        Command::WhatIf(args) => what_if::run(*args),
+        Command::Snapshot(args) => snapshot::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

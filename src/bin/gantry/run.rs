@@ -260,6 +260,9 @@ pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
             capacity: args.decision_records,
             file: args.decision_log.rotation(),
         },
+        questions: Some(Arc::new(move || {
+            Config::from_file_config(&file, &plugins::registry()).map_err(|e| e.to_string())
+        })),
     };
     runtime.block_on(adapter::run(options))?;
     Ok(())

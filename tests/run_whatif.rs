@@ -1,0 +1,306 @@
+//! `gantry what-if` against a running `gantry run` on a real kube-apiserver, then the same
+//! pods created for real: every pod lands where what-if said, the one it said would stay
+//! pending stays pending, and `--max` is exact (of `--max` + 1 replicas, exactly one stays
+//! pending). `gantry snapshot` writes the running state, and what-if on that file gives the
+//! same answers. Nothing what-if does is seen by the cluster.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use support::*;
+
+const NS: &str = "whatif";
+const PROFILE: &str = "gantry-whatif";
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .output()
+        .expect("run gantry")
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "gantry failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The answer's pods: name to node (none when pending).
+fn placements(answer: &serde_json::Value) -> BTreeMap<String, Option<String>> {
+    answer["pods"]
+        .as_array()
+        .expect("pods")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().expect("name").to_string(),
+                p["node"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+fn write_yaml(path: &Path, objects: &[serde_json::Value]) {
+    let docs: Vec<String> = objects
+        .iter()
+        .map(|o| serde_yaml::to_string(o).expect("yaml"))
+        .collect();
+    std::fs::write(path, docs.join("---\n")).expect("write the question");
+}
+
+fn stateful_set(replicas: i32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {
+                    "schedulerName": PROFILE,
+                    "containers": [{
+                        "name": "db",
+                        "image": "registry.example/db:1",
+                        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"}}
+                    }]
+                }
+            }
+        }
+    })
+}
+
+/// The pod the StatefulSet controller would create as replica `i` of `set` (created by the
+/// test: without kubelets, the controller would wait for `db-0` to be ready before `db-1`).
+fn stateful_pod(set: &StatefulSet, i: usize) -> Pod {
+    let name = format!("db-{i}");
+    let template = set.spec.template.clone();
+    let mut metadata = template.metadata.unwrap_or_default();
+    metadata.name = Some(name.clone());
+    metadata.namespace = Some(NS.to_string());
+    metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("statefulset.kubernetes.io/pod-name".to_string(), name);
+    metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "apps/v1".to_string(),
+            kind: "StatefulSet".to_string(),
+            name: "db".to_string(),
+            uid: set.metadata.uid.clone().expect("uid"),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    Pod {
+        metadata,
+        spec: template.spec,
+        status: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_if_agrees_with_what_the_scheduler_then_does() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    create_namespace(&client, NS).await;
+    for (name, cpu) in [("wi-a", "4"), ("wi-b", "4"), ("wi-c", "2"), ("wi-d", "3")] {
+        create_node(
+            &client,
+            &labelled_node(
+                name,
+                NS,
+                cpu,
+                "8Gi",
+                &[(
+                    "topology.kubernetes.io/zone",
+                    if name < "wi-c" { "z1" } else { "z2" },
+                )],
+            ),
+        )
+        .await;
+    }
+    let config = config(PROFILE, NS, None, "");
+    let config_file = plane.dir().join("whatif-config.yaml");
+    std::fs::write(&config_file, &config).expect("config");
+    let running = Gantry::start_ready(plane.dir(), NS, &config, &plane.kubeconfig()).await;
+    let server = format!("http://{}", running.addr);
+    // Some pods already running.
+    create_pod(&client, &pod(NS, "running-1", PROFILE, "1500m", "1Gi")).await;
+    create_pod(&client, &pod(NS, "running-2", PROFILE, "1", "512Mi")).await;
+    wait_bound(&client, NS, "running-1", Duration::from_secs(30)).await;
+    wait_bound(&client, NS, "running-2", Duration::from_secs(30)).await;
+
+    // A batch of bare pods with fixed names, one too big for any node, and a StatefulSet.
+    let bare: Vec<Pod> = [
+        ("p-1", "700m"),
+        ("p-2", "1200m"),
+        ("p-3", "300m"),
+        ("p-4", "9"),
+        ("p-5", "1"),
+        ("p-6", "600m"),
+    ]
+    .iter()
+    .map(|(name, cpu)| pod(NS, name, PROFILE, cpu, "128Mi"))
+    .collect();
+    let mut objects: Vec<serde_json::Value> = bare
+        .iter()
+        .map(|p| {
+            let mut v = serde_json::to_value(p).expect("pod");
+            v["apiVersion"] = "v1".into();
+            v["kind"] = "Pod".into();
+            v
+        })
+        .collect();
+    objects.push(stateful_set(3));
+    let question = plane.dir().join("whatif-batch.yaml");
+    write_yaml(&question, &objects);
+    let q = question.display().to_string();
+    let answer: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "what-if", &q, "--server", &server, "--output", "json",
+    ])))
+    .expect("a JSON answer");
+    let predicted = placements(&answer);
+    assert_eq!(predicted.len(), 9, "{answer}");
+    assert_eq!(predicted["p-4"], None, "9 cpu fits no node: {answer}");
+    assert!(
+        predicted
+            .iter()
+            .filter(|(n, _)| *n != "p-4")
+            .all(|(_, node)| node.is_some()),
+        "{answer}"
+    );
+    // The table says the same, with the reason for the pending one.
+    let table = stdout(&cli(&["what-if", &q, "--server", &server]));
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" p-4 ") && l.ends_with("(pending)")),
+        "{table}"
+    );
+    assert!(
+        table.contains("What single change would let it fit:"),
+        "{table}"
+    );
+    // Nothing was created or bound by the question.
+    assert_eq!(pods(&client, NS).await.len(), 2);
+
+    // The state as a snapshot file, and the same question asked of it.
+    let snapshot = plane.dir().join("whatif-snapshot.yaml");
+    stdout(&cli(&[
+        "snapshot",
+        "--server",
+        &server,
+        "-f",
+        &snapshot.display().to_string(),
+    ]));
+    let offline: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "what-if",
+        &q,
+        "--snapshot",
+        &snapshot.display().to_string(),
+        "--config",
+        &config_file.display().to_string(),
+        "--output",
+        "json",
+    ])))
+    .expect("a JSON answer");
+    assert_eq!(placements(&offline), predicted, "offline: {offline}");
+
+    // Now for real, in the same order.
+    for p in &bare {
+        create_pod(&client, p).await;
+    }
+    let set: StatefulSet = Api::namespaced(client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(stateful_set(3)).expect("StatefulSet"),
+        )
+        .await
+        .expect("create the StatefulSet");
+    // gantry hears of the StatefulSet (its selector spreads the pods) before its pods.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for i in 0..3 {
+        create_pod(&client, &stateful_pod(&set, i)).await;
+    }
+    for (name, node) in &predicted {
+        match node {
+            Some(node) => {
+                let bound = wait_bound(&client, NS, name, Duration::from_secs(30)).await;
+                assert_eq!(&bound, node, "{name} landed elsewhere than predicted");
+            }
+            None => {
+                wait_unschedulable(&client, NS, name, Duration::from_secs(30)).await;
+            }
+        }
+    }
+
+    // --max: how many more 700m pods fit now; one more than that stays pending.
+    let filler = {
+        let mut v = serde_json::to_value(pod(NS, "filler", PROFILE, "700m", "64Mi")).expect("pod");
+        v["apiVersion"] = "v1".into();
+        v["kind"] = "Pod".into();
+        v
+    };
+    let max_question = plane.dir().join("whatif-max.yaml");
+    write_yaml(&max_question, &[filler]);
+    let mq = max_question.display().to_string();
+    let answer: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "what-if", &mq, "--server", &server, "--max", "--output", "json",
+    ])))
+    .expect("a JSON answer");
+    let fits = answer["capacity"][0]["fits"].as_u64().expect("fits") as usize;
+    assert!(fits > 0, "{answer}");
+    assert!(
+        answer["capacity"][0]["stoppedBy"]
+            .as_str()
+            .is_some_and(|s| s.contains("Insufficient cpu")),
+        "{answer}"
+    );
+    let names: Vec<String> = (0..=fits)
+        .map(|i| {
+            if i == 0 {
+                "filler".to_string()
+            } else {
+                format!("filler-{i}")
+            }
+        })
+        .collect();
+    for name in &names {
+        create_pod(&client, &pod(NS, name, PROFILE, "700m", "64Mi")).await;
+    }
+    let mut pending = 0;
+    for name in &names {
+        let done = eventually(Duration::from_secs(30), "filler decided", || async {
+            let p = get_pod(&client, NS, name).await;
+            if node_of(&p).is_some() {
+                return Some(false);
+            }
+            pod_scheduled(&p)
+                .filter(|c| c.0 == "False" && c.1 == "Unschedulable")
+                .map(|_| true)
+        })
+        .await;
+        pending += usize::from(done);
+    }
+    assert_eq!(
+        pending,
+        1,
+        "of {} replicas, exactly one stays pending",
+        fits + 1
+    );
+    let all = bound_pods(&client, NS).await;
+    assert_eq!(all.len(), 2 + 8 + fits, "every other pod is bound");
+}
