@@ -21,6 +21,7 @@ const DEPLOYMENT_LABEL: &str = "app";
 /// Fills every cluster size with every workload to every share of `--fill`, once for each
 /// percentage and thread count, and prints one row each.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let config = bench::base_config(args)?;
     println!(
         "{:>6} {:<11} {:>4} {:>7} {:>4} {:>7} {:>7} {:>6} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10} {:>7}",
         "nodes",
@@ -41,7 +42,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "host-skew",
         "cpu-s"
     );
-    let config = bench::base_config(args)?;
     for &nodes in &args.nodes {
         let node_models = bench::node_models(nodes)?;
         let cpu_capacity: i64 = node_models.iter().map(|n| n.allocatable.milli_cpu).sum();
