@@ -467,7 +467,13 @@ fn place(
     }
     let buffers = &mut memory.scores;
     let mut score_plugins = score_nodes(
-        profile, &mut state, pod, snapshot, &feasible, &positions, options, buffers,
+        profile,
+        &mut state,
+        pod,
+        snapshot,
+        NodeBlock::new(&feasible, &positions),
+        options,
+        buffers,
     )?;
     let extra = extra.filter(|e| !e.is_empty());
     let extra_of = |node: &Arc<str>| extra.and_then(|e| e.get(node)).copied().unwrap_or(0);
@@ -905,11 +911,14 @@ fn score_nodes(
     state: &mut CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
-    feasible: &[&NodeInfo],
-    positions: &[usize],
+    found: NodeBlock<'_>,
     options: &CycleOptions<'_>,
     buffers: &mut ScoreBuffers,
 ) -> Result<Vec<&'static str>, CycleError> {
+    let NodeBlock {
+        nodes: feasible,
+        positions,
+    } = found;
     let mut skip_score: Vec<&'static str> = Vec::new();
     for plugin in &profile.pre_score {
         let Some(ps) = plugin.as_pre_score() else {
