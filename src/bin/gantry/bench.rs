@@ -13,6 +13,8 @@ use gantry::plugins;
 use gantry::scheduler::{Attempt, Scheduler};
 use gantry::synthetic::{self, Workload};
 
+use crate::bench_whatif::{Stream, StreamResult, single_questions};
+
 /// Arguments of `gantry bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -43,6 +45,18 @@ pub struct Args {
     /// alternate this many times).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// What-if questions: `on` answers a one-pod question every --question-interval-ms on
+    /// a thread of its own during the run, as `gantry run` does (the scheduling loop only
+    /// takes the view); `off,on` measures both, one after the other.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    questions: Vec<Recording>,
+    /// Milliseconds between two questions with `--questions on`.
+    #[arg(long, default_value_t = 10)]
+    question_interval_ms: u64,
+    /// After each run, time a one-pod what-if question and a `--max` question against the
+    /// cluster the run left.
+    #[arg(long)]
+    question_latency: bool,
 }
 
 /// Decision recording in a run.
@@ -76,13 +90,14 @@ enum WorkloadArg {
 /// the CPU time per pod (all threads).
 pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
-        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>9} {:>7}",
+        "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>9} {:>10} {:>9} {:>11} {:>9} {:>7}",
         "nodes",
         "pods",
         "workload",
         "pct",
         "threads",
         "record",
+        "questions",
         "pods/s",
         "us/pod",
         "cpu-us/pod",
@@ -111,16 +126,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             for _ in 0..args.rounds {
                 for &pct in &args.percentage {
                     for &threads in &args.threads {
-                        for &record in &args.record {
+                        for (&record, &questions) in args
+                            .record
+                            .iter()
+                            .flat_map(|r| args.questions.iter().map(move |q| (r, q)))
+                        {
                             let r = run_one(
                                 &node_models,
                                 &pods,
                                 pct,
                                 threads,
                                 record.then_some(args.decision_records),
+                                questions
+                                    .then_some(Duration::from_millis(args.question_interval_ms)),
+                                args.question_latency,
                             )?;
                             println!(
-                                "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
+                                "{:>6} {:>6} {:<11} {:>4} {:>7} {:>6} {:>9} {:>10.0} {:>9.1} {:>11.1} {:>9} {:>7}",
                                 nodes,
                                 pods.len(),
                                 label,
@@ -131,12 +153,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                 },
                                 threads,
                                 record.label(),
+                                questions.label(),
                                 pods.len() as f64 / r.elapsed.as_secs_f64(),
                                 r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
                                 r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
                                 r.scheduled,
                                 r.pending
                             );
+                            if let Some(q) = &r.questions {
+                                println!(
+                                    "  questions: {} answered; the scheduling loop took {:.0}us per question (its view); answered in {:.1}ms median, {:.1}ms at most",
+                                    q.answered,
+                                    q.view_mean.as_secs_f64() * 1e6,
+                                    q.answer_median.as_secs_f64() * 1e3,
+                                    q.answer_max.as_secs_f64() * 1e3
+                                );
+                            }
+                            if let Some((one, max, fits)) = r.latency {
+                                println!(
+                                    "  what-if against the cluster left: one pod {:.1}ms; --max {:.0}ms ({fits} replicas)",
+                                    one.as_secs_f64() * 1e3,
+                                    max.as_secs_f64() * 1e3
+                                );
+                            }
                         }
                     }
                 }
@@ -153,6 +192,10 @@ struct RunResult {
     cpu: Duration,
     scheduled: usize,
     pending: usize,
+    /// With a stream of what-if questions, what it measured.
+    questions: Option<StreamResult>,
+    /// The one-pod and `--max` question times after the run, and the `--max` answer.
+    latency: Option<(Duration, Duration, usize)>,
 }
 
 fn run_one(
@@ -161,6 +204,8 @@ fn run_one(
     percentage: u32,
     threads: usize,
     record: Option<usize>,
+    questions: Option<Duration>,
+    latency: bool,
 ) -> anyhow::Result<RunResult> {
     let registry = plugins::registry();
     let mut config = Config::default_with(&registry)?;
@@ -190,9 +235,13 @@ fn run_one(
     }
     let mut run = move || -> anyhow::Result<RunResult> {
         let (mut scheduled, mut pending) = (0, 0);
+        let mut stream = questions.map(|every| Stream::start(every, percentage));
         let start = Instant::now();
         let cpu_start = cpu_time::ProcessTime::now();
         loop {
+            if let Some(s) = &mut stream {
+                s.tick(&sched);
+            }
             // Timed and stamped as the scheduling thread of `gantry run` does.
             let attempt_start = Instant::now();
             let Some(mut attempt) = sched.schedule_next(now) else {
@@ -217,11 +266,18 @@ fn run_one(
                 | Attempt::Rejected { .. } => pending += 1,
             }
         }
+        let (elapsed, cpu) = (start.elapsed(), cpu_start.elapsed());
         Ok(RunResult {
-            elapsed: start.elapsed(),
-            cpu: cpu_start.elapsed(),
+            elapsed,
+            cpu,
             scheduled,
             pending,
+            questions: stream.map(Stream::finish),
+            latency: if latency {
+                Some(single_questions(&sched, percentage)?)
+            } else {
+                None
+            },
         })
     };
     // Driven from inside the pool, as the adapter does (see `adapter::run`).
