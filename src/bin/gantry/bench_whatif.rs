@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use gantry::config::Config;
 use gantry::plugins;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use gantry::adapter::driver::VIEW_REUSE;
 use gantry::scheduler::{ClusterView, Scheduler, Views};
@@ -53,6 +54,8 @@ pub struct Stream {
     pub taking: Duration,
     /// Views taken (questions asked).
     pub asked: usize,
+    /// Questions answered so far, counted by the question thread.
+    done: Arc<AtomicUsize>,
 }
 
 /// What a stream measured.
@@ -72,6 +75,8 @@ impl Stream {
     pub fn start(interval: Duration, percentage: u32) -> Stream {
         let (views, inbox): (SyncSender<Arc<ClusterView>>, Receiver<Arc<ClusterView>>) =
             std::sync::mpsc::sync_channel(1);
+        let done = Arc::new(AtomicUsize::new(0));
+        let counted = done.clone();
         let answers = std::thread::spawn(move || {
             let q = question(false);
             let mut times = Vec::new();
@@ -80,6 +85,7 @@ impl Stream {
                 if whatif::ask(&|| config(percentage), &view, &q).is_ok() {
                     times.push(start.elapsed());
                 }
+                counted.fetch_add(1, Ordering::Release);
             }
             times
         });
@@ -92,13 +98,14 @@ impl Stream {
             last: Instant::now(),
             taking: Duration::ZERO,
             asked: 0,
+            done,
         }
     }
 
     /// Between two attempts: hands a view over when a question is due (and the last one is
     /// answered: questions do not queue up), as the scheduling thread of `gantry run` does.
     pub fn tick(&mut self, sched: &Scheduler) {
-        if self.last.elapsed() < self.interval {
+        if self.last.elapsed() < self.interval || self.done.load(Ordering::Acquire) < self.asked {
             return;
         }
         self.last = Instant::now();
