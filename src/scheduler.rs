@@ -246,6 +246,51 @@ impl ClusterView {
     }
 }
 
+/// Views of a scheduler handed out at a bounded cost: a view is taken afresh only when the
+/// state changed since the last one and that one is at least `reuse_for` old; otherwise the
+/// last one is shared. So a stream of questions costs the scheduling thread at most one
+/// clone of its state per `reuse_for`, and the answers are at most that much behind.
+#[derive(Debug)]
+pub struct Views {
+    reuse_for: Duration,
+    last: Option<(Duration, u64, Arc<ClusterView>)>,
+}
+
+impl Views {
+    /// Views shared for `reuse_for` while the state changes.
+    pub fn new(reuse_for: Duration) -> Self {
+        Views {
+            reuse_for,
+            last: None,
+        }
+    }
+
+    /// A view of `scheduler` at `now` (its time).
+    pub fn get(&mut self, scheduler: &Scheduler, now: Duration) -> Arc<ClusterView> {
+        let generation = scheduler.cache().generation();
+        if let Some((taken, last_generation, view)) = &self.last
+            && (*last_generation == generation || now.saturating_sub(*taken) < self.reuse_for)
+        {
+            return view.clone();
+        }
+        let view = Arc::new(scheduler.view(now));
+        self.last = Some((now, generation, view.clone()));
+        view
+    }
+
+    /// Lets the last view go once it is too old to be shared while the state changes (it
+    /// holds nodes the scheduler has since replaced).
+    pub fn expire(&mut self, now: Duration) {
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|(taken, _, _)| now.saturating_sub(*taken) >= self.reuse_for)
+        {
+            self.last = None;
+        }
+    }
+}
+
 /// The scheduling core with its state.
 pub struct Scheduler {
     config: Config,

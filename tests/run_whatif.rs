@@ -304,3 +304,135 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     let all = bound_pods(&client, NS).await;
     assert_eq!(all.len(), 2 + 8 + fits, "every other pod is bound");
 }
+
+/// The user's token in a kubeconfig of the control plane.
+fn token_of(kubeconfig: &Path) -> String {
+    let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+    let config: serde_yaml::Value = serde_yaml::from_str(&text).expect("kubeconfig YAML");
+    config["users"][0]["user"]["token"]
+        .as_str()
+        .expect("a token")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secure_port_asks_for_a_token_allowed_the_path() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = "whatif-secure";
+    create_namespace(&client, ns).await;
+    create_node(&client, &node("wis-a", ns, "2", "4Gi")).await;
+    let profile = "gantry-whatif-secure";
+    let config_file = plane.dir().join("whatif-secure-config.yaml");
+    std::fs::write(&config_file, config(profile, ns, None, "")).expect("config");
+    let port = free_port();
+    let admin = plane.kubeconfig().display().to_string();
+    let log = plane.dir().join("gantry-whatif-secure.log");
+    let _gantry = Killed(
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .arg("run")
+            .arg(format!("--config={}", config_file.display()))
+            .arg(format!("--kubeconfig={admin}"))
+            .arg(format!("--authentication-kubeconfig={admin}"))
+            .arg(format!("--authorization-kubeconfig={admin}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--secure-port={port}"))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("start gantry"),
+    );
+    let server = format!("https://127.0.0.1:{port}");
+    let question = plane.dir().join("whatif-secure.yaml");
+    let mut p = serde_json::to_value(pod(ns, "asked", profile, "1", "64Mi")).expect("pod");
+    p["apiVersion"] = "v1".into();
+    p["kind"] = "Pod".into();
+    write_yaml(&question, &[p]);
+    let q = question.display().to_string();
+    let ask = |token: Option<&str>| {
+        let mut args = vec![
+            "what-if",
+            &q,
+            "--server",
+            &server,
+            "--insecure-skip-tls-verify",
+        ];
+        if let Some(t) = token {
+            args.extend(["--token", t]);
+        }
+        args.extend(["--output", "json"]);
+        cli(&args)
+    };
+    let admin_token = plane.var("ADMIN_TOKEN");
+    let answer = eventually(
+        Duration::from_secs(60),
+        "an answer on the secure port",
+        || {
+            let out = ask(Some(&admin_token));
+            async move { out.status.success().then(|| stdout(&out)) }
+        },
+    )
+    .await;
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+    assert_eq!(
+        placements(&answer)["asked"].as_deref(),
+        Some("wis-a"),
+        "{answer}"
+    );
+
+    let out = ask(None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("answered 401: Unauthorized"), "{err}");
+    // The user `gantry`, bound to no role, is refused; bound to deploy/'s gantry-what-if
+    // role, it is answered.
+    let user = token_of(&plane.gantry_kubeconfig());
+    let out = ask(Some(&user));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "answered 403: forbidden: User \"gantry\" cannot create path \"/debug/whatif\""
+        ),
+        "{err}"
+    );
+    let rbac = std::fs::read_to_string(repo().join("deploy/10-rbac.yaml")).expect("deploy RBAC");
+    let role = rbac
+        .split("\n---\n")
+        .find(|d| d.contains("name: gantry-what-if"))
+        .expect("the gantry-what-if role");
+    let role_file = plane.dir().join("whatif-role.yaml");
+    std::fs::write(&role_file, role).expect("role");
+    plane.kubectl(&["apply", "-f", &role_file.display().to_string()]);
+    plane.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "whatif-gantry",
+        "--clusterrole=gantry-what-if",
+        "--user=gantry",
+    ]);
+    eventually(Duration::from_secs(30), "the bound user answered", || {
+        let out = ask(Some(&user));
+        async move { out.status.success().then_some(()) }
+    })
+    .await;
+    let snapshot = cli(&[
+        "snapshot",
+        "--server",
+        &server,
+        "--insecure-skip-tls-verify",
+        "--token",
+        &user,
+    ]);
+    assert!(stdout(&snapshot).contains("name: wis-a"));
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

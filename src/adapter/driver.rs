@@ -35,7 +35,7 @@ use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use crate::plugins::overcommit;
 use crate::queue::QueueName;
 use crate::scheduler::{
-    Attempt, BindTask, ClusterView, ExtenderAnswer, ExtenderRequest, Scheduler,
+    Attempt, BindTask, ClusterView, ExtenderAnswer, ExtenderRequest, Scheduler, Views,
 };
 
 /// Longest the thread sleeps with nothing to do.
@@ -222,6 +222,11 @@ pub enum Input {
     Shutdown,
 }
 
+/// How long a view of the scheduler's state is shared by the questions that come while the
+/// state changes: a stream of questions costs the scheduling thread at most one clone of
+/// its state per this time (see [`Views`]).
+pub const VIEW_REUSE: Duration = Duration::from_millis(100);
+
 /// A request for the scheduler's state ([`Input::View`]).
 #[derive(Debug)]
 pub struct ViewRequest {
@@ -234,8 +239,8 @@ pub struct ViewRequest {
 /// The scheduler's state, handed off the scheduling thread.
 #[derive(Debug)]
 pub struct ViewReply {
-    /// The cluster as the scheduler holds it.
-    pub view: ClusterView,
+    /// The cluster as the scheduler holds it (at most [`VIEW_REUSE`] old).
+    pub view: Arc<ClusterView>,
     /// The queued pods, when asked for.
     pub queued: Vec<Arc<PodInfo>>,
 }
@@ -270,6 +275,8 @@ pub struct Driver {
 }
 
 struct Run {
+    /// Views handed to questions.
+    views: Views,
     start: Instant,
     leading: bool,
     stopping: Option<Instant>,
@@ -287,6 +294,7 @@ impl Driver {
     pub fn run(mut self) {
         let now = Instant::now();
         let mut run = Run {
+            views: Views::new(VIEW_REUSE),
             start: now,
             leading: false,
             stopping: None,
@@ -312,6 +320,7 @@ impl Driver {
             if run.last_gauges.elapsed() >= GAUGE_INTERVAL {
                 self.refresh_gauges(&mut run);
             }
+            run.views.expire(run.start.elapsed());
             if run.in_flight >= MAX_OUTSTANDING {
                 run.throttled = true;
             } else if run.in_flight <= RESUME_OUTSTANDING {
@@ -622,7 +631,7 @@ impl Driver {
                 };
                 // The asker may have given up: nothing to do then.
                 let _ = request.reply.send(ViewReply {
-                    view: s.view(now),
+                    view: run.views.get(s, now),
                     queued,
                 });
             }

@@ -215,6 +215,11 @@ impl Cache {
         }
     }
 
+    /// A number that changes whenever the cached state does.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// True when the node is known.
     pub fn has_node(&self, name: &str) -> bool {
         self.nodes.get(name).is_some_and(|e| e.present)

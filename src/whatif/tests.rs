@@ -215,3 +215,33 @@ fn a_pod_already_in_the_cluster_is_refused() {
         Some("a pod batch/old is already in the cluster, on node big")
     );
 }
+
+#[test]
+fn views_are_shared_while_recent_and_taken_anew_after_a_change() {
+    use crate::scheduler::Views;
+    let config = config_text(None);
+    let mut input = ClusterInput::default();
+    input.add_yaml(CLUSTER, "cluster").expect("cluster");
+    let mut sched = sim::load(&input, config().expect("config"), None).scheduler;
+    let mut views = Views::new(Duration::from_millis(100));
+    let ms = Duration::from_millis;
+    let first = views.get(&sched, ms(0));
+    assert!(
+        Arc::ptr_eq(&first, &views.get(&sched, ms(500))),
+        "unchanged: shared"
+    );
+    sched.remove_pod("batch", "old", ms(500));
+    let recent = views.get(&sched, ms(520));
+    assert_eq!(
+        recent.cache().pod_count(),
+        0,
+        "changed and 520 ms old: taken anew"
+    );
+    sched.remove_pod("batch", "waiting", ms(530));
+    assert!(
+        Arc::ptr_eq(&recent, &views.get(&sched, ms(600))),
+        "20..80 ms old: shared"
+    );
+    views.expire(ms(700));
+    assert!(!Arc::ptr_eq(&recent, &views.get(&sched, ms(700))));
+}

@@ -358,6 +358,7 @@ mod tests {
         for path in [
             "/debug/decisions/default/p",
             "/debug/pprof/profile?seconds=1",
+            "/debug/snapshot",
         ] {
             let (code, _) = get(&router, path, Some("token")).await;
             assert_eq!(code, StatusCode::UNAUTHORIZED, "{path}");

@@ -15,6 +15,8 @@ use gantry::plugins;
 use gantry::scheduler::{Attempt, Scheduler};
 use gantry::synthetic::{self, Workload};
 
+use crate::bench_whatif::{Stream, StreamResult, single_questions};
+
 /// Arguments of `gantry bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -62,6 +64,18 @@ pub struct Args {
     /// without it.
     #[arg(long)]
     pub(crate) config: Option<PathBuf>,
+    /// What-if questions: `on` answers a one-pod question every --question-interval-ms on
+    /// a thread of its own during the run, as `gantry run` does (the scheduling loop only
+    /// takes the view); `off,on` measures both, one after the other.
+    #[arg(long, value_delimiter = ',', default_value = "off")]
+    pub(crate) questions: Vec<Recording>,
+    /// Milliseconds between two questions with `--questions on`.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) question_interval_ms: u64,
+    /// After each run, time a one-pod what-if question and a `--max` question against the
+    /// cluster the run left.
+    #[arg(long)]
+    pub(crate) question_latency: bool,
 }
 
 /// Decision recording in a run.
@@ -226,7 +240,7 @@ pub(crate) fn scheduler(
 fn run_throughput(args: &Args) -> anyhow::Result<()> {
     let config = base_config(args)?;
     println!(
-        "{:>6} {:>7} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>12} {:>9} {:>7}",
+        "{:>6} {:>7} {:>6} {:<11} {:>4} {:>7} {:>6} {:>9} {:>10} {:>9} {:>11} {:>12} {:>9} {:>7}",
         "nodes",
         "running",
         "pods",
@@ -234,6 +248,7 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
         "pct",
         "threads",
         "record",
+        "questions",
         "pods/s",
         "us/pod",
         "cpu-us/pod",
@@ -258,7 +273,11 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
             for _ in 0..args.rounds {
                 for &pct in &args.percentage {
                     for &threads in &args.threads {
-                        for &record in &args.record {
+                        for (&record, &questions) in args
+                            .record
+                            .iter()
+                            .flat_map(|r| args.questions.iter().map(move |q| (r, q)))
+                        {
                             let r = run_one(
                                 &config,
                                 &node_models,
@@ -267,9 +286,12 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                                 pct,
                                 threads,
                                 record.then_some(args.decision_records),
+                                questions
+                                    .then_some(Duration::from_millis(args.question_interval_ms)),
+                                args.question_latency,
                             )?;
                             println!(
-                                "{:>6} {:>7} {:>6} {:<11} {:>4} {:>7} {:>6} {:>10.0} {:>9.1} {:>11.1} {:>12.1} {:>9} {:>7}",
+                                "{:>6} {:>7} {:>6} {:<11} {:>4} {:>7} {:>6} {:>9} {:>10.0} {:>9.1} {:>11.1} {:>12.1} {:>9} {:>7}",
                                 nodes,
                                 running.len(),
                                 pods.len(),
@@ -277,6 +299,7 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                                 percentage_label(pct),
                                 threads,
                                 record.label(),
+                                questions.label(),
                                 pods.len() as f64 / r.elapsed.as_secs_f64(),
                                 r.elapsed.as_secs_f64() * 1e6 / pods.len() as f64,
                                 r.cpu.as_secs_f64() * 1e6 / pods.len() as f64,
@@ -284,6 +307,22 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                                 r.scheduled,
                                 r.pending
                             );
+                            if let Some(q) = &r.questions {
+                                println!(
+                                    "  questions: {} answered; the scheduling loop took {:.0}us per question (its view); answered in {:.1}ms median, {:.1}ms at most",
+                                    q.answered,
+                                    q.view_mean.as_secs_f64() * 1e6,
+                                    q.answer_median.as_secs_f64() * 1e3,
+                                    q.answer_max.as_secs_f64() * 1e3
+                                );
+                            }
+                            if let Some((one, max, fits)) = r.latency {
+                                println!(
+                                    "  what-if against the cluster left: one pod {:.1}ms; --max {:.0}ms ({fits} replicas)",
+                                    one.as_secs_f64() * 1e3,
+                                    max.as_secs_f64() * 1e3
+                                );
+                            }
                         }
                     }
                 }
@@ -303,6 +342,10 @@ struct RunResult {
     first_cpu: Duration,
     scheduled: usize,
     pending: usize,
+    /// With a stream of what-if questions, what it measured.
+    questions: Option<StreamResult>,
+    /// The one-pod and `--max` question times after the run, and the `--max` answer.
+    latency: Option<(Duration, Duration, usize)>,
 }
 
 fn run_one(
@@ -313,6 +356,8 @@ fn run_one(
     percentage: u32,
     threads: usize,
     record: Option<usize>,
+    questions: Option<Duration>,
+    latency: bool,
 ) -> anyhow::Result<RunResult> {
     let (mut sched, runner) = scheduler(config, nodes, running, percentage, threads)?;
     let recorder = record.map(|capacity| {
@@ -325,10 +370,14 @@ fn run_one(
     }
     let mut run = move || -> anyhow::Result<RunResult> {
         let (mut scheduled, mut pending) = (0, 0);
+        let mut stream = questions.map(|every| Stream::start(every, percentage));
         let start = Instant::now();
         let cpu_start = cpu_time::ProcessTime::now();
         let mut first_cpu = None;
         loop {
+            if let Some(s) = &mut stream {
+                s.tick(&sched);
+            }
             // Timed and stamped as the scheduling thread of `gantry run` does.
             let attempt_start = Instant::now();
             let Some(mut attempt) = sched.schedule_next(now) else {
@@ -354,12 +403,19 @@ fn run_one(
                 | Attempt::Rejected { .. } => pending += 1,
             }
         }
+        let (elapsed, cpu) = (start.elapsed(), cpu_start.elapsed());
         Ok(RunResult {
-            elapsed: start.elapsed(),
-            cpu: cpu_start.elapsed(),
+            elapsed,
+            cpu,
             first_cpu: first_cpu.unwrap_or_default(),
             scheduled,
             pending,
+            questions: stream.map(Stream::finish),
+            latency: if latency {
+                Some(single_questions(&sched, percentage)?)
+            } else {
+                None
+            },
         })
     };
     // Driven from inside the pool, as the adapter does (see `adapter::run`).

@@ -1,6 +1,7 @@
 //! The `gantry` command: a Kubernetes scheduler, its simulator, and tools around them.
 
 mod bench;
+mod bench_whatif;
 mod explain;
 mod feature_gates;
 mod kube_flags;
