@@ -212,15 +212,15 @@ enum AskingStage {
     },
 }
 
-/// The cluster as a scheduler holds it at one moment: its cache, the snapshot its cycles
-/// read, its nominated pods and where its next search starts. A question about placements
+/// The cluster as a scheduler holds it at one moment: its cache, its nominated pods and
+/// where its next search starts (the snapshot its cycles read is rebuilt from the cache by
+/// whoever uses the view, not copied by the scheduler). A question about placements
 /// (`gantry what-if`) runs a scheduler built from a clone of it ([`Scheduler::from_view`]),
 /// off the scheduling thread: the clone shares every node's [`NodeInfo`] and copies only
 /// what it changes, so the scheduler's own state is untouched.
 #[derive(Debug)]
 pub struct ClusterView {
     cache: Cache,
-    snapshot: Snapshot,
     nominated: NominatedPods,
     next_start: CycleMemory,
     /// The scheduler's time when the view was taken.
@@ -231,7 +231,6 @@ impl Clone for ClusterView {
     fn clone(&self) -> Self {
         ClusterView {
             cache: self.cache.clone(),
-            snapshot: self.snapshot.clone(),
             nominated: self.nominated.clone(),
             next_start: self.next_start.fork(),
             taken_at: self.taken_at,
@@ -363,7 +362,6 @@ impl Scheduler {
     pub fn view(&self, now: Duration) -> ClusterView {
         ClusterView {
             cache: self.cache.clone(),
-            snapshot: self.snapshot.clone(),
             nominated: self.nominated.clone(),
             next_start: self.memory.fork(),
             taken_at: now,
@@ -380,8 +378,9 @@ impl Scheduler {
         pool: Option<Arc<rayon::ThreadPool>>,
     ) -> Self {
         let mut scheduler = Scheduler::new(config, pool);
+        // The scheduler's first cycle builds its snapshot from the whole cache, in the order
+        // the view's scheduler built its own (the node list's, zones interleaved).
         scheduler.cache = view.cache;
-        scheduler.snapshot = view.snapshot;
         scheduler.nominated = view.nominated;
         scheduler.memory = view.next_start;
         scheduler
