@@ -1,7 +1,8 @@
 //! `gantry bench`: scheduling decisions per second of the core on synthetic clusters.
 //! Measures the scheduling loop alone (queue, snapshot, filter, score, assume, confirm), not
-//! the API server: the end-to-end benchmark against a real control plane is separate. With
-//! `--fill`, it measures how well the pods were placed instead (see [`crate::quality`]).
+//! the API server: the end-to-end benchmark against a real control plane is separate.
+//! `gantry bench --fill` measures how well the pods were placed instead (the `quality`
+//! module).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,25 +126,21 @@ pub(crate) fn percentage_label(pct: u32) -> String {
 /// The seed of the running pods: not the measured pods' own, so that they differ.
 const RUNNING_SEED: u64 = synthetic::DEFAULT_SEED + 1;
 
-/// Runs every combination and prints one row each (see [`run_throughput`] and
-/// [`crate::quality::run`]), then the process's peak resident memory: run one size per
-/// process to read it per size.
+/// Runs every combination and prints one row each (see [`run_throughput`]; with `--fill`,
+/// the placements are measured instead, by the `quality` module), then the process's peak
+/// resident memory: run one size per process to read it per size.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    for &fill in &args.fill {
-        if !(fill.is_finite() && fill > 0.0) {
-            anyhow::bail!("--fill: a share of the cluster's cpu above 0, got {fill}");
-        }
-    }
-    if args.fill.is_empty() {
-        run_throughput(&args)?;
-    } else {
-        crate::quality::run(&args)?;
-    }
+    run_throughput(&args)?;
+    print_peak_rss();
+    Ok(())
+}
+
+/// Prints the process's peak resident memory, the last line of every bench run.
+pub(crate) fn print_peak_rss() {
     match peak_rss_kib() {
         Some(kib) => println!("peak RSS (VmHWM): {:.1} MiB", kib as f64 / 1024.0),
         None => println!("peak RSS (VmHWM): unknown (no /proc/self/status)"),
     }
-    Ok(())
 }
 
 /// The process's peak resident set size in KiB (`VmHWM` of `/proc/self/status`).

@@ -86,6 +86,7 @@ fn main() -> std::process::ExitCode {
         .unwrap_or_default();
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(args),
+        Command::Bench(args) if !args.fill.is_empty() => quality::run(&args),
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(*args, &sub),
         Command::Webhook(args) => webhook::run(args),

@@ -20,7 +20,20 @@ const DEPLOYMENT_LABEL: &str = "app";
 
 /// Fills every cluster size with every workload to every share of `--fill`, once for each
 /// percentage and thread count, and prints one row each.
+/// Ends with the peak resident memory, as the throughput runs do.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    for &fill in &args.fill {
+        if !(fill.is_finite() && fill > 0.0) {
+            anyhow::bail!("--fill: a share of the cluster's cpu above 0, got {fill}");
+        }
+    }
+    fill(args)?;
+    bench::print_peak_rss();
+    Ok(())
+}
+
+/// The rows of [`run`].
+fn fill(args: &Args) -> anyhow::Result<()> {
     let config = bench::base_config(args)?;
     println!(
         "{:>6} {:<11} {:>4} {:>7} {:>4} {:>7} {:>7} {:>6} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10} {:>7}",
