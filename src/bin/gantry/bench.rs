@@ -345,6 +345,9 @@ struct RunResult {
     latency: Option<(Duration, Duration, usize)>,
 }
 
+/// One measured run. The arguments are the bench's axes (cluster, pods, percentage, threads)
+/// and what runs beside the loop (recording, questions), each varied on its own.
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     config: &Config,
     nodes: &[NodeModel],
