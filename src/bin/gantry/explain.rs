@@ -10,11 +10,9 @@ use gantry::decision::explain::explain;
 use gantry::decision::file::{self, Rotation};
 use gantry::decision::{DecisionRecord, store};
 use gantry::model::quantity::Quantity;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 
 /// How long `--server` may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -166,36 +164,10 @@ fn from_server(
     if uri.scheme_str() != Some("http") || uri.host().is_none() {
         bail!("invalid --server {server:?}: expected http://<host>:<port>");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let (status, body) = runtime
-        .block_on(async {
-            let client: Client<HttpConnector, Empty<Bytes>> =
-                Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-            tokio::time::timeout(TIMEOUT, async {
-                let response = client.get(uri).await.map_err(|e| {
-                    let mut text = e.to_string();
-                    let mut source = std::error::Error::source(&e);
-                    while let Some(s) = source {
-                        text = format!("{text}: {s}");
-                        source = s.source();
-                    }
-                    text
-                })?;
-                let status = response.status();
-                let body = response
-                    .into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .to_bytes();
-                Ok::<_, String>((status, body))
-            })
-            .await
-            .map_err(|_| format!("no answer within {TIMEOUT:?}"))?
-        })
+    let request = hyper::Request::get(uri)
+        .body(Full::new(Bytes::new()))
+        .context("cannot build the request")?;
+    let (status, body) = crate::server::exchange(HttpConnector::new(), request, TIMEOUT)
         .map_err(|e| anyhow!("cannot reach gantry at {base}: {e}"))?;
     let text = String::from_utf8_lossy(&body);
     if !status.is_success() {

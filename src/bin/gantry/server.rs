@@ -94,37 +94,7 @@ impl ServerArgs {
         let request = request
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .context("cannot build the request")?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("cannot start the async runtime")?;
-        let timeout = self.timeout;
-        let (status, body) = runtime
-            .block_on(async {
-                let client: Client<_, Full<Bytes>> =
-                    Client::builder(TokioExecutor::new()).build(connector);
-                tokio::time::timeout(timeout, async {
-                    let response = client.request(request).await.map_err(|e| {
-                        let mut text = e.to_string();
-                        let mut source = std::error::Error::source(&e);
-                        while let Some(s) = source {
-                            text = format!("{text}: {s}");
-                            source = s.source();
-                        }
-                        text
-                    })?;
-                    let status = response.status();
-                    let body = response
-                        .into_body()
-                        .collect()
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .to_bytes();
-                    Ok::<_, String>((status, body))
-                })
-                .await
-                .map_err(|_| format!("no answer within {timeout:?}"))?
-            })
+        let (status, body) = exchange(connector, request, self.timeout)
             .map_err(|e| anyhow!("cannot reach gantry at {base}: {e}"))?;
         if !status.is_success() {
             let text = String::from_utf8_lossy(&body);
@@ -182,6 +152,47 @@ impl ServerArgs {
             .enable_http1()
             .build())
     }
+}
+
+/// Sends `request` through `connector`, on a runtime of its own, and waits up to `timeout`
+/// for the whole answer: its status and body. The error names every cause, as the commands
+/// that ask a running gantry show it.
+pub fn exchange<C>(
+    connector: C,
+    request: hyper::Request<Full<Bytes>>,
+    timeout: Duration,
+) -> Result<(hyper::StatusCode, Bytes), String>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+        tokio::time::timeout(timeout, async {
+            let response = client.request(request).await.map_err(|e| {
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    text = format!("{text}: {s}");
+                    source = s.source();
+                }
+                text
+            })?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        })
+        .await
+        .map_err(|_| format!("no answer within {timeout:?}"))?
+    })
 }
 
 #[cfg(test)]
