@@ -31,7 +31,7 @@ use snapshot::DisruptionBudgets;
 pub use node_info::NodeInfo;
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
-pub use snapshot::{Snapshot, TopologyDomains, TopologyValues};
+pub use snapshot::{NodeTraits, Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;
@@ -705,8 +705,10 @@ impl Cache {
                 };
                 let old = &snapshot.nodes[i];
                 let (was, is) = (&old.node, &entry.info.node);
-                nodes_changed |=
-                    !Arc::ptr_eq(was, is) && (was.labels != is.labels || was.taints != is.taints);
+                nodes_changed |= !Arc::ptr_eq(was, is)
+                    && (was.labels != is.labels
+                        || was.taints != is.taints
+                        || was.unschedulable != is.unschedulable);
                 affinity_changed |= (old.pods_with_affinity > 0)
                     != (entry.info.pods_with_affinity > 0)
                     || (old.pods_with_required_anti_affinity > 0)

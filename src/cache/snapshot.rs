@@ -37,7 +37,8 @@ pub struct Snapshot {
     pub(super) disruption_budgets: DisruptionBudgets,
     pub(super) pod_groups: PodGroups,
     /// Domains and values of the topology keys asked so far; replaced (not cleared: an older
-    /// snapshot may share it) whenever a node is added, removed or relabelled.
+    /// snapshot may share it) whenever a node is added, removed, relabelled, tainted or
+    /// cordoned.
     pub(super) domains: Arc<Mutex<DomainCache>>,
     pub(super) generation: u64,
     pub(super) now: Duration,
@@ -190,6 +191,29 @@ impl Snapshot {
         values
     }
 
+    /// What the cycle may skip for every node at once (see [`NodeTraits`]); counted once
+    /// per node set, label, taint and cordon change, then shared by the cycles.
+    pub fn node_traits(&self) -> NodeTraits {
+        let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        *cache.traits.get_or_insert_with(|| {
+            let mut traits = NodeTraits::default();
+            for n in &self.nodes {
+                traits.cordoned += usize::from(n.node.unschedulable);
+                let taints = &n.node.taints;
+                traits.hard_tainted +=
+                    usize::from(taints.iter().any(|t| {
+                        matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
+                    }));
+                traits.prefer_tainted += usize::from(
+                    taints
+                        .iter()
+                        .any(|t| t.effect == TaintEffect::PreferNoSchedule),
+                );
+            }
+            traits
+        })
+    }
+
     /// Labels of a namespace (empty when the namespace is unknown).
     pub fn namespace_labels(&self, namespace: &str) -> &Labels {
         self.reads(Tracked::NamespaceLabels);
@@ -263,6 +287,21 @@ pub(super) type DisruptionBudgets = imbl::OrdMap<(String, String), Arc<Disruptio
 pub(super) struct DomainCache {
     domains: Vec<(Vec<String>, Arc<TopologyDomains>)>,
     values: Vec<(String, Arc<TopologyValues>)>,
+    traits: Option<NodeTraits>,
+}
+
+/// How many nodes of a snapshot carry what some filters and scores look for on every node:
+/// when none does, those plugins accept every node, or give every node the same score, and
+/// the cycle need not ask them node by node (the Filter plugins' `passes_all`, the Score
+/// plugins' `uniform_score`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeTraits {
+    /// Nodes marked unschedulable (cordoned).
+    pub cordoned: usize,
+    /// Nodes with a `NoSchedule` or `NoExecute` taint.
+    pub hard_tainted: usize,
+    /// Nodes with a `PreferNoSchedule` taint.
+    pub prefer_tainted: usize,
 }
 
 /// One topology key's value on every node of a snapshot, each distinct value numbered from

@@ -57,8 +57,11 @@ pub struct CycleOptions<'a> {
 #[derive(Debug, Default)]
 pub struct CycleMemory {
     next_start: usize,
-    /// Filter results of a parallel batch.
+    /// Filter results of a batch; between batches every entry is a success.
     statuses: Vec<Status>,
+    /// Set while a batch's results are in `statuses`: a cycle that did not finish (a
+    /// plugin panicked) may have left rejections there.
+    statuses_in_use: bool,
     scores: ScoreBuffers,
 }
 
@@ -84,8 +87,13 @@ struct ScoreBuffers {
     width: usize,
     /// Feasible nodes (rows).
     len: usize,
-    /// Sum of each row.
+    /// Sum of each row, the constant columns left out.
     totals: Vec<i64>,
+    /// For each column whose plugin gave every node the same score, that weighted score,
+    /// which its cells do not hold.
+    constant: Vec<Option<i64>>,
+    /// The sum of the constant columns, to add to every row's total.
+    constant_total: i64,
     /// One plugin's scores, for its normalization.
     column: Vec<NodeScore>,
 }
@@ -675,11 +683,13 @@ fn find_feasible_nodes<'s>(
         };
         candidates.as_ref().map_or(j, |c| c[j])
     };
+    // Plugins that accept every node of the snapshot stay out of the pass over the nodes.
     let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
         .filter
         .iter()
         .filter(|p| !pre.skip_filter.contains(&p.name()))
         .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
+        .filter(|(f, _)| !f.passes_all(state, pod, snapshot))
         .collect();
     // Each node's verdict: the Filter plugins on the node as it is, and where pods are
     // nominated ahead of this one, the first of kube-scheduler's two passes, with them
@@ -705,6 +715,10 @@ fn find_feasible_nodes<'s>(
     };
     let mut block: Vec<&NodeInfo> = Vec::new();
     let mut positions: Vec<usize> = Vec::new();
+    if memory.statuses_in_use {
+        memory.statuses.clear();
+    }
+    memory.statuses_in_use = true;
     let statuses = &mut memory.statuses;
     while progress.processed < candidate_count && progress.feasible.len() < to_find {
         let remaining = candidate_count - progress.processed;
@@ -725,7 +739,7 @@ fn find_feasible_nodes<'s>(
         positions.extend((progress.processed..progress.processed + len).map(position_at));
         block.clear();
         block.extend(positions.iter().map(|&p| &*snapshot.nodes()[p]));
-        statuses.clear();
+        // Every status left from the last batch is a success again (see below).
         statuses.resize_with(len, Status::success);
         match pool {
             Some(pool) => pool.install(|| {
@@ -739,13 +753,32 @@ fn find_feasible_nodes<'s>(
             }),
             None => filter_block(NodeBlock::new(&block, &positions), statuses),
         }
-        for ((node, &position), status) in block.iter().zip(&positions).zip(statuses.drain(..)) {
-            progress.record(node, position, status)?;
+        // Rejections are taken out, leaving successes behind: the buffer needs no refilling
+        // (nor its statuses dropping) before the next batch.
+        let mut taken = 0;
+        for ((node, &position), status) in block.iter().zip(&positions).zip(statuses.iter_mut()) {
+            taken += 1;
+            if status.is_success() {
+                progress.accept(node, position);
+            } else {
+                let status = std::mem::take(status);
+                if let Err(e) = progress.record(node, position, status) {
+                    statuses.clear();
+                    memory.statuses_in_use = false;
+                    return Err(e);
+                }
+            }
             if progress.feasible.len() >= to_find {
                 break;
             }
         }
+        for status in &mut statuses[taken..len] {
+            if !status.is_success() {
+                *status = Status::success();
+            }
+        }
     }
+    memory.statuses_in_use = false;
     let FilterProgress {
         feasible,
         positions,
@@ -773,6 +806,14 @@ struct FilterProgress<'s> {
 }
 
 impl<'s> FilterProgress<'s> {
+    /// `node` passed every filter.
+    #[inline]
+    fn accept(&mut self, node: &'s NodeInfo, position: usize) {
+        self.processed += 1;
+        self.feasible.push(node);
+        self.positions.push(position);
+    }
+
     fn record(
         &mut self,
         node: &'s NodeInfo,
@@ -895,8 +936,10 @@ impl ScoreBuffers {
         best.into_iter()
             .map(|i| NodeScores {
                 node: feasible[i].node.name.clone(),
-                weighted: (0..self.width).map(|j| self.cells[self.at(i, j)]).collect(),
-                total: self.totals[i],
+                weighted: (0..self.width)
+                    .map(|j| self.constant[j].unwrap_or_else(|| self.cells[self.at(i, j)]))
+                    .collect(),
+                total: self.totals[i] + self.constant_total,
             })
             .collect()
     }
@@ -940,10 +983,24 @@ fn score_nodes(
         .filter_map(|(p, w)| p.as_score().map(|s| (s, p.name(), *w)))
         .collect();
     let state: &CycleState = state;
+    // The raw score of each plugin that gives every node the same: neither asked for per
+    // node nor added to each row, but kept once (see `ScoreBuffers::constant`).
+    let uniform: Vec<Option<i64>> = active
+        .iter()
+        .map(|(s, _, w)| {
+            plain_weight(*w)
+                .then(|| s.uniform_score(state, pod, snapshot))
+                .flatten()
+        })
+        .collect();
     let width = active.len();
+    buffers.constant.clear();
+    buffers.constant.resize(width, None);
+    buffers.constant_total = 0;
     buffers.width = width;
     buffers.len = feasible.len();
-    // Every cell is written by a plugin before it is read: no need to clear the buffer.
+    // Every cell of a column that is not constant is written by its plugin before it is
+    // read: no need to clear the buffer.
     buffers.cells.resize(feasible.len() * width, 0);
     buffers.totals.clear();
     buffers.totals.resize(feasible.len(), 0);
@@ -955,8 +1012,10 @@ fn score_nodes(
         let len = nodes.len();
         let block = NodeBlock::new(nodes, positions);
         for (j, (s, name, _)) in active.iter().enumerate() {
-            s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
-                .map_err(|e| e.with_plugin(name))?;
+            if uniform[j].is_none() {
+                s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
+                    .map_err(|e| e.with_plugin(name))?;
+            }
         }
         Ok(())
     };
@@ -981,6 +1040,8 @@ fn score_nodes(
         cells,
         totals,
         column,
+        constant,
+        constant_total,
         ..
     } = buffers;
     // Block `b` starts at row `b * SCORE_BLOCK`, at `b * SCORE_BLOCK * width` in `cells`;
@@ -999,19 +1060,63 @@ fn score_nodes(
             .with_plugin(name),
         )
     };
+    // A score is in 0..=MAX_NODE_SCORE (checked first) and a configured weight in
+    // 1..=i32::MAX whose products sum within i64 (checked when the profile is built), so
+    // neither operation can overflow for a configured profile; for a profile built otherwise
+    // they saturate, staying ordered instead of wrapping.
+    let add_weighted = |cells: &mut [i64], totals: &mut [i64], weight: i64| {
+        if weight == 1 {
+            for (cell, total) in cells.iter().zip(totals) {
+                *total += *cell;
+            }
+        } else if plain_weight(weight) {
+            for (cell, total) in cells.iter_mut().zip(totals) {
+                *cell *= weight;
+                *total += *cell;
+            }
+        } else {
+            for (cell, total) in cells.iter_mut().zip(totals) {
+                *cell = cell.saturating_mul(weight);
+                *total = total.saturating_add(*cell);
+            }
+        }
+    };
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
+        if let Some(raw) = uniform[j] {
+            // Equal raw scores normalize to equal scores: one node stands for all.
+            let mut one = [NodeScore {
+                index: 0,
+                score: raw,
+            }];
+            if plugin.normalizes() {
+                let status = plugin.normalize(state, pod, &mut one);
+                if !status.is_success() {
+                    return Err(CycleError::Error(status.with_plugin(name)));
+                }
+            }
+            let score = one[0].score;
+            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
+                return Err(out_of_range(name, score));
+            }
+            constant[j] = Some(score * weight);
+            *constant_total += score * weight;
+            continue;
+        }
         if !plugin.normalizes() {
             for (start, at, len) in runs(j) {
-                for (cell, total) in cells[at..at + len]
-                    .iter_mut()
-                    .zip(&mut totals[start..start + len])
-                {
-                    if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(cell) {
-                        return Err(out_of_range(name, *cell));
-                    }
-                    *cell = cell.saturating_mul(*weight);
-                    *total = total.saturating_add(*cell);
+                let run = &mut cells[at..at + len];
+                let (low, high) = run
+                    .iter()
+                    .fold((MAX_NODE_SCORE, MIN_NODE_SCORE), |(l, h), &c| {
+                        (l.min(c), h.max(c))
+                    });
+                if low < MIN_NODE_SCORE || high > MAX_NODE_SCORE {
+                    let bad = run
+                        .iter()
+                        .find(|c| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(c));
+                    return Err(out_of_range(name, bad.copied().unwrap_or(low)));
                 }
+                add_weighted(run, &mut totals[start..start + len], *weight);
             }
             continue;
         }
@@ -1039,30 +1144,29 @@ fn score_nodes(
         }
         for (start, at, len) in runs(j) {
             let scored = &column[start..start + len];
-            for ((cell, total), s) in cells[at..at + len]
-                .iter_mut()
-                .zip(&mut totals[start..start + len])
-                .zip(scored)
-            {
-                // A score is in 0..=MAX_NODE_SCORE (checked above) and a configured weight
-                // in 1..=i32::MAX whose products sum within i64 (checked when the profile is
-                // built), so neither operation saturates for a configured profile; for a
-                // profile built otherwise they stay ordered instead of wrapping.
-                *cell = s.score.saturating_mul(*weight);
-                *total = total.saturating_add(*cell);
+            let run = &mut cells[at..at + len];
+            for (cell, s) in run.iter_mut().zip(scored) {
+                *cell = s.score;
             }
+            add_weighted(run, &mut totals[start..start + len], *weight);
         }
     }
     Ok(active.iter().map(|(_, n, _)| *n).collect())
+}
+
+/// True for a weight a configured profile can have (see `add_weighted` in [`score_nodes`]):
+/// its products with scores, and their sums, cannot overflow.
+fn plain_weight(weight: i64) -> bool {
+    (0..=i64::from(i32::MAX)).contains(&weight)
 }
 
 /// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
 /// so a replay makes the same choice whatever order the nodes were examined in; with
 /// `fixed_order`, by the node's name alone (the smallest wins), the same order for every pod.
 fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_order: bool) -> usize {
-    let best = totals.iter().copied().max().unwrap_or(0);
-    let ties = (0..feasible.len()).filter(|&i| totals[i] == best);
     if fixed_order {
+        let best = totals.iter().copied().max().unwrap_or(0);
+        let ties = (0..feasible.len()).filter(|&i| totals[i] == best);
         return ties.min_by_key(|&i| &feasible[i].node.name).unwrap_or(0);
     }
     let mut h = rustc_hash::FxHasher::default();
@@ -1072,7 +1176,19 @@ fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_orde
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
     let tie_key =
         |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ties.min_by_key(|&i| tie_key(i)).unwrap_or(0)
+    // One pass: the best total so far, and among the nodes with it the smallest key (the
+    // first of equal keys); a node below the best costs one comparison.
+    let (mut best, mut best_key, mut chosen) = (i64::MIN, u64::MAX, 0);
+    for (i, &total) in totals.iter().enumerate() {
+        if total < best {
+            continue;
+        }
+        let key = tie_key(i);
+        if total > best || key < best_key {
+            (best, best_key, chosen) = (total, key, i);
+        }
+    }
+    chosen
 }
 
 #[cfg(test)]

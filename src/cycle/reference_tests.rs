@@ -136,7 +136,7 @@ fn reference(profile: &Profile, snapshot: &Snapshot, pod: &PodInfo, top: usize) 
         .iter()
         .filter(|(p, _)| names.contains(&p.name()))
         .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
-    let chosen = select_host(pod, &feasible, &totals, fixed);
+    let chosen = reference_select_host(pod, &feasible, &totals, fixed);
     // The best `top`, ties in examination order.
     let mut order: Vec<usize> = (0..feasible.len()).collect();
     order.sort_by(|&a, &b| totals[b].cmp(&totals[a]).then(a.cmp(&b)));
@@ -326,4 +326,31 @@ proptest! {
             prop_assert_eq!(got, expected);
         }
     }
+}
+
+/// The best total, its ties told apart as the cycle documents it: by name with a fixed
+/// order, else by the smallest mix of the pod's hash and the node's, the first of equals.
+fn reference_select_host(
+    pod: &PodInfo,
+    feasible: &[&NodeInfo],
+    totals: &[i64],
+    fixed: bool,
+) -> usize {
+    let best = totals.iter().copied().max().unwrap_or(0);
+    let ties: Vec<usize> = (0..feasible.len()).filter(|&i| totals[i] == best).collect();
+    if fixed {
+        return ties
+            .into_iter()
+            .min_by_key(|&i| &feasible[i].node.name)
+            .unwrap_or(0);
+    }
+    let mut h = rustc_hash::FxHasher::default();
+    pod.namespace.hash(&mut h);
+    pod.name.hash(&mut h);
+    let pod_hash = h.finish();
+    ties.into_iter()
+        .min_by_key(|&i| {
+            (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        })
+        .unwrap_or(0)
 }

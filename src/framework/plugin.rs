@@ -197,6 +197,14 @@ pub trait FilterPlugin: Send + Sync {
         rejected
     }
 
+    /// True when `filter` accepts every node of `snapshot` for `pod` (no node is cordoned,
+    /// the pod names no node): the cycle then leaves this plugin out of its pass over the
+    /// nodes, for this pod. Asked after PreFilter; must never be true when `filter` could
+    /// reject a node of `snapshot`.
+    fn passes_all(&self, _state: &CycleState, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
+
     /// True when `filter` accepts the node whatever the pod (an uncordoned node for
     /// NodeUnschedulable, an untainted one for TaintToleration): the default `filter_nodes`
     /// then passes it without the call, which matters for plugins run on every node of
@@ -416,6 +424,19 @@ pub trait ScorePlugin: Send + Sync {
     /// entries keep their order.
     fn normalize(&self, _state: &CycleState, _pod: &PodInfo, _scores: &mut [NodeScore]) -> Status {
         Status::success()
+    }
+
+    /// The raw score `score` gives every node of `snapshot` for `pod`, when it is the same
+    /// for all of them (no node has what the plugin counts): the cycle then writes it for
+    /// each node instead of asking, and normalizes it once. Asked after PreScore. A plugin
+    /// answering it must normalize equal raw scores to equal scores, whatever their number.
+    fn uniform_score(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<i64> {
+        None
     }
 
     /// False when [`ScorePlugin::normalize`] leaves every score as it is: the cycle then

@@ -129,6 +129,7 @@ impl NodeResourcesBalancedAllocation {
 }
 
 /// `requested / allocatable`, capped at 1.
+#[inline]
 fn fraction(requested: i64, allocatable: i64) -> f64 {
     (requested as f64 / allocatable as f64).min(1.0)
 }
@@ -208,6 +209,21 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
                 &computed
             }
         };
+        if let Some(cm) = pod_requests.cpu_memory() {
+            // kube-scheduler's two-resource case: the standard deviation of two fractions
+            // is half their difference; a node missing one has a deviation of 0.
+            for (node, score) in block.nodes.iter().zip(scores) {
+                let ((cpu, cpu_alloc), (memory, memory_alloc)) = cm.on(node);
+                *score = if cpu_alloc != 0 && memory_alloc != 0 {
+                    let std =
+                        ((fraction(cpu, cpu_alloc) - fraction(memory, memory_alloc)) / 2.0).abs();
+                    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+                } else {
+                    MAX_NODE_SCORE
+                };
+            }
+            return Ok(());
+        }
         for (node, score) in block.nodes.iter().zip(scores) {
             *score = self.score_node(node, pod_requests);
         }
@@ -240,6 +256,46 @@ mod tests {
         }
         assert!(status.is_success());
         Some(p.score(&state, pod, node).unwrap())
+    }
+
+    #[test]
+    fn block_scores_agree_with_node_scores() {
+        let used = pod("used")
+            .on("n")
+            .req("cpu", "3")
+            .req("memory", "7Gi")
+            .build();
+        let nodes = [
+            node_info(
+                node("n").capacity("4", "8Gi").build(),
+                std::slice::from_ref(&used),
+            ),
+            node_info(
+                node("n").capacity("0", "8Gi").build(),
+                std::slice::from_ref(&used),
+            ),
+            node_info(node("n").capacity("4", "0").build(), &[]),
+            node_info(node("n").capacity("0", "0").build(), &[]),
+            node_info(node("n").capacity("2", "1Gi").build(), &[used]),
+        ];
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let positions: Vec<usize> = (0..nodes.len()).collect();
+        let p = default_plugin();
+        for pod in [
+            pod("p").req("cpu", "1").req("memory", "1Gi").build(),
+            pod("p").req("cpu", "250m").build(),
+        ] {
+            let mut state = CycleState::new();
+            assert!(
+                p.pre_score(&mut state, &pod, &Snapshot::default(), &refs)
+                    .is_success()
+            );
+            let mut block = vec![0; nodes.len()];
+            p.score_nodes(&state, &pod, NodeBlock::new(&refs, &positions), &mut block)
+                .unwrap();
+            let one: Vec<i64> = nodes.iter().map(|n| score(&p, &pod, n).unwrap()).collect();
+            assert_eq!(block, one);
+        }
     }
 
     fn validate(args: serde_json::Value) -> String {

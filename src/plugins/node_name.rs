@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::cache::NodeInfo;
+use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin, Plugin, PluginSpec,
     QueueingHint, Status,
@@ -48,6 +48,11 @@ impl FilterPlugin for NodeName {
             Some(wanted) if wanted != node.name() => Status::unresolvable(ERR_REASON),
             _ => Status::success(),
         }
+    }
+
+    /// Most pods name no node.
+    fn passes_all(&self, _: &CycleState, pod: &PodInfo, _: &Snapshot) -> bool {
+        pod.node_name.is_none()
     }
 }
 

@@ -25,7 +25,7 @@ use crate::model::labels::validate_qualified_name;
 use crate::model::resources::{ResourceName, is_extended_resource};
 
 use super::resource_allocation::{
-    PodRequests, RequestView, ResourceAllocation, ResourceSpec, default_resources,
+    CpuMemory, PodRequests, RequestView, ResourceAllocation, ResourceSpec, default_resources,
     deserialize_resources,
 };
 
@@ -474,7 +474,8 @@ impl FilterPlugin for NodeResourcesFit {
         };
         let mut rejected = 0;
         for (node, status) in block.nodes.iter().zip(statuses) {
-            if status.is_success() {
+            // The usual answer first, without building (or moving) a status.
+            if status.is_success() && !fits_outright(s, node) {
                 *status = fits_request(state, s, node);
                 rejected += usize::from(!status.is_success());
             }
@@ -626,6 +627,22 @@ impl ScorePlugin for NodeResourcesFit {
         };
         // The strategy matched once per block: each loop inlines its own arithmetic.
         let pairs = block.nodes.iter().zip(scores.iter_mut());
+        match (&self.strategy, pod_requests.cpu_memory()) {
+            (Strategy::LeastAllocated, Some(cm)) => {
+                for (node, score) in pairs {
+                    *score = mean_of_two(cm, node, least_requested_score);
+                }
+                return Ok(());
+            }
+            (Strategy::MostAllocated, Some(cm)) => {
+                for (node, score) in pairs {
+                    *score = mean_of_two(cm, node, most_requested_score);
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let pairs = block.nodes.iter().zip(scores.iter_mut());
         match &self.strategy {
             Strategy::LeastAllocated => {
                 for (node, score) in pairs {
@@ -663,9 +680,41 @@ fn weighted_mean(
     if weights == 0 { 0 } else { sum / weights }
 }
 
+/// [`weighted_mean`] of cpu and memory, the default resources, on `node`.
+#[inline(always)]
+fn mean_of_two(cm: CpuMemory, node: &NodeInfo, per_resource: impl Fn(i64, i64) -> i64) -> i64 {
+    let ((cpu, cpu_alloc), (memory, memory_alloc)) = cm.on(node);
+    let (mut sum, mut weights) = (0i64, 0i64);
+    if cpu_alloc != 0 {
+        sum += per_resource(cpu, cpu_alloc) * cm.cpu_weight;
+        weights += cm.cpu_weight;
+    }
+    if memory_alloc != 0 {
+        sum += per_resource(memory, memory_alloc) * cm.memory_weight;
+        weights += cm.memory_weight;
+    }
+    match weights {
+        0 => 0,
+        // Validated weights are positive and scores non-negative: an unsigned division
+        // needs no check for overflow.
+        1.. if sum >= 0 => (sum as u64 / weights as u64) as i64,
+        _ => sum / weights,
+    }
+}
+
+/// Capacities below this are scaled in floating point: `value * 100` is then exact in an
+/// f64, and the correctly rounded quotient of two such integers truncates to the integer
+/// quotient (a quotient below 101 that is not whole lies at least `1 / capacity` from the
+/// next whole number, more than half an ulp), without the integer division's latency.
+const EXACT_IN_F64: i64 = 1 << 44;
+
 /// `value * MAX_NODE_SCORE / capacity` for `0 <= value <= capacity`, exact even where the
 /// product would overflow an i64.
+#[inline]
 fn scaled(value: i64, capacity: i64) -> i64 {
+    if capacity < EXACT_IN_F64 {
+        return ((value * MAX_NODE_SCORE) as f64 / capacity as f64) as i64;
+    }
     match value.checked_mul(MAX_NODE_SCORE) {
         Some(product) => product / capacity,
         None => (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64,
@@ -673,6 +722,7 @@ fn scaled(value: i64, capacity: i64) -> i64 {
 }
 
 /// The share of the node left free, 0..=100: 0 when the node is (over)full.
+#[inline]
 fn least_requested_score(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 || requested > capacity {
         return 0;
@@ -682,6 +732,7 @@ fn least_requested_score(requested: i64, capacity: i64) -> i64 {
 
 /// The share of the node in use, 0..=100, counting an overfull node (possible with the
 /// non-zero defaults) as full.
+#[inline]
 fn most_requested_score(requested: i64, capacity: i64) -> i64 {
     if capacity == 0 {
         return 0;
@@ -747,6 +798,85 @@ mod tests {
                 .is_success()
         );
         p.score(&state, pod, node).unwrap()
+    }
+
+    /// Nodes the block scorers treat apart: no cpu, no memory, overfull, and memory beyond
+    /// what is scaled in floating point.
+    fn odd_nodes() -> Vec<NodeInfo> {
+        let used = pod("used")
+            .on("n")
+            .req("cpu", "3")
+            .req("memory", "7Gi")
+            .build();
+        vec![
+            node_info(
+                node("n").capacity("4", "8Gi").build(),
+                std::slice::from_ref(&used),
+            ),
+            node_info(
+                node("n").capacity("0", "8Gi").build(),
+                std::slice::from_ref(&used),
+            ),
+            node_info(node("n").capacity("4", "0").build(), &[]),
+            node_info(node("n").capacity("0", "0").build(), &[]),
+            node_info(
+                node("n").capacity("2", "1Gi").build(),
+                std::slice::from_ref(&used),
+            ),
+            node_info(node("n").capacity("96", "20Ti").build(), &[used]),
+            node_info(node("n").capacity("3", "3000").build(), &[]),
+        ]
+    }
+
+    #[test]
+    fn block_scores_agree_with_node_scores() {
+        let pods = [
+            pod("p").req("cpu", "1").req("memory", "1Gi").build(),
+            pod("p").build(),
+            pod("p").req("cpu", "250m").build(),
+        ];
+        let nodes = odd_nodes();
+        let refs: Vec<&NodeInfo> = nodes.iter().collect();
+        let positions: Vec<usize> = (0..nodes.len()).collect();
+        for strategy in ["LeastAllocated", "MostAllocated"] {
+            for weights in [(1, 1), (3, 1)] {
+                let p = plugin(json!({"scoringStrategy": {"type": strategy, "resources": [
+                    {"name": "cpu", "weight": weights.0},
+                    {"name": "memory", "weight": weights.1}]}}));
+                for pod in &pods {
+                    let mut state = CycleState::new();
+                    let _ = p.pre_score(&mut state, pod, &Snapshot::default(), &refs);
+                    let mut block = vec![0; nodes.len()];
+                    p.score_nodes(&state, pod, NodeBlock::new(&refs, &positions), &mut block)
+                        .unwrap();
+                    let one: Vec<i64> = nodes.iter().map(|n| score(&p, pod, n)).collect();
+                    assert_eq!(block, one, "{strategy} {weights:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scaling_in_floating_point_is_exact() {
+        let exact = |value: i64, capacity: i64| {
+            (i128::from(value) * i128::from(MAX_NODE_SCORE) / i128::from(capacity)) as i64
+        };
+        let mut capacities = vec![1, 3, 7, 1000, 4000, 128 << 30, EXACT_IN_F64 - 1];
+        capacities.extend((1..40).map(|k| EXACT_IN_F64 / k - 1));
+        for capacity in capacities {
+            // Values whose quotient is whole, and those just either side of it.
+            for k in 0..=MAX_NODE_SCORE {
+                let at = capacity * k / MAX_NODE_SCORE;
+                for value in [at.saturating_sub(1), at, at + 1] {
+                    let value = value.min(capacity);
+                    assert_eq!(
+                        scaled(value, capacity),
+                        exact(value, capacity),
+                        "{value} / {capacity}"
+                    );
+                }
+            }
+        }
     }
 
     fn reasons(s: &Status) -> Vec<&str> {

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use crate::cache::NodeInfo;
+use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, QueueingHint, Status,
@@ -70,6 +70,11 @@ impl FilterPlugin for NodeUnschedulable {
             return Status::unresolvable(ERR_REASON_UNSCHEDULABLE);
         }
         Status::success()
+    }
+
+    /// Most clusters have no cordoned node.
+    fn passes_all(&self, _: &CycleState, _: &PodInfo, snapshot: &Snapshot) -> bool {
+        snapshot.node_traits().cordoned == 0
     }
 
     /// Most nodes are not cordoned.

@@ -188,6 +188,26 @@ impl PodRequests {
         self.resources.iter().all(|r| r.request == 0)
     }
 
+    /// The requests as a [`CpuMemory`], when cpu and memory are the only resources scored,
+    /// in that order (kube-scheduler's default for both scorers).
+    pub fn cpu_memory(&self) -> Option<CpuMemory> {
+        let [cpu, memory] = self.resources.as_slice() else {
+            return None;
+        };
+        let non_zero = match (&cpu.amount, &memory.amount) {
+            (NodeAmount::NonZeroCpu, NodeAmount::NonZeroMemory) => true,
+            (NodeAmount::Cpu, NodeAmount::Memory) => false,
+            _ => return None,
+        };
+        Some(CpuMemory {
+            non_zero,
+            cpu: cpu.request,
+            cpu_weight: cpu.weight,
+            memory: memory.request,
+            memory_weight: memory.weight,
+        })
+    }
+
     /// Calls `f(weight, requested, allocatable)` for each resource, in configuration order,
     /// that takes part in the node's score, where `requested` already includes the pod's
     /// request. A resource the node has no allocatable amount of is left out.
@@ -237,6 +257,42 @@ impl PodRequests {
                 f(r.weight, used + r.request, alloc);
             }
         }
+    }
+}
+
+/// A pod's requests when cpu and memory are the only resources scored: what
+/// [`PodRequests::for_each`] reads, with the shape decided once per cycle rather than per
+/// node, so that a scorer's loop over every node of a large cluster is a few loads and
+/// arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuMemory {
+    non_zero: bool,
+    /// The pod's cpu request (millicores).
+    pub cpu: i64,
+    /// The weight of cpu.
+    pub cpu_weight: i64,
+    /// The pod's memory request (bytes).
+    pub memory: i64,
+    /// The weight of memory.
+    pub memory_weight: i64,
+}
+
+impl CpuMemory {
+    /// `((requested, allocatable) of cpu, (requested, allocatable) of memory)` on `node`,
+    /// the pod's requests included: what `for_each` passes, a resource with no allocatable
+    /// amount included (its allocatable is 0, and a scorer leaves it out).
+    #[inline(always)]
+    pub fn on(&self, node: &NodeInfo) -> ((i64, i64), (i64, i64)) {
+        let allocatable = &node.node.allocatable;
+        let (cpu, memory) = if self.non_zero {
+            (node.non_zero_milli_cpu, node.non_zero_memory)
+        } else {
+            (node.requested.milli_cpu, node.requested.memory)
+        };
+        (
+            (cpu + self.cpu, allocatable.milli_cpu),
+            (memory + self.memory, allocatable.memory),
+        )
     }
 }
 

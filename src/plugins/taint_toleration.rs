@@ -67,6 +67,11 @@ impl FilterPlugin for TaintToleration {
         }
     }
 
+    /// Most clusters have few tainted nodes, often none.
+    fn passes_all(&self, _: &CycleState, _: &PodInfo, snapshot: &Snapshot) -> bool {
+        snapshot.node_traits().hard_tainted == 0
+    }
+
     /// Most nodes carry no taint.
     fn passes_outright(&self, node: &NodeInfo) -> bool {
         node.node.taints.is_empty()
@@ -121,6 +126,11 @@ impl ScorePlugin for TaintToleration {
             *score = intolerable_preferences(&node.node.taints, &s.prefer_no_schedule);
         }
         Ok(())
+    }
+
+    /// No node has a PreferNoSchedule taint: every node counts none.
+    fn uniform_score(&self, _: &CycleState, _: &PodInfo, snapshot: &Snapshot) -> Option<i64> {
+        (snapshot.node_traits().prefer_tainted == 0).then_some(0)
     }
 
     /// Fewer intolerable taints is better: the highest count maps to 0.
