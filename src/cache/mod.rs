@@ -28,7 +28,7 @@ use crate::model::volume::{
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use snapshot::DisruptionBudgets;
 
-pub use node_info::NodeInfo;
+pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
 pub use snapshot::{NodeTraits, Snapshot, TopologyDomains, TopologyValues};
@@ -713,6 +713,7 @@ impl Cache {
                     != (entry.info.pods_with_affinity > 0)
                     || (old.pods_with_required_anti_affinity > 0)
                         != (entry.info.pods_with_required_anti_affinity > 0);
+                snapshot.rows[i] = NodeRow::of(&entry.info);
                 snapshot.nodes[i] = entry.info.clone();
             }
             if affinity_changed && self.tracked.contains(Tracked::PodLabels) {
@@ -744,6 +745,7 @@ impl Cache {
             .enumerate()
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
+        snapshot.rows = snapshot.nodes.iter().map(|n| NodeRow::of(n)).collect();
         snapshot.domains = Default::default();
         self.pod_changes.clear();
         snapshot.pods.clear();

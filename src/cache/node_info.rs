@@ -166,3 +166,55 @@ fn holds_gpu(pod: &PodInfo) -> bool {
         || pod.gpu.assignment.is_some()
         || pod.gpu.hami_assignment.is_some()
 }
+
+/// What the resource plugins and the choice of a node read of every node in every cycle,
+/// copied out of its [`NodeInfo`] (and the node model behind it) into one contiguous row per
+/// snapshot position ([`crate::cache::Snapshot::rows`]): reading a row per node touches one
+/// or two cache lines of an array walked in order, where reading the node itself chases two
+/// pointers to objects spread over the heap, and on large clusters those misses, not the
+/// arithmetic, are what examining every node costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeRow {
+    /// Allocatable cpu (millicores).
+    pub allocatable_cpu: i64,
+    /// Allocatable memory (bytes).
+    pub allocatable_memory: i64,
+    /// Allocatable ephemeral storage (bytes).
+    pub allocatable_ephemeral_storage: i64,
+    /// How many pods the node takes.
+    pub allowed_pods: i64,
+    /// The pods' cpu requests.
+    pub requested_cpu: i64,
+    /// The pods' memory requests.
+    pub requested_memory: i64,
+    /// The pods' ephemeral storage requests.
+    pub requested_ephemeral_storage: i64,
+    /// The pods' cpu requests with the non-zero defaults ([`NodeInfo::non_zero_milli_cpu`]).
+    pub non_zero_cpu: i64,
+    /// The same for memory.
+    pub non_zero_memory: i64,
+    /// Pods on the node.
+    pub pods: i64,
+    /// [`crate::model::NodeModel::name_hash`], for telling equal scores apart.
+    pub name_hash: u64,
+}
+
+impl NodeRow {
+    /// The row of `info`.
+    pub fn of(info: &NodeInfo) -> Self {
+        let allocatable = &info.node.allocatable;
+        NodeRow {
+            allocatable_cpu: allocatable.milli_cpu,
+            allocatable_memory: allocatable.memory,
+            allocatable_ephemeral_storage: allocatable.ephemeral_storage,
+            allowed_pods: allocatable.allowed_pods,
+            requested_cpu: info.requested.milli_cpu,
+            requested_memory: info.requested.memory,
+            requested_ephemeral_storage: info.requested.ephemeral_storage,
+            non_zero_cpu: info.non_zero_milli_cpu,
+            non_zero_memory: info.non_zero_memory,
+            pods: info.pods.len() as i64,
+            name_hash: info.node.name_hash,
+        }
+    }
+}

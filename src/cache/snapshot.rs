@@ -11,7 +11,7 @@ use crate::model::selector::LabelSelector;
 use crate::model::taint::TaintEffect;
 use crate::model::{Labels, PodInfo};
 
-use super::node_info::NodeInfo;
+use super::node_info::{NodeInfo, NodeRow};
 use super::pod_groups::PodGroups;
 use super::pod_index::PodIndex;
 use super::storage::Storage;
@@ -24,6 +24,8 @@ use super::workloads::Workloads;
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub(super) nodes: Vec<Arc<NodeInfo>>,
+    /// Each node's [`NodeRow`], by position.
+    pub(super) rows: Vec<NodeRow>,
     /// Node name to position; looked up for every rejected node by preemption and by the
     /// explanation of a failed attempt, hence the fast (Fx) hash.
     pub(super) index: FxHashMap<Arc<str>, usize>,
@@ -59,6 +61,11 @@ impl Snapshot {
     /// Nodes in scheduling order.
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.nodes
+    }
+
+    /// Each node's [`NodeRow`], in the order of [`Snapshot::nodes`].
+    pub fn rows(&self) -> &[NodeRow] {
+        &self.rows
     }
 
     /// Number of nodes.

@@ -479,7 +479,7 @@ fn place(
         &mut state,
         pod,
         snapshot,
-        NodeBlock::new(&feasible, &positions),
+        NodeBlock::of_snapshot(&feasible, &positions, snapshot),
         options,
         buffers,
     )?;
@@ -495,7 +495,9 @@ fn place(
         .iter()
         .filter(|(p, _)| score_plugins.contains(&p.name()))
         .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
-    let chosen = select_host(pod, &feasible, &buffers.totals, fixed_order);
+    let rows = snapshot.rows();
+    let name_hash = |i: usize| rows[positions[i]].name_hash;
+    let chosen = select_host(pod, &feasible, name_hash, &buffers.totals, fixed_order);
     let mut scores = buffers.top(&feasible, options.top_scores);
     if extra.is_some() {
         score_plugins.push(crate::extender::NAME);
@@ -748,10 +750,13 @@ fn find_feasible_nodes<'s>(
                     .zip(positions.par_chunks(FILTER_BLOCK))
                     .zip(statuses.par_chunks_mut(FILTER_BLOCK))
                     .for_each(|((nodes, positions), statuses)| {
-                        filter_block(NodeBlock::new(nodes, positions), statuses)
+                        filter_block(NodeBlock::of_snapshot(nodes, positions, snapshot), statuses)
                     })
             }),
-            None => filter_block(NodeBlock::new(&block, &positions), statuses),
+            None => filter_block(
+                NodeBlock::of_snapshot(&block, &positions, snapshot),
+                statuses,
+            ),
         }
         // Rejections are taken out, leaving successes behind: the buffer needs no refilling
         // (nor its statuses dropping) before the next batch.
@@ -961,6 +966,7 @@ fn score_nodes(
     let NodeBlock {
         nodes: feasible,
         positions,
+        ..
     } = found;
     let mut skip_score: Vec<&'static str> = Vec::new();
     for plugin in &profile.pre_score {
@@ -1010,7 +1016,7 @@ fn score_nodes(
     type Block<'b, 'n> = ((&'b [&'n NodeInfo], &'b [usize]), &'b mut [i64]);
     let score_block = |((nodes, positions), cells): Block<'_, '_>| -> Result<(), Status> {
         let len = nodes.len();
-        let block = NodeBlock::new(nodes, positions);
+        let block = NodeBlock::of_snapshot(nodes, positions, snapshot);
         for (j, (s, name, _)) in active.iter().enumerate() {
             if uniform[j].is_none() {
                 s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
@@ -1160,10 +1166,17 @@ fn plain_weight(weight: i64) -> bool {
     (0..=i64::from(i32::MAX)).contains(&weight)
 }
 
-/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name,
+/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name
+/// (`name_hash` of a feasible node's index),
 /// so a replay makes the same choice whatever order the nodes were examined in; with
 /// `fixed_order`, by the node's name alone (the smallest wins), the same order for every pod.
-fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_order: bool) -> usize {
+fn select_host(
+    pod: &PodInfo,
+    feasible: &[&NodeInfo],
+    name_hash: impl Fn(usize) -> u64,
+    totals: &[i64],
+    fixed_order: bool,
+) -> usize {
     if fixed_order {
         let best = totals.iter().copied().max().unwrap_or(0);
         let ties = (0..feasible.len()).filter(|&i| totals[i] == best);
@@ -1174,8 +1187,7 @@ fn select_host(pod: &PodInfo, feasible: &[&NodeInfo], totals: &[i64], fixed_orde
     pod.name.hash(&mut h);
     let pod_hash = h.finish();
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
-    let tie_key =
-        |i: usize| (feasible[i].node.name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let tie_key = |i: usize| (name_hash(i) ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     // One pass: the best total so far, and among the nodes with it the smallest key (the
     // first of equal keys); a node below the best costs one comparison.
     let (mut best, mut best_key, mut chosen) = (i64::MIN, u64::MAX, 0);

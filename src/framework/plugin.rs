@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::cache::{ClaimKey, NodeInfo, Snapshot, Tracked, VolumeDecision};
+use crate::cache::{ClaimKey, NodeInfo, NodeRow, Snapshot, Tracked, VolumeDecision};
 use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
@@ -148,13 +148,40 @@ pub struct NodeBlock<'a> {
     pub nodes: &'a [&'a NodeInfo],
     /// Their positions, as long as `nodes`.
     pub positions: &'a [usize],
+    /// When the nodes are the snapshot's own (not copies changed within the cycle), the
+    /// snapshot's rows ([`Snapshot::rows`]), indexed by position: the node at
+    /// `positions[k]` reads the same in `rows[positions[k]]` as in `nodes[k]`, at a fraction
+    /// of the memory traffic.
+    pub rows: Option<&'a [NodeRow]>,
 }
 
 impl<'a> NodeBlock<'a> {
     /// A block of `nodes` at `positions`.
     pub fn new(nodes: &'a [&'a NodeInfo], positions: &'a [usize]) -> Self {
         debug_assert_eq!(nodes.len(), positions.len());
-        NodeBlock { nodes, positions }
+        NodeBlock {
+            nodes,
+            positions,
+            rows: None,
+        }
+    }
+
+    /// The block of the snapshot's own nodes at `positions`, with the snapshot's rows.
+    pub fn of_snapshot(
+        nodes: &'a [&'a NodeInfo],
+        positions: &'a [usize],
+        snapshot: &'a Snapshot,
+    ) -> Self {
+        debug_assert!(
+            nodes
+                .iter()
+                .zip(positions)
+                .all(|(n, &p)| std::ptr::eq(*n, &*snapshot.nodes()[p]))
+        );
+        NodeBlock {
+            rows: Some(snapshot.rows()),
+            ..NodeBlock::new(nodes, positions)
+        }
     }
 
     /// Number of nodes.

@@ -128,6 +128,20 @@ impl NodeResourcesBalancedAllocation {
     }
 }
 
+/// The score of a node with these (requested, allocatable) amounts of cpu and memory:
+/// kube-scheduler's two-resource case, where the standard deviation of two fractions is half
+/// their difference, and a node missing one resource has a deviation of 0.
+#[inline(always)]
+fn balance_of_two(amounts: ((i64, i64), (i64, i64))) -> i64 {
+    let ((cpu, cpu_alloc), (memory, memory_alloc)) = amounts;
+    if cpu_alloc != 0 && memory_alloc != 0 {
+        let std = ((fraction(cpu, cpu_alloc) - fraction(memory, memory_alloc)) / 2.0).abs();
+        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+    } else {
+        MAX_NODE_SCORE
+    }
+}
+
 /// `requested / allocatable`, capped at 1.
 #[inline]
 fn fraction(requested: i64, allocatable: i64) -> f64 {
@@ -210,17 +224,17 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
             }
         };
         if let Some(cm) = pod_requests.cpu_memory() {
-            // kube-scheduler's two-resource case: the standard deviation of two fractions
-            // is half their difference; a node missing one has a deviation of 0.
-            for (node, score) in block.nodes.iter().zip(scores) {
-                let ((cpu, cpu_alloc), (memory, memory_alloc)) = cm.on(node);
-                *score = if cpu_alloc != 0 && memory_alloc != 0 {
-                    let std =
-                        ((fraction(cpu, cpu_alloc) - fraction(memory, memory_alloc)) / 2.0).abs();
-                    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
-                } else {
-                    MAX_NODE_SCORE
-                };
+            match block.rows {
+                Some(rows) => {
+                    for (&p, score) in block.positions.iter().zip(scores) {
+                        *score = balance_of_two(cm.on_row(&rows[p]));
+                    }
+                }
+                None => {
+                    for (node, score) in block.nodes.iter().zip(scores) {
+                        *score = balance_of_two(cm.on(node));
+                    }
+                }
             }
             return Ok(());
         }
@@ -234,6 +248,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::NodeRow;
     use crate::framework::Code;
     use crate::testing::{node, node_info, pod};
     use serde_json::json;
@@ -280,6 +295,11 @@ mod tests {
         ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let positions: Vec<usize> = (0..nodes.len()).collect();
+        let rows: Vec<NodeRow> = nodes.iter().map(NodeRow::of).collect();
+        let with_rows = NodeBlock {
+            rows: Some(&rows),
+            ..NodeBlock::new(&refs, &positions)
+        };
         let p = default_plugin();
         for pod in [
             pod("p").req("cpu", "1").req("memory", "1Gi").build(),
@@ -290,11 +310,12 @@ mod tests {
                 p.pre_score(&mut state, &pod, &Snapshot::default(), &refs)
                     .is_success()
             );
-            let mut block = vec![0; nodes.len()];
-            p.score_nodes(&state, &pod, NodeBlock::new(&refs, &positions), &mut block)
-                .unwrap();
             let one: Vec<i64> = nodes.iter().map(|n| score(&p, &pod, n).unwrap()).collect();
-            assert_eq!(block, one);
+            for block in [NodeBlock::new(&refs, &positions), with_rows] {
+                let mut scores = vec![0; nodes.len()];
+                p.score_nodes(&state, &pod, block, &mut scores).unwrap();
+                assert_eq!(scores, one);
+            }
         }
     }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, NodeRow, Snapshot};
 use crate::framework::{
     ArgsError, Code, CycleState, DefaultPlace, EventHint, FilterPlugin, MAX_NODE_SCORE,
     NODE_CHANGES_AND_POD_DELETES, NodeBlock, Plugin, PluginArgs, PluginSpec, PreFilterPlugin,
@@ -473,6 +473,16 @@ impl FilterPlugin for NodeResourcesFit {
             return statuses.len();
         };
         let mut rejected = 0;
+        if let Some(rows) = block.rows.filter(|_| s.scalars.is_empty()) {
+            let nodes = block.nodes.iter().zip(block.positions);
+            for ((node, &p), status) in nodes.zip(statuses) {
+                if status.is_success() && !fits_row(s, &rows[p]) {
+                    *status = fits_request(state, s, node);
+                    rejected += usize::from(!status.is_success());
+                }
+            }
+            return rejected;
+        }
         for (node, status) in block.nodes.iter().zip(statuses) {
             // The usual answer first, without building (or moving) a status.
             if status.is_success() && !fits_outright(s, node) {
@@ -507,6 +517,21 @@ fn fits_outright(s: &PreFilterState, node: &NodeInfo) -> bool {
                 && s.scalars
                     .iter()
                     .all(|r| r.amount <= allocatable.scalar(&r.name) - used.scalar(&r.name))))
+}
+
+/// [`fits_outright`] read from the node's row, for a pod without extended requests.
+#[inline]
+fn fits_row(s: &PreFilterState, row: &NodeRow) -> bool {
+    let room = |request: i64, alloc: i64, in_use: i64| request <= 0 || request <= alloc - in_use;
+    row.pods < row.allowed_pods
+        && (s.requests_nothing
+            || (room(s.milli_cpu, row.allocatable_cpu, row.requested_cpu)
+                && room(s.memory, row.allocatable_memory, row.requested_memory)
+                && room(
+                    s.ephemeral_storage,
+                    row.allocatable_ephemeral_storage,
+                    row.requested_ephemeral_storage,
+                )))
 }
 
 /// kube-scheduler's `fitsRequest` for the requests PreFilter computed, with cpu and memory
@@ -627,20 +652,25 @@ impl ScorePlugin for NodeResourcesFit {
         };
         // The strategy matched once per block: each loop inlines its own arithmetic.
         let pairs = block.nodes.iter().zip(scores.iter_mut());
-        match (&self.strategy, pod_requests.cpu_memory()) {
-            (Strategy::LeastAllocated, Some(cm)) => {
-                for (node, score) in pairs {
-                    *score = mean_of_two(cm, node, least_requested_score);
+        let per_resource = match &self.strategy {
+            Strategy::LeastAllocated => Some(least_requested_score as fn(i64, i64) -> i64),
+            Strategy::MostAllocated => Some(most_requested_score as fn(i64, i64) -> i64),
+            Strategy::RequestedToCapacityRatio(_) => None,
+        };
+        if let (Some(per_resource), Some(cm)) = (per_resource, pod_requests.cpu_memory()) {
+            match block.rows {
+                Some(rows) => {
+                    for (&p, score) in block.positions.iter().zip(scores.iter_mut()) {
+                        *score = mean_of_two(cm, cm.on_row(&rows[p]), per_resource);
+                    }
                 }
-                return Ok(());
-            }
-            (Strategy::MostAllocated, Some(cm)) => {
-                for (node, score) in pairs {
-                    *score = mean_of_two(cm, node, most_requested_score);
+                None => {
+                    for (node, score) in pairs {
+                        *score = mean_of_two(cm, cm.on(node), per_resource);
+                    }
                 }
-                return Ok(());
             }
-            _ => {}
+            return Ok(());
         }
         let pairs = block.nodes.iter().zip(scores.iter_mut());
         match &self.strategy {
@@ -680,10 +710,15 @@ fn weighted_mean(
     if weights == 0 { 0 } else { sum / weights }
 }
 
-/// [`weighted_mean`] of cpu and memory, the default resources, on `node`.
+/// [`weighted_mean`] of cpu and memory, the default resources, on a node with these
+/// (requested, allocatable) amounts ([`CpuMemory::on`]).
 #[inline(always)]
-fn mean_of_two(cm: CpuMemory, node: &NodeInfo, per_resource: impl Fn(i64, i64) -> i64) -> i64 {
-    let ((cpu, cpu_alloc), (memory, memory_alloc)) = cm.on(node);
+fn mean_of_two(
+    cm: CpuMemory,
+    amounts: ((i64, i64), (i64, i64)),
+    per_resource: impl Fn(i64, i64) -> i64,
+) -> i64 {
+    let ((cpu, cpu_alloc), (memory, memory_alloc)) = amounts;
     let (mut sum, mut weights) = (0i64, 0i64);
     if cpu_alloc != 0 {
         sum += per_resource(cpu, cpu_alloc) * cm.cpu_weight;
@@ -838,6 +873,11 @@ mod tests {
         let nodes = odd_nodes();
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let positions: Vec<usize> = (0..nodes.len()).collect();
+        let rows: Vec<NodeRow> = nodes.iter().map(NodeRow::of).collect();
+        let with_rows = NodeBlock {
+            rows: Some(&rows),
+            ..NodeBlock::new(&refs, &positions)
+        };
         for strategy in ["LeastAllocated", "MostAllocated"] {
             for weights in [(1, 1), (3, 1)] {
                 let p = plugin(json!({"scoringStrategy": {"type": strategy, "resources": [
@@ -846,11 +886,12 @@ mod tests {
                 for pod in &pods {
                     let mut state = CycleState::new();
                     let _ = p.pre_score(&mut state, pod, &Snapshot::default(), &refs);
-                    let mut block = vec![0; nodes.len()];
-                    p.score_nodes(&state, pod, NodeBlock::new(&refs, &positions), &mut block)
-                        .unwrap();
                     let one: Vec<i64> = nodes.iter().map(|n| score(&p, pod, n)).collect();
-                    assert_eq!(block, one, "{strategy} {weights:?}");
+                    for block in [NodeBlock::new(&refs, &positions), with_rows] {
+                        let mut scores = vec![0; nodes.len()];
+                        p.score_nodes(&state, pod, block, &mut scores).unwrap();
+                        assert_eq!(scores, one, "{strategy} {weights:?}");
+                    }
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::cache::NodeInfo;
+use crate::cache::{NodeInfo, NodeRow};
 use crate::model::PodInfo;
 use crate::model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, ResourceName, is_scalar_resource};
 
@@ -292,6 +292,20 @@ impl CpuMemory {
         (
             (cpu + self.cpu, allocatable.milli_cpu),
             (memory + self.memory, allocatable.memory),
+        )
+    }
+
+    /// [`CpuMemory::on`] read from the node's row.
+    #[inline(always)]
+    pub fn on_row(&self, row: &NodeRow) -> ((i64, i64), (i64, i64)) {
+        let (cpu, memory) = if self.non_zero {
+            (row.non_zero_cpu, row.non_zero_memory)
+        } else {
+            (row.requested_cpu, row.requested_memory)
+        };
+        (
+            (cpu + self.cpu, row.allocatable_cpu),
+            (memory + self.memory, row.allocatable_memory),
         )
     }
 }
