@@ -18,6 +18,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use imbl::shared_ptr::DefaultSharedPtr;
+use rustc_hash::FxBuildHasher;
+
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::pod_group::{PodGroupModel, group_of};
@@ -68,16 +71,23 @@ struct PodEntry {
     assumed: bool,
 }
 
-/// The scheduler's cluster state. A clone shares every node's [`NodeInfo`] (copied only
-/// when the clone changes it), so that a question about placements can run on a copy.
+/// A persistent hash map with the fast (Fx) hash: a clone is a pointer copy, and a change
+/// to a map shared with a clone copies only the path to one entry.
+type SharedMap<K, V> = imbl::GenericHashMap<K, V, FxBuildHasher, DefaultSharedPtr>;
+
+/// The scheduler's cluster state. A clone is a few pointer copies: the per-node and per-pod
+/// maps are persistent, and every node's [`NodeInfo`] is shared (copied only when the clone
+/// changes it), so that the scheduling thread can hand a copy to a question about
+/// placements between two cycles.
 #[derive(Debug, Clone)]
 pub struct Cache {
     /// The parts kept beyond nodes and pods (see [`Tracked`]).
     tracked: TrackedSet,
-    nodes: HashMap<Arc<str>, NodeEntry>,
-    /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order).
-    order: Vec<Arc<str>>,
-    pods: HashMap<(String, String), PodEntry>,
+    nodes: SharedMap<Arc<str>, NodeEntry>,
+    /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order);
+    /// copied by the first node added or removed after a clone.
+    order: Arc<Vec<Arc<str>>>,
+    pods: SharedMap<(String, String), PodEntry>,
     /// How many of `pods` are assumed.
     assumed: usize,
     namespaces: Arc<HashMap<String, Labels>>,
@@ -90,7 +100,7 @@ pub struct Cache {
     /// PodGroups and their pods (see [`PodGroups`]).
     pod_groups: PodGroups,
     /// The group each known pod names, by pod (namespace, name).
-    group_of_pod: HashMap<(String, String), String>,
+    group_of_pod: SharedMap<(String, String), String>,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -120,9 +130,9 @@ impl Cache {
     pub fn tracking(tracked: TrackedSet) -> Self {
         Cache {
             tracked,
-            nodes: HashMap::new(),
-            order: Vec::new(),
-            pods: HashMap::new(),
+            nodes: SharedMap::default(),
+            order: Arc::default(),
+            pods: SharedMap::default(),
             assumed: 0,
             namespaces: Arc::default(),
             workloads: Arc::default(),
@@ -130,7 +140,7 @@ impl Cache {
             storage: Storage::default(),
             disruption_budgets: DisruptionBudgets::default(),
             pod_groups: PodGroups::default(),
-            group_of_pod: HashMap::new(),
+            group_of_pod: SharedMap::default(),
             generation: 0,
             dirty: HashSet::new(),
             list_changed: false,
@@ -173,7 +183,7 @@ impl Cache {
         let entry = self.nodes.get_mut(&name).expect("touched above");
         if !entry.present {
             entry.present = true;
-            self.order.push(name);
+            Arc::make_mut(&mut self.order).push(name);
             self.list_changed = true;
         }
     }
@@ -193,7 +203,7 @@ impl Cache {
         if empty {
             self.nodes.remove(name);
         }
-        self.order.retain(|n| &**n != name);
+        Arc::make_mut(&mut self.order).retain(|n| &**n != name);
         self.list_changed = true;
         self.generation += 1;
     }
