@@ -9,6 +9,7 @@
 mod node_info;
 mod pod_groups;
 mod pod_index;
+mod pod_name;
 mod snapshot;
 mod storage;
 mod tracked;
@@ -29,6 +30,7 @@ use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
+use pod_name::{PodName, lookup};
 use snapshot::DisruptionBudgets;
 
 pub use node_info::NodeInfo;
@@ -87,7 +89,7 @@ pub struct Cache {
     /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order);
     /// copied by the first node added or removed after a clone.
     order: Arc<Vec<Arc<str>>>,
-    pods: SharedMap<(String, String), PodEntry>,
+    pods: SharedMap<PodName, PodEntry>,
     /// How many of `pods` are assumed.
     assumed: usize,
     namespaces: Arc<HashMap<String, Labels>>,
@@ -100,7 +102,7 @@ pub struct Cache {
     /// PodGroups and their pods (see [`PodGroups`]).
     pod_groups: PodGroups,
     /// The group each known pod names, by pod (namespace, name).
-    group_of_pod: SharedMap<(String, String), String>,
+    group_of_pod: SharedMap<PodName, Arc<str>>,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -263,7 +265,7 @@ impl Cache {
     /// Where the pod is placed, and whether only assumed.
     pub fn pod_placement(&self, namespace: &str, name: &str) -> Option<(&Arc<str>, bool)> {
         self.pods
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(lookup(namespace, name).as_str())
             .map(|e| (&e.node, e.assumed))
     }
 
@@ -274,7 +276,7 @@ impl Cache {
             .node_name
             .clone()
             .ok_or_else(|| CacheError::NoNode(pod.key()))?;
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         if let Some(e) = self.pods.get(&key).cloned() {
             // A pod confirmed where it was assumed stays a recent placement there.
             if e.node != node {
@@ -292,7 +294,7 @@ impl Cache {
             .node_name
             .clone()
             .ok_or_else(|| CacheError::NoNode(pod.key()))?;
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         if let Some(e) = self.pods.get(&key) {
             return Err(CacheError::AlreadyPlaced(pod.key(), e.node.to_string()));
         }
@@ -302,7 +304,7 @@ impl Cache {
 
     /// Undoes an assumption (the binding failed).
     pub fn forget_pod(&mut self, namespace: &str, name: &str) -> Result<(), CacheError> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = PodName::new(namespace, name);
         match self.pods.get(&key) {
             Some(e) if e.assumed => {
                 let node = e.node.clone();
@@ -318,13 +320,13 @@ impl Cache {
 
     /// Removes a pod (deleted, or finished); returns it if it was placed.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = PodName::new(namespace, name);
         let node = self.pods.get(&key)?.node.clone();
         self.forget_recent(&node, &key);
         self.detach(&key, &node)
     }
 
-    fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
+    fn attach(&mut self, key: PodName, node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
         self.set_placed(&pod, true);
         if self.tracked.contains(Tracked::PodLabels) {
             self.pod_changes.push((pod.clone(), node.clone(), true));
@@ -339,11 +341,12 @@ impl Cache {
     }
 
     /// Takes the pod `key` off `node`; returns it.
-    fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
+    fn detach(&mut self, key: &PodName, node: &Arc<str>) -> Option<Arc<PodInfo>> {
         if self.pods.remove(key).is_some_and(|e| e.assumed) {
             self.assumed -= 1;
         }
-        let pod = self.touch(node).remove_pod(&key.0, &key.1);
+        let (namespace, name) = key.parts();
+        let pod = self.touch(node).remove_pod(namespace, name);
         if let Some(pod) = &pod {
             self.set_placed(pod, false);
         }
@@ -407,14 +410,15 @@ impl Cache {
     }
 
     /// Forgets the pod `key` as a recent placement on `node` (before it is detached).
-    fn forget_recent(&mut self, node: &Arc<str>, key: &(String, String)) {
+    fn forget_recent(&mut self, node: &Arc<str>, key: &PodName) {
+        let (namespace, name) = key.parts();
         let recent = self
             .nodes
             .get(node)
             .and_then(|e| e.info.load.as_ref())
-            .is_some_and(|l| l.is_recent(&key.0, &key.1));
+            .is_some_and(|l| l.is_recent(namespace, name));
         if recent && let Some(load) = &mut self.touch(node).load {
-            load.forget(&key.0, &key.1);
+            load.forget(namespace, name);
         }
     }
 
@@ -605,12 +609,13 @@ impl Cache {
         if !self.tracked.contains(Tracked::PodGroups) {
             return;
         }
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         let group = group_of(pod);
         if let Some(old) = self.group_of_pod.get(&key)
-            && Some(old.as_str()) != group
+            && Some(&**old) != group
         {
-            self.pod_groups.remove_member(&key.0, &key.1, old);
+            self.pod_groups
+                .remove_member(&pod.namespace, &pod.name, old);
             self.group_of_pod.remove(&key);
         }
         let Some(group) = group else {
@@ -621,14 +626,13 @@ impl Cache {
             gated: !pod.scheduling_gates.is_empty(),
         };
         self.pod_groups.set_member(pod, group, member);
-        self.group_of_pod.insert(key, group.to_string());
+        self.group_of_pod.insert(key, group.into());
         self.generation += 1;
     }
 
     /// Forgets the pod `namespace/name` as a group member (it was deleted).
     pub fn forget_member(&mut self, namespace: &str, name: &str) {
-        let key = (namespace.to_string(), name.to_string());
-        if let Some(group) = self.group_of_pod.remove(&key) {
+        if let Some(group) = self.group_of_pod.remove(lookup(namespace, name).as_str()) {
             self.pod_groups.remove_member(namespace, name, &group);
             self.generation += 1;
         }
@@ -645,7 +649,7 @@ impl Cache {
         self.pod_groups
             .set_member(pod, group, Member { placed, gated });
         self.group_of_pod
-            .insert((pod.namespace.clone(), pod.name.clone()), group.to_string());
+            .insert(PodName::new(&pod.namespace, &pod.name), group.into());
     }
 
     /// Records a PodGroup (added or changed); ignored unless [`Tracked::PodGroups`] is
