@@ -476,6 +476,24 @@ impl Cache {
         self.generation += 1;
     }
 
+    /// Namespaces' labels, by namespace (empty unless [`Tracked::NamespaceLabels`] is
+    /// tracked).
+    pub fn namespaces(&self) -> &HashMap<String, Labels> {
+        &self.namespaces
+    }
+
+    /// Services' and controllers' selectors (empty unless [`Tracked::Workloads`] is
+    /// tracked).
+    pub fn workloads(&self) -> &Workloads {
+        &self.workloads
+    }
+
+    /// Every PodDisruptionBudget, ordered by namespace and name (none unless
+    /// [`Tracked::DisruptionBudgets`] is tracked).
+    pub fn disruption_budgets(&self) -> impl Iterator<Item = &Arc<DisruptionBudgetModel>> {
+        self.disruption_budgets.values()
+    }
+
     /// The storage objects held (empty unless [`Tracked::Volumes`] is tracked).
     pub fn storage(&self) -> &Storage {
         &self.storage
