@@ -81,7 +81,7 @@ type SharedMap<K, V> = imbl::GenericHashMap<K, V, FxBuildHasher, DefaultSharedPt
 /// maps are persistent, and every node's [`NodeInfo`] is shared (copied only when the clone
 /// changes it), so that the scheduling thread can hand a copy to a question about
 /// placements between two cycles.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Cache {
     /// The parts kept beyond nodes and pods (see [`Tracked`]).
     tracked: TrackedSet,
@@ -111,6 +111,33 @@ pub struct Cache {
     /// Pods placed (true) or removed (false) since the last refresh, with their node, for
     /// the snapshot's [`PodIndex`].
     pod_changes: Vec<(Arc<PodInfo>, Arc<str>, bool)>,
+}
+
+/// A clone shares everything but the record of what changed since the last snapshot
+/// refresh, which belongs to the original's snapshot: the clone's first refresh rebuilds
+/// its snapshot whole (and the record's table, as large as the most nodes ever changed
+/// between two refreshes, is not copied).
+impl Clone for Cache {
+    fn clone(&self) -> Self {
+        Cache {
+            tracked: self.tracked,
+            nodes: self.nodes.clone(),
+            order: self.order.clone(),
+            pods: self.pods.clone(),
+            assumed: self.assumed,
+            namespaces: self.namespaces.clone(),
+            workloads: self.workloads.clone(),
+            image_nodes: self.image_nodes.clone(),
+            storage: self.storage.clone(),
+            disruption_budgets: self.disruption_budgets.clone(),
+            pod_groups: self.pod_groups.clone(),
+            group_of_pod: self.group_of_pod.clone(),
+            generation: self.generation,
+            dirty: HashSet::new(),
+            list_changed: true,
+            pod_changes: Vec::new(),
+        }
+    }
 }
 
 impl Default for Cache {
