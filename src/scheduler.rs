@@ -3,7 +3,7 @@
 //! the bindings it plans, and report how each binding went.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::cache::{Cache, CacheError, GroupProgress, NodeInfo, Snapshot, TrackedSet};
@@ -246,13 +246,15 @@ impl ClusterView {
 }
 
 /// Views of a scheduler handed out at a bounded cost: a view is taken afresh only when the
-/// state changed since the last one and that one is at least `reuse_for` old; otherwise the
-/// last one is shared. So a stream of questions costs the scheduling thread at most one
-/// clone of its state per `reuse_for`, and the answers are at most that much behind.
+/// state changed since the last one and that one is at least `reuse_for` old, or no one
+/// holds it any more; otherwise the last one is shared. So the answers are at most
+/// `reuse_for` behind. A view is a few pointer copies; what costs is letting one go (the
+/// nodes and index paths the scheduler has replaced since are freed with it), so the
+/// scheduling thread keeps none alive: the last question to hold a view frees it.
 #[derive(Debug)]
 pub struct Views {
     reuse_for: Duration,
-    last: Option<(Duration, u64, Arc<ClusterView>)>,
+    last: Option<(Duration, u64, Weak<ClusterView>)>,
 }
 
 impl Views {
@@ -269,24 +271,13 @@ impl Views {
         let generation = scheduler.cache().generation();
         if let Some((taken, last_generation, view)) = &self.last
             && (*last_generation == generation || now.saturating_sub(*taken) < self.reuse_for)
+            && let Some(view) = view.upgrade()
         {
-            return view.clone();
+            return view;
         }
         let view = Arc::new(scheduler.view(now));
-        self.last = Some((now, generation, view.clone()));
+        self.last = Some((now, generation, Arc::downgrade(&view)));
         view
-    }
-
-    /// Lets the last view go once it is too old to be shared while the state changes (it
-    /// holds nodes the scheduler has since replaced).
-    pub fn expire(&mut self, now: Duration) {
-        if self
-            .last
-            .as_ref()
-            .is_some_and(|(taken, _, _)| now.saturating_sub(*taken) >= self.reuse_for)
-        {
-            self.last = None;
-        }
     }
 }
 

@@ -223,8 +223,7 @@ pub enum Input {
 }
 
 /// How long a view of the scheduler's state is shared by the questions that come while the
-/// state changes: a stream of questions costs the scheduling thread at most one clone of
-/// its state per this time (see [`Views`]).
+/// state changes: an answer is at most this much behind (see [`Views`]).
 pub const VIEW_REUSE: Duration = Duration::from_millis(100);
 
 /// A request for the scheduler's state ([`Input::View`]).
@@ -320,7 +319,6 @@ impl Driver {
             if run.last_gauges.elapsed() >= GAUGE_INTERVAL {
                 self.refresh_gauges(&mut run);
             }
-            run.views.expire(run.start.elapsed());
             if run.in_flight >= MAX_OUTSTANDING {
                 run.throttled = true;
             } else if run.in_flight <= RESUME_OUTSTANDING {

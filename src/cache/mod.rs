@@ -9,6 +9,7 @@
 mod node_info;
 mod pod_groups;
 mod pod_index;
+mod pod_name;
 mod snapshot;
 mod storage;
 mod tracked;
@@ -18,6 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use imbl::shared_ptr::DefaultSharedPtr;
+use rustc_hash::FxBuildHasher;
+
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::pod_group::{PodGroupModel, group_of};
@@ -26,6 +30,7 @@ use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
 use crate::model::{Labels, NodeModel, PodInfo, PodKey};
+use pod_name::{PodName, lookup};
 use snapshot::DisruptionBudgets;
 
 pub use node_info::{NodeInfo, NodeRow};
@@ -68,16 +73,23 @@ struct PodEntry {
     assumed: bool,
 }
 
-/// The scheduler's cluster state. A clone shares every node's [`NodeInfo`] (copied only
-/// when the clone changes it), so that a question about placements can run on a copy.
-#[derive(Debug, Clone)]
+/// A persistent hash map with the fast (Fx) hash: a clone is a pointer copy, and a change
+/// to a map shared with a clone copies only the path to one entry.
+type SharedMap<K, V> = imbl::GenericHashMap<K, V, FxBuildHasher, DefaultSharedPtr>;
+
+/// The scheduler's cluster state. A clone is a few pointer copies: the per-node and per-pod
+/// maps are persistent, and every node's [`NodeInfo`] is shared (copied only when the clone
+/// changes it), so that the scheduling thread can hand a copy to a question about
+/// placements between two cycles.
+#[derive(Debug)]
 pub struct Cache {
     /// The parts kept beyond nodes and pods (see [`Tracked`]).
     tracked: TrackedSet,
-    nodes: HashMap<Arc<str>, NodeEntry>,
-    /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order).
-    order: Vec<Arc<str>>,
-    pods: HashMap<(String, String), PodEntry>,
+    nodes: SharedMap<Arc<str>, NodeEntry>,
+    /// Present nodes in arrival order (the base of the snapshot's zone-interleaved order);
+    /// copied by the first node added or removed after a clone.
+    order: Arc<Vec<Arc<str>>>,
+    pods: SharedMap<PodName, PodEntry>,
     /// How many of `pods` are assumed.
     assumed: usize,
     namespaces: Arc<HashMap<String, Labels>>,
@@ -90,7 +102,7 @@ pub struct Cache {
     /// PodGroups and their pods (see [`PodGroups`]).
     pod_groups: PodGroups,
     /// The group each known pod names, by pod (namespace, name).
-    group_of_pod: HashMap<(String, String), String>,
+    group_of_pod: SharedMap<PodName, Arc<str>>,
     generation: u64,
     /// Nodes changed since the last snapshot refresh.
     dirty: HashSet<Arc<str>>,
@@ -99,6 +111,33 @@ pub struct Cache {
     /// Pods placed (true) or removed (false) since the last refresh, with their node, for
     /// the snapshot's [`PodIndex`].
     pod_changes: Vec<(Arc<PodInfo>, Arc<str>, bool)>,
+}
+
+/// A clone shares everything but the record of what changed since the last snapshot
+/// refresh, which belongs to the original's snapshot: the clone's first refresh rebuilds
+/// its snapshot whole (and the record's table, as large as the most nodes ever changed
+/// between two refreshes, is not copied).
+impl Clone for Cache {
+    fn clone(&self) -> Self {
+        Cache {
+            tracked: self.tracked,
+            nodes: self.nodes.clone(),
+            order: self.order.clone(),
+            pods: self.pods.clone(),
+            assumed: self.assumed,
+            namespaces: self.namespaces.clone(),
+            workloads: self.workloads.clone(),
+            image_nodes: self.image_nodes.clone(),
+            storage: self.storage.clone(),
+            disruption_budgets: self.disruption_budgets.clone(),
+            pod_groups: self.pod_groups.clone(),
+            group_of_pod: self.group_of_pod.clone(),
+            generation: self.generation,
+            dirty: HashSet::new(),
+            list_changed: true,
+            pod_changes: Vec::new(),
+        }
+    }
 }
 
 impl Default for Cache {
@@ -120,9 +159,9 @@ impl Cache {
     pub fn tracking(tracked: TrackedSet) -> Self {
         Cache {
             tracked,
-            nodes: HashMap::new(),
-            order: Vec::new(),
-            pods: HashMap::new(),
+            nodes: SharedMap::default(),
+            order: Arc::default(),
+            pods: SharedMap::default(),
             assumed: 0,
             namespaces: Arc::default(),
             workloads: Arc::default(),
@@ -130,7 +169,7 @@ impl Cache {
             storage: Storage::default(),
             disruption_budgets: DisruptionBudgets::default(),
             pod_groups: PodGroups::default(),
-            group_of_pod: HashMap::new(),
+            group_of_pod: SharedMap::default(),
             generation: 0,
             dirty: HashSet::new(),
             list_changed: false,
@@ -173,7 +212,7 @@ impl Cache {
         let entry = self.nodes.get_mut(&name).expect("touched above");
         if !entry.present {
             entry.present = true;
-            self.order.push(name);
+            Arc::make_mut(&mut self.order).push(name);
             self.list_changed = true;
         }
     }
@@ -193,7 +232,7 @@ impl Cache {
         if empty {
             self.nodes.remove(name);
         }
-        self.order.retain(|n| &**n != name);
+        Arc::make_mut(&mut self.order).retain(|n| &**n != name);
         self.list_changed = true;
         self.generation += 1;
     }
@@ -253,7 +292,7 @@ impl Cache {
     /// Where the pod is placed, and whether only assumed.
     pub fn pod_placement(&self, namespace: &str, name: &str) -> Option<(&Arc<str>, bool)> {
         self.pods
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(lookup(namespace, name).as_str())
             .map(|e| (&e.node, e.assumed))
     }
 
@@ -264,7 +303,7 @@ impl Cache {
             .node_name
             .clone()
             .ok_or_else(|| CacheError::NoNode(pod.key()))?;
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         if let Some(e) = self.pods.get(&key).cloned() {
             // A pod confirmed where it was assumed stays a recent placement there.
             if e.node != node {
@@ -282,7 +321,7 @@ impl Cache {
             .node_name
             .clone()
             .ok_or_else(|| CacheError::NoNode(pod.key()))?;
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         if let Some(e) = self.pods.get(&key) {
             return Err(CacheError::AlreadyPlaced(pod.key(), e.node.to_string()));
         }
@@ -292,7 +331,7 @@ impl Cache {
 
     /// Undoes an assumption (the binding failed).
     pub fn forget_pod(&mut self, namespace: &str, name: &str) -> Result<(), CacheError> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = PodName::new(namespace, name);
         match self.pods.get(&key) {
             Some(e) if e.assumed => {
                 let node = e.node.clone();
@@ -308,13 +347,13 @@ impl Cache {
 
     /// Removes a pod (deleted, or finished); returns it if it was placed.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
-        let key = (namespace.to_string(), name.to_string());
+        let key = PodName::new(namespace, name);
         let node = self.pods.get(&key)?.node.clone();
         self.forget_recent(&node, &key);
         self.detach(&key, &node)
     }
 
-    fn attach(&mut self, key: (String, String), node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
+    fn attach(&mut self, key: PodName, node: Arc<str>, pod: Arc<PodInfo>, assumed: bool) {
         self.set_placed(&pod, true);
         if self.tracked.contains(Tracked::PodLabels) {
             self.pod_changes.push((pod.clone(), node.clone(), true));
@@ -329,11 +368,12 @@ impl Cache {
     }
 
     /// Takes the pod `key` off `node`; returns it.
-    fn detach(&mut self, key: &(String, String), node: &Arc<str>) -> Option<Arc<PodInfo>> {
+    fn detach(&mut self, key: &PodName, node: &Arc<str>) -> Option<Arc<PodInfo>> {
         if self.pods.remove(key).is_some_and(|e| e.assumed) {
             self.assumed -= 1;
         }
-        let pod = self.touch(node).remove_pod(&key.0, &key.1);
+        let (namespace, name) = key.parts();
+        let pod = self.touch(node).remove_pod(namespace, name);
         if let Some(pod) = &pod {
             self.set_placed(pod, false);
         }
@@ -397,14 +437,15 @@ impl Cache {
     }
 
     /// Forgets the pod `key` as a recent placement on `node` (before it is detached).
-    fn forget_recent(&mut self, node: &Arc<str>, key: &(String, String)) {
+    fn forget_recent(&mut self, node: &Arc<str>, key: &PodName) {
+        let (namespace, name) = key.parts();
         let recent = self
             .nodes
             .get(node)
             .and_then(|e| e.info.load.as_ref())
-            .is_some_and(|l| l.is_recent(&key.0, &key.1));
+            .is_some_and(|l| l.is_recent(namespace, name));
         if recent && let Some(load) = &mut self.touch(node).load {
-            load.forget(&key.0, &key.1);
+            load.forget(namespace, name);
         }
     }
 
@@ -460,6 +501,24 @@ impl Cache {
         }
         Arc::make_mut(&mut self.workloads).set_controller(kind, namespace, name, sel);
         self.generation += 1;
+    }
+
+    /// Namespaces' labels, by namespace (empty unless [`Tracked::NamespaceLabels`] is
+    /// tracked).
+    pub fn namespaces(&self) -> &HashMap<String, Labels> {
+        &self.namespaces
+    }
+
+    /// Services' and controllers' selectors (empty unless [`Tracked::Workloads`] is
+    /// tracked).
+    pub fn workloads(&self) -> &Workloads {
+        &self.workloads
+    }
+
+    /// Every PodDisruptionBudget, ordered by namespace and name (none unless
+    /// [`Tracked::DisruptionBudgets`] is tracked).
+    pub fn disruption_budgets(&self) -> impl Iterator<Item = &Arc<DisruptionBudgetModel>> {
+        self.disruption_budgets.values()
     }
 
     /// The storage objects held (empty unless [`Tracked::Volumes`] is tracked).
@@ -595,12 +654,13 @@ impl Cache {
         if !self.tracked.contains(Tracked::PodGroups) {
             return;
         }
-        let key = (pod.namespace.clone(), pod.name.clone());
+        let key = PodName::new(&pod.namespace, &pod.name);
         let group = group_of(pod);
         if let Some(old) = self.group_of_pod.get(&key)
-            && Some(old.as_str()) != group
+            && Some(&**old) != group
         {
-            self.pod_groups.remove_member(&key.0, &key.1, old);
+            self.pod_groups
+                .remove_member(&pod.namespace, &pod.name, old);
             self.group_of_pod.remove(&key);
         }
         let Some(group) = group else {
@@ -611,14 +671,13 @@ impl Cache {
             gated: !pod.scheduling_gates.is_empty(),
         };
         self.pod_groups.set_member(pod, group, member);
-        self.group_of_pod.insert(key, group.to_string());
+        self.group_of_pod.insert(key, group.into());
         self.generation += 1;
     }
 
     /// Forgets the pod `namespace/name` as a group member (it was deleted).
     pub fn forget_member(&mut self, namespace: &str, name: &str) {
-        let key = (namespace.to_string(), name.to_string());
-        if let Some(group) = self.group_of_pod.remove(&key) {
+        if let Some(group) = self.group_of_pod.remove(lookup(namespace, name).as_str()) {
             self.pod_groups.remove_member(namespace, name, &group);
             self.generation += 1;
         }
@@ -635,7 +694,7 @@ impl Cache {
         self.pod_groups
             .set_member(pod, group, Member { placed, gated });
         self.group_of_pod
-            .insert((pod.namespace.clone(), pod.name.clone()), group.to_string());
+            .insert(PodName::new(&pod.namespace, &pod.name), group.into());
     }
 
     /// Records a PodGroup (added or changed); ignored unless [`Tracked::PodGroups`] is

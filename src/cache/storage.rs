@@ -154,6 +154,41 @@ impl Storage {
             .contains_key(&(namespace.to_string(), name.to_string()))
     }
 
+    /// Every claim, as assumed where the scheduler assumed something for it, in no
+    /// particular order (for writing the state out).
+    pub fn claims(&self) -> impl Iterator<Item = &Arc<ClaimModel>> {
+        self.claims
+            .iter()
+            .map(|(key, c)| self.assumed_claims.get(key).unwrap_or(c))
+    }
+
+    /// Every volume, as assumed where the scheduler reserved it, in no particular order.
+    pub fn volumes(&self) -> impl Iterator<Item = &Arc<VolumeModel>> {
+        self.volumes
+            .iter()
+            .map(|(name, v)| self.assumed_volumes.get(name).unwrap_or(v))
+    }
+
+    /// Every storage class, in no particular order.
+    pub fn classes(&self) -> impl Iterator<Item = &Arc<StorageClassModel>> {
+        self.classes.values()
+    }
+
+    /// Every CSINode, in no particular order.
+    pub fn csi_nodes(&self) -> impl Iterator<Item = &Arc<CsiNodeModel>> {
+        self.csi_nodes.values()
+    }
+
+    /// Every CSIDriver, in no particular order.
+    pub fn csi_drivers(&self) -> impl Iterator<Item = &Arc<CsiDriverModel>> {
+        self.csi_drivers.values()
+    }
+
+    /// Every CSIStorageCapacity, in no particular order.
+    pub fn capacities(&self) -> impl Iterator<Item = &Arc<StorageCapacityModel>> {
+        self.capacities.values().flat_map(|c| c.values())
+    }
+
     /// Number of claims known.
     pub fn claim_count(&self) -> usize {
         self.claims.len()

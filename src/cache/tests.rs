@@ -360,3 +360,36 @@ fn volume_assumptions_hold_until_the_api_reports_a_newer_version() {
     cache.forget_pod("default", "p").unwrap();
     assert!(!cache.storage().claim_in_use("default", "c"));
 }
+
+#[test]
+fn a_clone_is_independent_and_refreshes_a_snapshot_whole() {
+    let mut cache = Cache::new();
+    for i in 0..3 {
+        cache.upsert_node(node(&format!("n{i}")).capacity("4", "8Gi").build());
+    }
+    let mut snap = Snapshot::default();
+    cache.update_snapshot(&mut snap);
+    cache
+        .assume_pod(pod("p").req("cpu", "1").on("n1").build())
+        .unwrap();
+    // The change is recorded for the original's snapshot; the clone does not carry the
+    // record but rebuilds whatever snapshot it refreshes.
+    let mut copy = cache.clone();
+    copy.assume_pod(pod("q").req("cpu", "2").on("n2").build())
+        .unwrap();
+    let mut copy_snap = snap.clone();
+    copy.update_snapshot(&mut copy_snap);
+    let requested = |s: &Snapshot, n: &str| s.get(n).unwrap().requested.milli_cpu;
+    assert_eq!(
+        (requested(&copy_snap, "n1"), requested(&copy_snap, "n2")),
+        (1000, 2000)
+    );
+    cache.update_snapshot(&mut snap);
+    assert_eq!((requested(&snap, "n1"), requested(&snap, "n2")), (1000, 0));
+    assert_eq!(
+        (cache.pod_count(), copy.pod_count()),
+        (1, 2),
+        "the clone's pods are its own"
+    );
+    assert!(cache.pod_placement("default", "q").is_none());
+}

@@ -46,6 +46,22 @@ impl Workloads {
             .remove(&(kind.to_string(), namespace.to_string(), name.to_string()));
     }
 
+    /// Every Service as (namespace, name, selector), in no particular order.
+    pub fn services(&self) -> impl Iterator<Item = (&str, &str, &Labels)> {
+        self.services.iter().flat_map(|(namespace, by_name)| {
+            by_name
+                .iter()
+                .map(move |(name, selector)| (namespace.as_str(), name.as_str(), selector))
+        })
+    }
+
+    /// Every controller as (kind, namespace, name, selector), in no particular order.
+    pub fn controllers(&self) -> impl Iterator<Item = (&str, &str, &str, &LabelSelector)> {
+        self.controllers.iter().map(|((kind, namespace, name), s)| {
+            (kind.as_str(), namespace.as_str(), name.as_str(), s)
+        })
+    }
+
     /// The selector kube-scheduler's `DefaultSelector` builds for `pod`: the union of the
     /// selectors of the Services that select it, and of its controlling ReplicaSet,
     /// StatefulSet or ReplicationController. `None` when nothing selects the pod.

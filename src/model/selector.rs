@@ -193,6 +193,22 @@ impl LabelSelector {
         })
     }
 
+    /// The labels a selector made by [`LabelSelector::from_map`] requires, as that map (a
+    /// ReplicationController's or a Service's `selector`); `None` when it requires anything
+    /// but equalities, or matches nothing.
+    pub fn to_map(&self) -> Option<std::collections::BTreeMap<String, String>> {
+        if self.nothing {
+            return None;
+        }
+        self.requirements
+            .iter()
+            .map(|r| match (r.operator, r.values.as_slice()) {
+                (Operator::In, [value]) => Some((r.key.clone(), value.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A selector that matches every label set.
     pub fn everything() -> Self {
         LabelSelector {

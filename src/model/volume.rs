@@ -59,6 +59,20 @@ impl AccessModes {
         )
     }
 
+    /// The modes as the API names them, in the API's order.
+    pub fn to_api(self) -> Vec<String> {
+        [
+            (Self::READ_WRITE_ONCE, "ReadWriteOnce"),
+            (Self::READ_ONLY_MANY, "ReadOnlyMany"),
+            (Self::READ_WRITE_MANY, "ReadWriteMany"),
+            (Self::READ_WRITE_ONCE_POD, "ReadWriteOncePod"),
+        ]
+        .into_iter()
+        .filter(|(mode, _)| self.contains(*mode))
+        .map(|(_, name)| name.to_string())
+        .collect()
+    }
+
     /// True when every mode of `other` is here too.
     pub fn contains(self, other: AccessModes) -> bool {
         self.0 & other.0 == other.0

@@ -419,4 +419,6 @@ fn millis(d: Duration) -> u64 {
 }
 
 #[cfg(test)]
+mod snapshot_tests;
+#[cfg(test)]
 mod tests;

@@ -237,11 +237,20 @@ fn views_are_shared_while_recent_and_taken_anew_after_a_change() {
         0,
         "changed and 520 ms old: taken anew"
     );
-    sched.remove_pod("batch", "waiting", ms(530));
+    sched.remove_node("small");
     assert!(
         Arc::ptr_eq(&recent, &views.get(&sched, ms(600))),
-        "20..80 ms old: shared"
+        "changed, but 80 ms old: shared"
     );
-    views.expire(ms(700));
-    assert!(!Arc::ptr_eq(&recent, &views.get(&sched, ms(700))));
+    let taken = views.get(&sched, ms(700));
+    assert!(
+        !Arc::ptr_eq(&recent, &taken),
+        "changed and 180 ms old: taken anew"
+    );
+    let held = Arc::downgrade(&taken);
+    drop(taken);
+    assert!(
+        held.upgrade().is_none(),
+        "the views keep no view alive: the last question to hold one frees it"
+    );
 }

@@ -1,7 +1,9 @@
 //! A scheduler's state written in the simulator's input format (`gantry snapshot`), so that
 //! a question about it can be replayed offline and attached to a bug report: its nodes, the
 //! pods placed on them (bound or assumed, with their node), the pods in its queue (pending),
-//! and its PodGroups.
+//! its PodGroups, and the other objects its plugins read: namespaces' labels, Services'
+//! and controllers' selectors, PodDisruptionBudgets ([`workloads`]) and storage objects
+//! ([`storage`]).
 //!
 //! The scheduler keeps compact models, not API objects ([`NodeModel`], [`PodInfo`]): the
 //! objects are written back from them, with what the scheduler reads. A pod's containers
@@ -11,6 +13,9 @@
 //! as the claim it stands for. Read back, every node and pod is the model it was, except
 //! that a pod with several containers of which some request no cpu or memory is scored as
 //! if one did not.
+
+mod storage;
+mod workloads;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,8 +38,9 @@ use crate::scheduler::ClusterView;
 #[error("cannot write the snapshot: {0}")]
 pub struct SnapshotError(String);
 
-/// `view` (nodes, placed pods, PodGroups) and `queued` (pending pods, in queue order) as a
-/// YAML `List`, which `gantry simulate` and `gantry what-if --snapshot` read.
+/// `view` (nodes, placed pods, PodGroups, and the objects the plugins read) and `queued`
+/// (pending pods, in queue order) as a YAML `List`, which `gantry simulate` and `gantry
+/// what-if --snapshot` read. Objects the cache keeps unordered are written sorted by name.
 pub fn write(view: &ClusterView, queued: &[Arc<PodInfo>]) -> Result<String, SnapshotError> {
     let cache = view.cache();
     let mut items: Vec<serde_json::Value> = Vec::new();
@@ -43,6 +49,63 @@ pub fn write(view: &ClusterView, queued: &[Arc<PodInfo>]) -> Result<String, Snap
             .map(|v| items.push(v))
             .map_err(|e| SnapshotError(e.to_string()))
     };
+    let mut namespaces: Vec<_> = cache.namespaces().iter().collect();
+    namespaces.sort_by_key(|(name, _)| *name);
+    for (name, labels) in namespaces {
+        push(serde_json::to_value(workloads::namespace_object(
+            name, labels,
+        )))?;
+    }
+    let storage = cache.storage();
+    let mut classes: Vec<_> = storage.classes().collect();
+    classes.sort_by(|a, b| a.name.cmp(&b.name));
+    for class in classes {
+        push(serde_json::to_value(storage::class_object(class)))?;
+    }
+    let mut volumes: Vec<_> = storage.volumes().collect();
+    volumes.sort_by(|a, b| a.name.cmp(&b.name));
+    for volume in volumes {
+        push(serde_json::to_value(storage::volume_object(volume)))?;
+    }
+    let mut claims: Vec<_> = storage.claims().collect();
+    claims.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    for claim in claims {
+        push(serde_json::to_value(storage::claim_object(claim)))?;
+    }
+    let mut csi_nodes: Vec<_> = storage.csi_nodes().collect();
+    csi_nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    for node in csi_nodes {
+        push(serde_json::to_value(storage::csi_node_object(node)))?;
+    }
+    let mut drivers: Vec<_> = storage.csi_drivers().collect();
+    drivers.sort_by(|a, b| a.name.cmp(&b.name));
+    for driver in drivers {
+        push(serde_json::to_value(storage::csi_driver_object(
+            driver, storage,
+        )))?;
+    }
+    let mut capacities: Vec<_> = storage.capacities().collect();
+    capacities.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    for capacity in capacities {
+        push(serde_json::to_value(storage::capacity_object(capacity)))?;
+    }
+    let mut services: Vec<_> = cache.workloads().services().collect();
+    services.sort_by_key(|(namespace, name, _)| (*namespace, *name));
+    for (namespace, name, selector) in services {
+        push(serde_json::to_value(workloads::service_object(
+            namespace, name, selector,
+        )))?;
+    }
+    let mut controllers: Vec<_> = cache.workloads().controllers().collect();
+    controllers.sort_by_key(|(kind, namespace, name, _)| (*kind, *namespace, *name));
+    for (kind, namespace, name, selector) in controllers {
+        if let Some(value) = workloads::controller_object(kind, namespace, name, selector) {
+            push(value)?;
+        }
+    }
+    for budget in cache.disruption_budgets() {
+        push(serde_json::to_value(workloads::budget_object(budget)))?;
+    }
     for node in cache.nodes() {
         push(serde_json::to_value(node_object(&node.node)))?;
     }
