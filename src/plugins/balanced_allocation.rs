@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, NodeRow, Snapshot};
 use crate::framework::{
     ArgsError, CycleState, DefaultPlace, MAX_NODE_SCORE, NodeBlock, Plugin, PluginArgs, PluginSpec,
     PreScorePlugin, ScorePlugin, Status, decode_args,
@@ -232,7 +232,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
                 }
                 None => {
                     for (node, score) in block.nodes.iter().zip(scores) {
-                        *score = balance_of_two(cm.on(node));
+                        *score = balance_of_two(cm.on_row(&NodeRow::of(node)));
                     }
                 }
             }
@@ -248,7 +248,6 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::NodeRow;
     use crate::framework::Code;
     use crate::testing::{node, node_info, pod};
     use serde_json::json;
@@ -275,24 +274,7 @@ mod tests {
 
     #[test]
     fn block_scores_agree_with_node_scores() {
-        let used = pod("used")
-            .on("n")
-            .req("cpu", "3")
-            .req("memory", "7Gi")
-            .build();
-        let nodes = [
-            node_info(
-                node("n").capacity("4", "8Gi").build(),
-                std::slice::from_ref(&used),
-            ),
-            node_info(
-                node("n").capacity("0", "8Gi").build(),
-                std::slice::from_ref(&used),
-            ),
-            node_info(node("n").capacity("4", "0").build(), &[]),
-            node_info(node("n").capacity("0", "0").build(), &[]),
-            node_info(node("n").capacity("2", "1Gi").build(), &[used]),
-        ];
+        let nodes = crate::plugins::resource_allocation::cpu_memory_edge_nodes();
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let positions: Vec<usize> = (0..nodes.len()).collect();
         let rows: Vec<NodeRow> = nodes.iter().map(NodeRow::of).collect();

@@ -502,24 +502,15 @@ const ERR_MISSING_PRE_FILTER_STATE: &str =
 /// building reasons or consulting a delegation.
 #[inline]
 fn fits_outright(s: &PreFilterState, node: &NodeInfo) -> bool {
-    let allocatable = &node.node.allocatable;
-    let used = &node.requested;
-    let room = |request: i64, alloc: i64, in_use: i64| request <= 0 || request <= alloc - in_use;
-    (node.pods.len() as i64) < allocatable.allowed_pods
-        && (s.requests_nothing
-            || (room(s.milli_cpu, allocatable.milli_cpu, used.milli_cpu)
-                && room(s.memory, allocatable.memory, used.memory)
-                && room(
-                    s.ephemeral_storage,
-                    allocatable.ephemeral_storage,
-                    used.ephemeral_storage,
-                )
-                && s.scalars
-                    .iter()
-                    .all(|r| r.amount <= allocatable.scalar(&r.name) - used.scalar(&r.name))))
+    let (allocatable, used) = (&node.node.allocatable, &node.requested);
+    fits_row(s, &NodeRow::of(node))
+        && s.scalars
+            .iter()
+            .all(|r| r.amount <= allocatable.scalar(&r.name) - used.scalar(&r.name))
 }
 
-/// [`fits_outright`] read from the node's row, for a pod without extended requests.
+/// [`fits_outright`] for a pod's pod count, cpu, memory and ephemeral storage, read from the
+/// node's row (the pod's extended requests left out).
 #[inline]
 fn fits_row(s: &PreFilterState, row: &NodeRow) -> bool {
     let room = |request: i64, alloc: i64, in_use: i64| request <= 0 || request <= alloc - in_use;
@@ -666,7 +657,7 @@ impl ScorePlugin for NodeResourcesFit {
                 }
                 None => {
                     for (node, score) in pairs {
-                        *score = mean_of_two(cm, cm.on(node), per_resource);
+                        *score = mean_of_two(cm, cm.on_row(&NodeRow::of(node)), per_resource);
                     }
                 }
             }
@@ -806,6 +797,7 @@ mod tests {
     use super::*;
     use crate::framework::Registry;
     use crate::model::labels::{DNS_SUBDOMAIN_RULE, QUALIFIED_NAME_RULE};
+    use crate::plugins::resource_allocation::cpu_memory_edge_nodes;
     use crate::testing::{node, node_info, pod};
     use serde_json::json;
 
@@ -835,34 +827,6 @@ mod tests {
         p.score(&state, pod, node).unwrap()
     }
 
-    /// Nodes the block scorers treat apart: no cpu, no memory, overfull, and memory beyond
-    /// what is scaled in floating point.
-    fn odd_nodes() -> Vec<NodeInfo> {
-        let used = pod("used")
-            .on("n")
-            .req("cpu", "3")
-            .req("memory", "7Gi")
-            .build();
-        vec![
-            node_info(
-                node("n").capacity("4", "8Gi").build(),
-                std::slice::from_ref(&used),
-            ),
-            node_info(
-                node("n").capacity("0", "8Gi").build(),
-                std::slice::from_ref(&used),
-            ),
-            node_info(node("n").capacity("4", "0").build(), &[]),
-            node_info(node("n").capacity("0", "0").build(), &[]),
-            node_info(
-                node("n").capacity("2", "1Gi").build(),
-                std::slice::from_ref(&used),
-            ),
-            node_info(node("n").capacity("96", "20Ti").build(), &[used]),
-            node_info(node("n").capacity("3", "3000").build(), &[]),
-        ]
-    }
-
     #[test]
     fn block_scores_agree_with_node_scores() {
         let pods = [
@@ -870,7 +834,7 @@ mod tests {
             pod("p").build(),
             pod("p").req("cpu", "250m").build(),
         ];
-        let nodes = odd_nodes();
+        let nodes = cpu_memory_edge_nodes();
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let positions: Vec<usize> = (0..nodes.len()).collect();
         let rows: Vec<NodeRow> = nodes.iter().map(NodeRow::of).collect();

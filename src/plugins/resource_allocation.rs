@@ -278,24 +278,9 @@ pub struct CpuMemory {
 }
 
 impl CpuMemory {
-    /// `((requested, allocatable) of cpu, (requested, allocatable) of memory)` on `node`,
-    /// the pod's requests included: what `for_each` passes, a resource with no allocatable
-    /// amount included (its allocatable is 0, and a scorer leaves it out).
-    #[inline(always)]
-    pub fn on(&self, node: &NodeInfo) -> ((i64, i64), (i64, i64)) {
-        let allocatable = &node.node.allocatable;
-        let (cpu, memory) = if self.non_zero {
-            (node.non_zero_milli_cpu, node.non_zero_memory)
-        } else {
-            (node.requested.milli_cpu, node.requested.memory)
-        };
-        (
-            (cpu + self.cpu, allocatable.milli_cpu),
-            (memory + self.memory, allocatable.memory),
-        )
-    }
-
-    /// [`CpuMemory::on`] read from the node's row.
+    /// `((requested, allocatable) of cpu, (requested, allocatable) of memory)` on the node
+    /// of `row`, the pod's requests included: what `for_each` passes, a resource with no
+    /// allocatable amount included (its allocatable is 0, and a scorer leaves it out).
     #[inline(always)]
     pub fn on_row(&self, row: &NodeRow) -> ((i64, i64), (i64, i64)) {
         let (cpu, memory) = if self.non_zero {
@@ -308,6 +293,36 @@ impl CpuMemory {
             (memory + self.memory, row.allocatable_memory),
         )
     }
+}
+
+#[cfg(test)]
+/// Nodes the cpu and memory scorers treat apart ([`CpuMemory`]): no cpu, no memory,
+/// overfull, memory beyond what NodeResourcesFit scales in floating point; for their tests.
+pub(crate) fn cpu_memory_edge_nodes() -> Vec<NodeInfo> {
+    use crate::testing::{node, node_info, pod};
+    let used = pod("used")
+        .on("n")
+        .req("cpu", "3")
+        .req("memory", "7Gi")
+        .build();
+    vec![
+        node_info(
+            node("n").capacity("4", "8Gi").build(),
+            std::slice::from_ref(&used),
+        ),
+        node_info(
+            node("n").capacity("0", "8Gi").build(),
+            std::slice::from_ref(&used),
+        ),
+        node_info(node("n").capacity("4", "0").build(), &[]),
+        node_info(node("n").capacity("0", "0").build(), &[]),
+        node_info(
+            node("n").capacity("2", "1Gi").build(),
+            std::slice::from_ref(&used),
+        ),
+        node_info(node("n").capacity("96", "20Ti").build(), &[used]),
+        node_info(node("n").capacity("3", "3000").build(), &[]),
+    ]
 }
 
 #[cfg(test)]
