@@ -2,7 +2,7 @@
 //! pods created for real: every pod lands where what-if said, the one it said would stay
 //! pending stays pending, and `--max` is exact (of `--max` + 1 replicas, exactly one stays
 //! pending). `gantry snapshot` writes the running state, and what-if on that file gives the
-//! same answers. Nothing what-if does is seen by the cluster.
+//! same answers, storage included. Nothing what-if does is seen by the cluster.
 
 mod support;
 
@@ -12,8 +12,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use support::*;
 
 const NS: &str = "whatif";
@@ -303,6 +303,150 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     );
     let all = bound_pods(&client, NS).await;
     assert_eq!(all.len(), 2 + 8 + fits, "every other pod is bound");
+}
+
+/// A question whose answer depends on storage gets the same answer from the running gantry
+/// and from its snapshot, and the snapshot holds the storage objects as the API server has
+/// them: a pod whose claim only a local volume on one node can take goes to that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_carries_the_volumes_a_question_needs() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = "whatif-volumes";
+    create_namespace(&client, ns).await;
+    for name in ["wiv-a", "wiv-b", "wiv-c"] {
+        create_node(&client, &node(name, ns, "4", "8Gi")).await;
+    }
+    plane
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {{name: whatif-local}}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: whatif-local-b}}
+spec:
+  storageClassName: whatif-local
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  local: {{path: /mnt/whatif}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{{key: kubernetes.io/hostname, operator: In, values: [wiv-b]}}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: {ns}}}
+spec:
+  storageClassName: whatif-local
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 1Gi}}}}
+"
+            )),
+        )
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    // What the PV controller (not running here) would write: kube-scheduler matches
+    // available volumes only.
+    Api::<PersistentVolume>::all(client.clone())
+        .patch_status(
+            "whatif-local-b",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"phase": "Available"}})),
+        )
+        .await
+        .expect("the volume available");
+    let profile = "gantry-whatif-volumes";
+    let config = config(profile, ns, None, "");
+    let config_file = plane.dir().join("whatif-volumes-config.yaml");
+    std::fs::write(&config_file, &config).expect("config");
+    let running = Gantry::start_ready(plane.dir(), ns, &config, &plane.kubeconfig()).await;
+    let server = format!("http://{}", running.addr);
+
+    let question = plane.dir().join("whatif-volumes.yaml");
+    write_yaml(
+        &question,
+        &[serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "uses-data", "namespace": ns},
+            "spec": {
+                "schedulerName": profile,
+                "containers": [{"name": "app", "image": "registry.example/app:1"}],
+                "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+            }
+        })],
+    );
+    let q = question.display().to_string();
+    let live: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "what-if", &q, "--server", &server, "--output", "json",
+    ])))
+    .expect("a JSON answer");
+    let expected = BTreeMap::from([("uses-data".to_string(), Some("wiv-b".to_string()))]);
+    assert_eq!(placements(&live), expected, "live: {live}");
+
+    let snapshot = plane.dir().join("whatif-volumes-snapshot.yaml");
+    stdout(&cli(&[
+        "snapshot",
+        "--server",
+        &server,
+        "-f",
+        &snapshot.display().to_string(),
+    ]));
+    let objects: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(
+        &std::fs::read_to_string(&snapshot).expect("read the snapshot"),
+    )
+    .map(|d| serde::Deserialize::deserialize(d).expect("a YAML document"))
+    .flat_map(|d: serde_yaml::Value| match d["items"].as_sequence() {
+        Some(items) if d["kind"] == "List" => items.clone(),
+        _ => vec![d],
+    })
+    .collect();
+    for (kind, name) in [
+        ("StorageClass", "whatif-local"),
+        ("PersistentVolume", "whatif-local-b"),
+        ("PersistentVolumeClaim", "data"),
+    ] {
+        assert!(
+            objects
+                .iter()
+                .any(|o| o["kind"] == kind && o["metadata"]["name"] == name),
+            "the snapshot has no {kind} {name}"
+        );
+    }
+    let offline: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
+        "what-if",
+        &q,
+        "--snapshot",
+        &snapshot.display().to_string(),
+        "--config",
+        &config_file.display().to_string(),
+        "--output",
+        "json",
+    ])))
+    .expect("a JSON answer");
+    assert_eq!(placements(&offline), expected, "offline: {offline}");
+
+    // The questions bound nothing.
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get("data")
+        .await
+        .expect("get the claim");
+    assert_eq!(claim.spec.and_then(|s| s.volume_name), None);
+    assert!(
+        claim
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .keys()
+            .all(|k| k != "volume.kubernetes.io/selected-node"),
+        "a question selected a node for the claim"
+    );
 }
 
 /// The user's token in a kubeconfig of the control plane.
