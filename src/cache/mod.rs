@@ -36,7 +36,7 @@ use snapshot::DisruptionBudgets;
 pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{IndexedPod, PodIndex};
-pub use snapshot::{NodeTraits, Snapshot, TopologyDomains, TopologyValues};
+pub use snapshot::{ChangeLog, NodeTraits, Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;
@@ -774,6 +774,8 @@ impl Cache {
                         != (entry.info.pods_with_required_anti_affinity > 0);
                 snapshot.rows[i] = NodeRow::of(&entry.info);
                 snapshot.nodes[i] = entry.info.clone();
+                let count = snapshot.nodes.len();
+                snapshot.changes.record(self.generation, i, count);
             }
             if affinity_changed && self.tracked.contains(Tracked::PodLabels) {
                 rebuild_affinity_lists(snapshot);
@@ -805,6 +807,7 @@ impl Cache {
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
         snapshot.rows = snapshot.nodes.iter().map(|n| NodeRow::of(n)).collect();
+        snapshot.changes.lay_out(self.generation);
         snapshot.domains = Default::default();
         self.pod_changes.clear();
         snapshot.pods.clear();

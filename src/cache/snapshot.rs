@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub(super) now: Duration,
     /// The parts the cache does not keep (empty in a snapshot not filled by a cache).
     pub(super) untracked: TrackedSet,
+    /// Which positions each refresh replaced (see [`ChangeLog`]).
+    pub(super) changes: ChangeLog,
 }
 
 impl Snapshot {
@@ -272,6 +274,11 @@ impl Snapshot {
         self.generation
     }
 
+    /// The positions the refreshes since the node list was last laid out replaced.
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
     /// The time of the cycle reading the snapshot, on the scheduler's clock (the driver's
     /// `now`): plugins judge the age of node load samples against it.
     pub fn now(&self) -> Duration {
@@ -281,6 +288,67 @@ impl Snapshot {
     /// Sets the time of the cycle about to read the snapshot.
     pub fn set_now(&mut self, now: Duration) {
         self.now = now;
+    }
+}
+
+/// The positions of the nodes each refresh of a snapshot replaced, since its node list was
+/// last laid out: what a cycle keeps per node position between cycles (verdicts and scores
+/// for pods asking the same resources) is brought up to date from it, node by changed node,
+/// instead of over the whole cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ChangeLog {
+    /// The layout of the node list: a number drawn afresh (from a process-wide counter)
+    /// whenever the list is laid out, so that positions recorded under another layout, or
+    /// of another snapshot, are never taken for this one's.
+    layout: u64,
+    /// Every position replaced by a refresh to a generation above this one is recorded.
+    complete_after: u64,
+    /// (generation of the refresh, position), oldest first.
+    replaced: Vec<(u64, u32)>,
+}
+
+/// Draws the number of a new layout.
+fn next_layout() -> u64 {
+    static LAYOUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    LAYOUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl ChangeLog {
+    /// The current layout of the node list.
+    pub fn layout(&self) -> u64 {
+        self.layout
+    }
+
+    /// The positions replaced by refreshes to generations above `since` under `layout`, in
+    /// refresh order (a position may come more than once); `None` when they are not known
+    /// (another layout, or older than what the log keeps).
+    pub fn since(&self, layout: u64, since: u64) -> Option<impl Iterator<Item = usize> + '_> {
+        if layout != self.layout || since < self.complete_after {
+            return None;
+        }
+        let first = self.replaced.partition_point(|&(g, _)| g <= since);
+        Some(self.replaced[first..].iter().map(|&(_, p)| p as usize))
+    }
+
+    /// A new layout at `generation`: nothing replaced since.
+    pub(super) fn lay_out(&mut self, generation: u64) {
+        self.layout = next_layout();
+        self.complete_after = generation;
+        self.replaced.clear();
+    }
+
+    /// Records that the refresh to `generation` replaced the node at `position`. The log
+    /// keeps some four times as many entries as there are `nodes` (at least 4,096); past
+    /// that, the older half is forgotten, and whoever last looked before then starts over.
+    pub(super) fn record(&mut self, generation: u64, position: usize, nodes: usize) {
+        if self.replaced.len() >= (4 * nodes).max(4096) {
+            let half = self.replaced[self.replaced.len() / 2].0;
+            let keep = self.replaced.partition_point(|&(g, _)| g <= half);
+            self.replaced.drain(..keep);
+            self.complete_after = half;
+        }
+        let position = u32::try_from(position).unwrap_or(u32::MAX);
+        self.replaced.push((generation, position));
     }
 }
 

@@ -17,6 +17,9 @@ use crate::framework::{
     NominatedPods, PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
+use class_index::ClassIndex;
+
+mod class_index;
 
 /// Below this many nodes to examine in one step, filtering and scoring stay on the scheduling
 /// thread: handing a step to the other threads costs more than it saves for fewer nodes.
@@ -63,6 +66,9 @@ pub struct CycleMemory {
     /// plugin panicked) may have left rejections there.
     statuses_in_use: bool,
     scores: ScoreBuffers,
+    /// Verdicts and scores kept for pods asking the same resources, when every node is
+    /// examined.
+    classes: ClassIndex,
 }
 
 impl CycleMemory {
@@ -167,34 +173,42 @@ pub struct RejectionCount {
     pub nodes: usize,
 }
 
+/// Rejections (each status with the number of nodes carrying it) counted per (plugin,
+/// reason), most nodes first, then by plugin and reason.
+fn count_rejections<'a>(
+    statuses: impl Iterator<Item = (&'a Status, usize)>,
+) -> Vec<RejectionCount> {
+    let mut counts: Vec<RejectionCount> = Vec::new();
+    for (status, nodes) in statuses.filter(|&(_, nodes)| nodes > 0) {
+        let plugin = status.plugin();
+        for reason in status.reasons() {
+            match counts
+                .iter_mut()
+                .find(|c| c.plugin == plugin && c.reason == *reason)
+            {
+                Some(c) => c.nodes += nodes,
+                None => counts.push(RejectionCount {
+                    plugin,
+                    reason: reason.clone(),
+                    nodes,
+                }),
+            }
+        }
+    }
+    counts.sort_by(|a, b| {
+        b.nodes
+            .cmp(&a.nodes)
+            .then_with(|| a.plugin.cmp(&b.plugin))
+            .then_with(|| a.reason.cmp(&b.reason))
+    });
+    counts
+}
+
 impl Diagnosis {
     /// The rejected nodes counted per (plugin, reason), most nodes first, then by plugin and
     /// reason: one entry per distinct reason, no per-node string.
     pub fn rejection_counts(&self) -> Vec<RejectionCount> {
-        let mut counts: Vec<RejectionCount> = Vec::new();
-        for (_, status) in &self.node_statuses {
-            let plugin = status.plugin();
-            for reason in status.reasons() {
-                match counts
-                    .iter_mut()
-                    .find(|c| c.plugin == plugin && c.reason == *reason)
-                {
-                    Some(c) => c.nodes += 1,
-                    None => counts.push(RejectionCount {
-                        plugin,
-                        reason: reason.clone(),
-                        nodes: 1,
-                    }),
-                }
-            }
-        }
-        counts.sort_by(|a, b| {
-            b.nodes
-                .cmp(&a.nodes)
-                .then_with(|| a.plugin.cmp(&b.plugin))
-                .then_with(|| a.reason.cmp(&b.reason))
-        });
-        counts
+        count_rejections(self.node_statuses.iter().map(|(_, s)| (s, 1)))
     }
 
     /// kube-scheduler's message: `0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had
@@ -305,10 +319,35 @@ pub fn schedule_one(
             state,
         });
     }
+    let pre_scored = match memory.classes.place(
+        profile,
+        &mut state,
+        pod,
+        snapshot,
+        &pre,
+        &diagnosis,
+        &mut memory.next_start,
+        options,
+    ) {
+        class_index::Outcome::Placed(chosen) => {
+            return Ok(Placement {
+                node: chosen.node,
+                evaluated: chosen.evaluated,
+                feasible: chosen.feasible,
+                score_plugins: chosen.score_plugins,
+                scores: chosen.scores,
+                rejections: chosen.rejections,
+                state,
+            });
+        }
+        class_index::Outcome::Plain(pre_scored) => pre_scored,
+    };
     let found = find_feasible_nodes(
         profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
     )?;
-    place(profile, state, pod, snapshot, found, memory, options, None)
+    place(
+        profile, state, pod, snapshot, found, memory, options, None, pre_scored,
+    )
 }
 
 /// A cycle stopped after the Filter plugins, for the extenders to filter and score the
@@ -409,6 +448,7 @@ pub fn resume_after_extenders(
         memory,
         options,
         Some(&verdict.scores),
+        None,
     )
 }
 
@@ -450,6 +490,7 @@ fn place(
     memory: &mut CycleMemory,
     options: &CycleOptions<'_>,
     extra: Option<&HashMap<Arc<str>, i64>>,
+    pre_scored: Option<Vec<&'static str>>,
 ) -> Result<Placement, CycleError> {
     let Feasible {
         nodes: feasible,
@@ -482,6 +523,7 @@ fn place(
         NodeBlock::of_snapshot(&feasible, &positions, snapshot),
         options,
         buffers,
+        pre_scored,
     )?;
     let extra = extra.filter(|e| !e.is_empty());
     let extra_of = |node: &Arc<str>| extra.and_then(|e| e.get(node)).copied().unwrap_or(0);
@@ -497,7 +539,13 @@ fn place(
         .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
     let rows = snapshot.rows();
     let name_hash = |i: usize| rows[positions[i]].name_hash;
-    let chosen = select_host(pod, &feasible, name_hash, &buffers.totals, fixed_order);
+    let chosen = select_host(
+        pod,
+        buffers.totals.iter().copied().enumerate(),
+        name_hash,
+        |i| &feasible[i].node.name,
+        fixed_order,
+    );
     let mut scores = buffers.top(&feasible, options.top_scores);
     if extra.is_some() {
         score_plugins.push(crate::extender::NAME);
@@ -685,27 +733,12 @@ fn find_feasible_nodes<'s>(
         };
         candidates.as_ref().map_or(j, |c| c[j])
     };
-    // Plugins that accept every node of the snapshot stay out of the pass over the nodes.
-    let filters: Vec<(&dyn FilterPlugin, &'static str)> = profile
-        .filter
-        .iter()
-        .filter(|p| !pre.skip_filter.contains(&p.name()))
-        .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
-        .filter(|(f, _)| !f.passes_all(state, pod, snapshot))
-        .collect();
+    let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
     // Each node's verdict: the Filter plugins on the node as it is, and where pods are
     // nominated ahead of this one, the first of kube-scheduler's two passes, with them
     // counted, whose rejection wins.
     let filter_block = |block: NodeBlock<'_>, statuses: &mut [Status]| {
-        for (f, name) in &filters {
-            if f.filter_nodes(state, pod, block, statuses) > 0 {
-                for s in statuses.iter_mut() {
-                    if !s.is_success() && s.plugin().is_none() {
-                        s.set_plugin(name);
-                    }
-                }
-            }
-        }
+        run_filters(&filters, state, pod, block, statuses);
         if let Some(nominated) = options.nominated {
             for (node, status) in block.nodes.iter().zip(statuses.iter_mut()) {
                 let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
@@ -799,6 +832,43 @@ fn find_feasible_nodes<'s>(
         evaluated: processed + num_all_nodes - candidate_count,
         diagnosis,
     })
+}
+
+/// The Filter plugins the pass over the nodes runs for `pod`, in order: those PreFilter did
+/// not skip, less those that accept every node of the snapshot.
+fn active_filters<'p>(
+    profile: &'p Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    skip: &[&'static str],
+) -> Vec<(&'p dyn FilterPlugin, &'static str)> {
+    profile
+        .filter
+        .iter()
+        .filter(|p| !skip.contains(&p.name()))
+        .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
+        .filter(|(f, _)| !f.passes_all(state, pod, snapshot))
+        .collect()
+}
+
+/// Runs `filters` over a block, each node's status naming the plugin that rejected it.
+fn run_filters(
+    filters: &[(&dyn FilterPlugin, &'static str)],
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    statuses: &mut [Status],
+) {
+    for (f, name) in filters {
+        if f.filter_nodes(state, pod, block, statuses) > 0 {
+            for s in statuses.iter_mut() {
+                if !s.is_success() && s.plugin().is_none() {
+                    s.set_plugin(name);
+                }
+            }
+        }
+    }
 }
 
 /// Filtering results so far, in examination order.
@@ -928,18 +998,13 @@ impl ScoreBuffers {
 
     /// The `k` best rows, best first (ties in examination order), with node names.
     fn top(&self, feasible: &[&NodeInfo], k: usize) -> Vec<NodeScores> {
-        // One pass keeping the best k indices sorted: k is small, the cluster is not.
-        let mut best: Vec<usize> = Vec::with_capacity(k + 1);
+        let mut best = TopK::new(k);
         for (i, &total) in self.totals.iter().enumerate() {
-            if best.len() == k && best.last().is_none_or(|&j| self.totals[j] >= total) {
-                continue;
-            }
-            let at = best.partition_point(|&j| self.totals[j] >= total);
-            best.insert(at, i);
-            best.truncate(k);
+            best.offer(i, total);
         }
-        best.into_iter()
-            .map(|i| NodeScores {
+        best.into_best()
+            .into_iter()
+            .map(|(i, _)| NodeScores {
                 node: feasible[i].node.name.clone(),
                 weighted: (0..self.width)
                     .map(|j| self.constant[j].unwrap_or_else(|| self.cells[self.at(i, j)]))
@@ -953,7 +1018,9 @@ impl ScoreBuffers {
 /// Runs PreScore and Score with normalization over the feasible nodes into `buffers`, and
 /// the weighted totals per node (each plugin's scores in `0..=100` times its weight, applied
 /// here once); returns the names of the score plugins that ran, in column order. A plugin
-/// whose PreScore skips the pod is left out of Score.
+/// whose PreScore skips the pod is left out of Score; with `pre_scored`, PreScore already
+/// ran (with those names skipped).
+#[allow(clippy::too_many_arguments)]
 fn score_nodes(
     profile: &Profile,
     state: &mut CycleState,
@@ -962,26 +1029,17 @@ fn score_nodes(
     found: NodeBlock<'_>,
     options: &CycleOptions<'_>,
     buffers: &mut ScoreBuffers,
+    pre_scored: Option<Vec<&'static str>>,
 ) -> Result<Vec<&'static str>, CycleError> {
     let NodeBlock {
         nodes: feasible,
         positions,
         ..
     } = found;
-    let mut skip_score: Vec<&'static str> = Vec::new();
-    for plugin in &profile.pre_score {
-        let Some(ps) = plugin.as_pre_score() else {
-            continue;
-        };
-        let status = ps
-            .pre_score(state, pod, snapshot, feasible)
-            .with_plugin(plugin.name());
-        match status.code() {
-            Code::Success => {}
-            Code::Skip => skip_score.push(plugin.name()),
-            _ => return Err(CycleError::Error(status)),
-        }
-    }
+    let skip_score = match pre_scored {
+        Some(skipped) => skipped,
+        None => run_pre_score(profile, state, pod, snapshot, feasible)?,
+    };
     let active: Vec<(&dyn crate::framework::ScorePlugin, &'static str, i64)> = profile
         .score
         .iter()
@@ -1058,14 +1116,6 @@ fn score_nodes(
             (start, start * width + j * len, len)
         })
     };
-    let out_of_range = |name: &'static str, score: i64| {
-        CycleError::Error(
-            Status::error(format!(
-                "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
-            ))
-            .with_plugin(name),
-        )
-    };
     // A score is in 0..=MAX_NODE_SCORE (checked first) and a configured weight in
     // 1..=i32::MAX whose products sum within i64 (checked when the profile is built), so
     // neither operation can overflow for a configured profile; for a profile built otherwise
@@ -1089,23 +1139,9 @@ fn score_nodes(
     };
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
         if let Some(raw) = uniform[j] {
-            // Equal raw scores normalize to equal scores: one node stands for all.
-            let mut one = [NodeScore {
-                index: 0,
-                score: raw,
-            }];
-            if plugin.normalizes() {
-                let status = plugin.normalize(state, pod, &mut one);
-                if !status.is_success() {
-                    return Err(CycleError::Error(status.with_plugin(name)));
-                }
-            }
-            let score = one[0].score;
-            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
-                return Err(out_of_range(name, score));
-            }
-            constant[j] = Some(score * weight);
-            *constant_total += score * weight;
+            let weighted = uniform_weighted(*plugin, name, *weight, raw, state, pod)?;
+            constant[j] = Some(weighted);
+            *constant_total += weighted;
             continue;
         }
         if !plugin.normalizes() {
@@ -1160,47 +1196,153 @@ fn score_nodes(
     Ok(active.iter().map(|(_, n, _)| *n).collect())
 }
 
+/// A score out of `MIN_NODE_SCORE..=MAX_NODE_SCORE`, in kube-scheduler's words.
+fn out_of_range(name: &'static str, score: i64) -> CycleError {
+    CycleError::Error(
+        Status::error(format!(
+            "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
+        ))
+        .with_plugin(name),
+    )
+}
+
+/// Runs every PreScore plugin; returns the names of those that skip the pod.
+fn run_pre_score(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    feasible: &[&NodeInfo],
+) -> Result<Vec<&'static str>, CycleError> {
+    let mut skipped = Vec::new();
+    for plugin in &profile.pre_score {
+        let Some(ps) = plugin.as_pre_score() else {
+            continue;
+        };
+        let status = ps
+            .pre_score(state, pod, snapshot, feasible)
+            .with_plugin(plugin.name());
+        match status.code() {
+            Code::Success => {}
+            Code::Skip => skipped.push(plugin.name()),
+            _ => return Err(CycleError::Error(status)),
+        }
+    }
+    Ok(skipped)
+}
+
+/// The weighted score of a plugin whose raw score `raw` is the same on every node: equal raw
+/// scores normalize to equal scores, so one node stands for all.
+fn uniform_weighted(
+    plugin: &dyn crate::framework::ScorePlugin,
+    name: &'static str,
+    weight: i64,
+    raw: i64,
+    state: &CycleState,
+    pod: &PodInfo,
+) -> Result<i64, CycleError> {
+    let mut one = [NodeScore {
+        index: 0,
+        score: raw,
+    }];
+    if plugin.normalizes() {
+        let status = plugin.normalize(state, pod, &mut one);
+        if !status.is_success() {
+            return Err(CycleError::Error(status.with_plugin(name)));
+        }
+    }
+    let score = one[0].score;
+    if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
+        return Err(out_of_range(name, score));
+    }
+    Ok(score * weight)
+}
+
 /// True for a weight a configured profile can have (see `add_weighted` in [`score_nodes`]):
 /// its products with scores, and their sums, cannot overflow.
 fn plain_weight(weight: i64) -> bool {
     (0..=i64::from(i32::MAX)).contains(&weight)
 }
 
-/// The best-scored node; ties are broken by a hash of the pod's identity and the node's name
-/// (`name_hash` of a feasible node's index),
-/// so a replay makes the same choice whatever order the nodes were examined in; with
+/// The best-scored of `candidates` (an id and a total each, in examination order); ties are
+/// broken by a hash of the pod's identity and the node's name (`name_hash` of an id), so a
+/// replay makes the same choice whatever order the nodes were examined in; with
 /// `fixed_order`, by the node's name alone (the smallest wins), the same order for every pod.
-fn select_host(
+/// Returns the chosen id.
+fn select_host<'n>(
     pod: &PodInfo,
-    feasible: &[&NodeInfo],
+    candidates: impl Iterator<Item = (usize, i64)>,
     name_hash: impl Fn(usize) -> u64,
-    totals: &[i64],
+    name: impl Fn(usize) -> &'n str,
     fixed_order: bool,
 ) -> usize {
     if fixed_order {
-        let best = totals.iter().copied().max().unwrap_or(0);
-        let ties = (0..feasible.len()).filter(|&i| totals[i] == best);
-        return ties.min_by_key(|&i| &feasible[i].node.name).unwrap_or(0);
+        let mut best: Option<(i64, usize)> = None;
+        for (id, total) in candidates {
+            match best {
+                Some((b, chosen)) if total < b || (total == b && name(id) >= name(chosen)) => {}
+                _ => best = Some((total, id)),
+            }
+        }
+        return best.map_or(0, |(_, id)| id);
     }
     let mut h = rustc_hash::FxHasher::default();
     pod.namespace.hash(&mut h);
     pod.name.hash(&mut h);
     let pod_hash = h.finish();
     // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
-    let tie_key = |i: usize| (name_hash(i) ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let tie_key = |id: usize| (name_hash(id) ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     // One pass: the best total so far, and among the nodes with it the smallest key (the
     // first of equal keys); a node below the best costs one comparison.
     let (mut best, mut best_key, mut chosen) = (i64::MIN, u64::MAX, 0);
-    for (i, &total) in totals.iter().enumerate() {
+    for (id, total) in candidates {
         if total < best {
             continue;
         }
-        let key = tie_key(i);
+        let key = tie_key(id);
         if total > best || key < best_key {
-            (best, best_key, chosen) = (total, key, i);
+            (best, best_key, chosen) = (total, key, id);
         }
     }
     chosen
+}
+
+/// The `k` best of the candidates offered (an id and a total each), best first, ties in
+/// the order offered.
+struct TopK {
+    k: usize,
+    best: Vec<(usize, i64)>,
+}
+
+impl TopK {
+    fn new(k: usize) -> Self {
+        TopK {
+            k,
+            best: Vec::with_capacity(k + 1),
+        }
+    }
+
+    /// False when a candidate with `total` would not be among the best (it is no better
+    /// than the k-th best so far).
+    #[inline]
+    fn would_take(&self, total: i64) -> bool {
+        !(self.best.len() == self.k && self.best.last().is_none_or(|&(_, t)| t >= total))
+    }
+
+    /// Offers a candidate: most are below the k-th best and cost one comparison.
+    #[inline]
+    fn offer(&mut self, id: usize, total: i64) {
+        if !self.would_take(total) {
+            return;
+        }
+        let at = self.best.partition_point(|&(_, t)| t >= total);
+        self.best.insert(at, (id, total));
+        self.best.truncate(self.k);
+    }
+
+    fn into_best(self) -> Vec<(usize, i64)> {
+        self.best
+    }
 }
 
 #[cfg(test)]

@@ -263,32 +263,85 @@ fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
     b
 }
 
-fn cluster(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Snapshot {
+/// The node `i` of a generated cluster.
+fn build_node(i: usize, n: &NodeSpec) -> crate::model::NodeModel {
+    let name = format!("node-{i:04}");
+    let mut b = node(&name)
+        .capacity(&n.cpu.to_string(), &format!("{}Gi", n.memory_gi))
+        .label(HOSTNAME, &name);
+    if let Some(z) = n.zone {
+        b = b.label(ZONE, &format!("zone-{z}"));
+    }
+    if n.cordoned {
+        b = b.unschedulable();
+    }
+    if let Some((key, effect)) = n.taint {
+        b = b.taint(key, "true", effect);
+    }
+    b.build()
+}
+
+fn cluster_cache(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Cache {
     let mut cache = Cache::new();
     for (i, n) in nodes.iter().enumerate() {
-        let name = format!("node-{i:04}");
-        let mut b = node(&name)
-            .capacity(&n.cpu.to_string(), &format!("{}Gi", n.memory_gi))
-            .label(HOSTNAME, &name);
-        if let Some(z) = n.zone {
-            b = b.label(ZONE, &format!("zone-{z}"));
-        }
-        if n.cordoned {
-            b = b.unschedulable();
-        }
-        if let Some((key, effect)) = n.taint {
-            b = b.taint(key, "true", effect);
-        }
-        cache.upsert_node(b.build());
+        cache.upsert_node(build_node(i, n));
     }
     for (k, (at, spec)) in placed.iter().enumerate() {
         let name = format!("node-{:04}", at % nodes.len());
         let p = build_pod(&format!("placed-{k}"), spec).on(&name).build();
         cache.add_bound_pod(p).expect("a placed pod is accepted");
     }
+    cache
+}
+
+fn cluster(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Snapshot {
     let mut snapshot = Snapshot::default();
-    cache.update_snapshot(&mut snapshot);
+    cluster_cache(nodes, placed).update_snapshot(&mut snapshot);
     snapshot
+}
+
+/// A step of a stream of cycles over one cluster.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A pod of the class at this index of the stream's classes, placed where the cycle
+    /// chose.
+    Pod(usize),
+    /// The node (index modulo their number) replaced with another size.
+    Resize(usize, NodeSpec),
+    /// The pod placed this many placements ago (modulo their number) deleted.
+    Delete(usize),
+    /// A node added (the snapshot's node list laid out again).
+    Add(NodeSpec),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        12 => (0usize..6).prop_map(Step::Pod),
+        1 => (0usize..1000, node_spec()).prop_map(|(i, n)| Step::Resize(i, n)),
+        1 => (0usize..1000).prop_map(Step::Delete),
+        1 => node_spec().prop_map(Step::Add),
+    ]
+}
+
+/// A class of pods for a stream: most ask only resources, from few sizes, so that classes
+/// repeat; some are the constrained workload's.
+fn stream_class() -> impl Strategy<Value = PodSpec> {
+    prop_oneof![
+        4 => (
+            prop_oneof![Just(0u32), Just(250), Just(1000), Just(2500)],
+            prop_oneof![Just(0u32), Just(512), Just(3000)],
+        )
+            .prop_map(|(milli_cpu, memory_mi)| PodSpec {
+                milli_cpu,
+                memory_mi,
+                app: 0,
+                spread: None,
+                anti_affinity: false,
+                tolerates: false,
+                zone_selector: None,
+            }),
+        1 => pod_spec(),
+    ]
 }
 
 proptest! {
@@ -324,6 +377,84 @@ proptest! {
                 Err(e) => failed(e),
             };
             prop_assert_eq!(got, expected);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// A stream of cycles, pods placed where they were told and nodes changing between
+    /// them: the cycle, which keeps verdicts and scores for pods asking the same resources
+    /// (the class index), decides each pod as the plainly written cycle does.
+    #[test]
+    fn a_stream_of_pods_alike_matches_the_plain_cycle(
+        nodes in prop::collection::vec(node_spec(), 1..160),
+        plain_nodes in prop::bool::weighted(0.7),
+        classes in prop::collection::vec(stream_class(), 6),
+        steps in prop::collection::vec(step(), 1..80),
+    ) {
+        let strip = |mut n: NodeSpec| {
+            if plain_nodes {
+                n.cordoned = false;
+                n.taint = None;
+            }
+            n
+        };
+        let mut specs: Vec<NodeSpec> = nodes.into_iter().map(strip).collect();
+        let mut cache = cluster_cache(&specs, &[]);
+        let mut snapshot = Snapshot::default();
+        cache.update_snapshot(&mut snapshot);
+        let profile = default_profile();
+        let options = CycleOptions {
+            pool: None,
+            percentage_of_nodes_to_score: 100,
+            top_scores: 5,
+            nominated: None,
+            waiting: None,
+            preempt_extenders: false,
+        };
+        let mut memory = CycleMemory::default();
+        let mut placed: Vec<Arc<PodInfo>> = Vec::new();
+        for (k, step) in steps.into_iter().enumerate() {
+            match step {
+                Step::Pod(class) => {
+                    let p = build_pod(&format!("stream-{k}"), &classes[class]).build();
+                    let expected = reference(profile, &snapshot, &p, options.top_scores);
+                    let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
+                        Ok(placement) => Outcome {
+                            node: Some(placement.node),
+                            feasible: placement.feasible,
+                            scores: placement.scores,
+                            rejections: placement.rejections,
+                        },
+                        Err(e) => failed(e),
+                    };
+                    prop_assert_eq!(&got, &expected, "pod {} of class {}", k, class);
+                    if let Some(node) = got.node {
+                        let p = build_pod(&format!("stream-{k}"), &classes[class])
+                            .on(&node)
+                            .build();
+                        cache.add_bound_pod(p.clone()).expect("placed");
+                        placed.push(p);
+                    }
+                }
+                Step::Resize(i, n) => {
+                    let i = i % specs.len();
+                    specs[i] = strip(n);
+                    cache.upsert_node(build_node(i, &specs[i]));
+                }
+                Step::Delete(ago) if !placed.is_empty() => {
+                    let p = placed.remove(placed.len() - 1 - ago % placed.len());
+                    cache.remove_pod(&p.namespace, &p.name);
+                }
+                Step::Delete(_) => {}
+                Step::Add(n) => {
+                    specs.push(strip(n));
+                    cache.upsert_node(build_node(specs.len() - 1, &specs[specs.len() - 1]));
+                }
+            }
+            cache.update_snapshot(&mut snapshot);
         }
     }
 }

@@ -239,6 +239,15 @@ pub trait FilterPlugin: Send + Sync {
     fn passes_outright(&self, _node: &NodeInfo) -> bool {
         false
     }
+
+    /// True when, for `pod` (after PreFilter), `filter`'s verdict on a node depends on
+    /// nothing of the pod but its resource requests (`requests` and the non-zero cpu and
+    /// memory) and nothing of the cluster but that node: the cycle may then keep the
+    /// verdict between cycles and give it to a pod asking the same resources, for as long
+    /// as the node does not change (see the cycle's class index).
+    fn verdict_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
+        false
+    }
 }
 
 /// Keeps a PreFilter plugin's cycle state true to a node whose pods change within the
@@ -412,6 +421,13 @@ pub trait PreScorePlugin: Send + Sync {
         snapshot: &Snapshot,
         feasible: &[&NodeInfo],
     ) -> Status;
+
+    /// False when `pre_score` for `pod` reads nothing of `feasible` (it skips the pod
+    /// first, or never looks at the nodes): a cycle that has not listed the feasible nodes
+    /// may then call it with none.
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        true
+    }
 }
 
 /// A node and the score a plugin gave it.
@@ -471,6 +487,14 @@ pub trait ScorePlugin: Send + Sync {
     /// override `normalize` may answer false.
     fn normalizes(&self) -> bool {
         true
+    }
+
+    /// True when, for `pod` (after PreScore), the raw score of a node depends on nothing of
+    /// the pod but its resource requests and nothing of the cluster but that node, as
+    /// [`FilterPlugin::verdict_by_requests`] says of verdicts. Only a plugin that does not
+    /// normalize may answer true.
+    fn score_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
+        false
     }
 
     /// True when nodes with the best total score should be told apart by one fixed order of

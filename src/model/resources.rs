@@ -32,7 +32,7 @@ pub type ResourceName = Arc<str>;
 /// Amounts of every resource the scheduler accounts for: cpu in millicores, memory and
 /// ephemeral storage in bytes, a pod count, and extended resources (`nvidia.com/gpu`,
 /// `hugepages-2Mi`, ...) in their base units, kept sorted by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct Resources {
     /// cpu in millicores.
     pub milli_cpu: i64,

@@ -184,11 +184,21 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
         state.insert(PreScoreState { pod_requests });
         Status::success()
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn normalizes(&self) -> bool {
         false
+    }
+
+    /// The balance reads the pod's requests and the node's allocatable and requested
+    /// amounts.
+    fn score_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
+        true
     }
 
     /// Scores in 0..=100 directly; kube-scheduler has no normalization for this plugin. As

@@ -98,6 +98,10 @@ impl PreScorePlugin for ImageLocality {
         });
         Status::success()
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 impl ScorePlugin for ImageLocality {

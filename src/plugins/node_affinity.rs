@@ -247,6 +247,10 @@ impl PreScorePlugin for NodeAffinity {
             Status::success()
         }
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 impl ScorePlugin for NodeAffinity {

@@ -461,6 +461,13 @@ impl FilterPlugin for NodeResourcesFit {
         }
     }
 
+    /// The verdict reads the pod's requests and the node's allocatable and requested
+    /// amounts, unless another plugin took over cpu and memory for this pod
+    /// ([`delegate_cpu_memory`]).
+    fn verdict_by_requests(&self, state: &CycleState, _pod: &PodInfo) -> bool {
+        state.get::<CpuMemoryDelegation>().is_none()
+    }
+
     fn filter_nodes(
         &self,
         state: &CycleState,
@@ -610,11 +617,20 @@ impl PreScorePlugin for NodeResourcesFit {
         });
         Status::success()
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 impl ScorePlugin for NodeResourcesFit {
     fn normalizes(&self) -> bool {
         false
+    }
+
+    /// The score reads the pod's requests and the node's allocatable and requested amounts.
+    fn score_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
+        true
     }
 
     /// Scores in 0..=100 directly; kube-scheduler has no normalization for this plugin. As

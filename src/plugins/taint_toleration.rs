@@ -95,6 +95,10 @@ impl PreScorePlugin for TaintToleration {
         state.insert(TaintTolerationState { prefer_no_schedule });
         Status::success()
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 impl ScorePlugin for TaintToleration {

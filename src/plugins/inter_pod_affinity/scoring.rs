@@ -101,6 +101,10 @@ impl PreScorePlugin for InterPodAffinity {
         });
         Status::success()
     }
+
+    fn reads_feasible(&self, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
+        false
+    }
 }
 
 /// Accumulates the weights of one cycle.

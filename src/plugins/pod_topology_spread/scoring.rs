@@ -152,6 +152,14 @@ impl PreScorePlugin for PodTopologySpread {
             None => Status::skip(),
         }
     }
+
+    /// The feasible nodes give the soft constraints' domains: read only for a pod with some.
+    fn reads_feasible(&self, pod: &PodInfo, snapshot: &Snapshot) -> bool {
+        !snapshot.is_empty()
+            && !self
+                .constraints(pod, snapshot, WhenUnsatisfiable::ScheduleAnyway)
+                .is_empty()
+    }
 }
 
 const MISSING_PRE_SCORE_STATE: &str =

@@ -1,0 +1,551 @@
+//! What cycles that examine every node keep between them for pods asking the same
+//! resources: each node's verdict from the Filter plugins and weighted score from the Score
+//! plugins whose answers depend on nothing else (see [`FilterPlugin::verdict_by_requests`](crate::framework::FilterPlugin::verdict_by_requests)
+//! and [`ScorePlugin::score_by_requests`](crate::framework::ScorePlugin::score_by_requests)). A cycle of such a pod brings its class up to date
+//! for the nodes changed since the class's last cycle (the snapshot's
+//! [`ChangeLog`](crate::cache::ChangeLog)) and
+//! chooses among the kept totals, instead of filtering and scoring the whole cluster again:
+//! between two pods of a class only the nodes placements changed need the plugins.
+//!
+//! The result is the plain cycle's in every respect (node, feasible count, best scores,
+//! rejections); wherever the class cannot be used as it stands (another plugin has something
+//! to say about the pod, a plugin errs, at most one node is feasible) the cycle runs plainly.
+
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxHashMap, FxHasher};
+
+use super::{
+    CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK, active_filters,
+    count_rejections, num_feasible_nodes_to_find, plain_weight, run_filters, run_pre_score,
+    select_host, uniform_weighted,
+};
+use crate::cache::{NodeInfo, Snapshot};
+use crate::framework::{
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, Profile, ScorePlugin, Status,
+};
+use crate::model::{PodInfo, Resources};
+
+/// Totals (nodes times classes) kept at most: 64 MiB.
+const MAX_CELLS: usize = 1 << 23;
+/// Classes remembered as seen once: once the index is full, a class is kept from its second
+/// cycle on, so that pods asking resources no other pod asks do not push out the classes
+/// that recur.
+const SEEN_SLOTS: usize = 4096;
+/// Nodes handed to a plugin at once.
+const BLOCK: usize = 256;
+/// Positions summed up by one entry of [`Class::span_max`].
+const SPAN: usize = 64;
+
+/// The classes kept, by hash of their key.
+#[derive(Debug)]
+pub(super) struct ClassIndex {
+    classes: FxHashMap<u64, Class>,
+    /// Hashes of classes seen once, each in the slot its value picks.
+    seen: Vec<u64>,
+    /// Cycles served, for choosing the least recently used class to drop.
+    clock: u64,
+    /// Totals kept at most, all classes together.
+    max_cells: usize,
+}
+
+impl Default for ClassIndex {
+    fn default() -> Self {
+        ClassIndex {
+            classes: FxHashMap::default(),
+            seen: vec![0; SEEN_SLOTS],
+            clock: 0,
+            max_cells: MAX_CELLS,
+        }
+    }
+}
+
+/// What a class is: the profile and what the plugins read of the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ClassKey {
+    profile: String,
+    requests: Resources,
+    non_zero_milli_cpu: i64,
+    non_zero_memory: i64,
+}
+
+impl ClassKey {
+    fn of(profile: &Profile, pod: &PodInfo) -> ClassKey {
+        ClassKey {
+            profile: profile.scheduler_name.clone(),
+            requests: pod.requests.clone(),
+            non_zero_milli_cpu: pod.non_zero_milli_cpu,
+            non_zero_memory: pod.non_zero_memory,
+        }
+    }
+
+    fn hash_value(&self) -> u64 {
+        let mut h = FxHasher::default();
+        self.hash(&mut h);
+        h.finish()
+    }
+}
+
+/// One class's verdicts and totals, by snapshot position.
+#[derive(Debug)]
+struct Class {
+    key: ClassKey,
+    /// The snapshot layout and generation the entries are true to.
+    layout: u64,
+    synced: u64,
+    /// The Filter plugins whose verdicts these are, in order.
+    filters: Vec<&'static str>,
+    /// For a feasible node, the weighted sum of the `scored_by` plugins' scores (once
+    /// scored); for a rejected one, `-(k + 1)` for the status `rejected[k]`.
+    totals: Vec<i64>,
+    /// Each distinct rejection, and how many nodes carry it.
+    rejected: Vec<(Status, usize)>,
+    /// The largest of each [`SPAN`] consecutive totals: the choice looks only into the
+    /// spans that hold the best total (or one of the best few).
+    span_max: Vec<i64>,
+    /// The Score plugins the totals of feasible nodes sum, in order; empty when the totals
+    /// of feasible nodes are not up to date (they are rescored whole at the next use).
+    scored_by: Vec<&'static str>,
+    used: u64,
+}
+
+impl Class {
+    fn feasible(&self) -> usize {
+        self.totals.len() - self.rejected.iter().map(|(_, n)| n).sum::<usize>()
+    }
+
+    fn set_rejected(&mut self, position: usize, status: Status) {
+        self.forget(position);
+        let k = match self.rejected.iter().position(|(s, _)| *s == status) {
+            Some(k) => k,
+            None => {
+                self.rejected.push((status, 0));
+                self.rejected.len() - 1
+            }
+        };
+        self.rejected[k].1 += 1;
+        self.totals[position] = -(k as i64) - 1;
+    }
+
+    fn set_feasible(&mut self, position: usize) {
+        self.forget(position);
+        self.totals[position] = 0;
+    }
+
+    /// Takes the node's old rejection, if any, out of the counts.
+    fn forget(&mut self, position: usize) {
+        let old = self.totals[position];
+        if old < 0 {
+            self.rejected[(-old - 1) as usize].1 -= 1;
+        }
+    }
+}
+
+/// What the cycle should do instead of examining every node itself.
+pub(super) enum Outcome {
+    /// The node, as the plain cycle would choose it.
+    Placed(Chosen),
+    /// Run the plain cycle; with the names PreScore skipped when it already ran (it is
+    /// not run twice).
+    Plain(Option<Vec<&'static str>>),
+}
+
+/// A placement without its cycle state.
+pub(super) struct Chosen {
+    pub node: std::sync::Arc<str>,
+    pub evaluated: usize,
+    pub feasible: usize,
+    pub score_plugins: Vec<&'static str>,
+    pub scores: Vec<NodeScores>,
+    pub rejections: Vec<RejectionCount>,
+}
+
+/// A Score plugin the class's totals sum, or one whose weighted score is the same on every
+/// node.
+enum Column<'p> {
+    Kept(&'p dyn ScorePlugin, i64),
+    Constant(i64),
+}
+
+impl ClassIndex {
+    /// Places `pod` from its class when every node is to be examined and every plugin with
+    /// something to say about the pod is one whose answers its class keeps; otherwise
+    /// (or the first time a class is seen) says to run the plain cycle. `next_start` is the
+    /// cycle memory's rotating start, left as a full pass over the nodes leaves it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn place(
+        &mut self,
+        profile: &Profile,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        pre: &PreFiltered,
+        diagnosis: &Diagnosis,
+        next_start: &mut usize,
+        options: &CycleOptions<'_>,
+    ) -> Outcome {
+        let n = snapshot.len();
+        let percentage = profile
+            .percentage_of_nodes_to_score
+            .unwrap_or(options.percentage_of_nodes_to_score);
+        if n == 0
+            || num_feasible_nodes_to_find(percentage, n) < n
+            || pre.candidates.is_some()
+            || pre.exhaustive
+            || !diagnosis.node_statuses.is_empty()
+            || options.nominated.is_some()
+        {
+            return Outcome::Plain(None);
+        }
+        let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
+        if !filters
+            .iter()
+            .all(|(f, _)| f.verdict_by_requests(state, pod))
+            || profile
+                .pre_score
+                .iter()
+                .filter_map(|p| p.as_pre_score())
+                .any(|p| p.reads_feasible(pod, snapshot))
+        {
+            return Outcome::Plain(None);
+        }
+        let key = ClassKey::of(profile, pod);
+        let hash = key.hash_value();
+        self.clock += 1;
+        if !self.classes.contains_key(&hash) {
+            if self.is_full(n) {
+                let slot = &mut self.seen[(hash % SEEN_SLOTS as u64) as usize];
+                if *slot != hash {
+                    *slot = hash;
+                    return Outcome::Plain(None);
+                }
+            }
+            self.make_room(n);
+        }
+        let class = self.classes.entry(hash).or_insert_with(|| Class {
+            key: key.clone(),
+            layout: 0,
+            synced: 0,
+            filters: Vec::new(),
+            totals: Vec::new(),
+            rejected: Vec::new(),
+            span_max: Vec::new(),
+            scored_by: Vec::new(),
+            used: 0,
+        });
+        if class.key != key {
+            // Two classes with one hash: the one kept stays, the other runs plainly.
+            return Outcome::Plain(None);
+        }
+        class.used = self.clock;
+        let names: Vec<&'static str> = filters.iter().map(|(_, name)| *name).collect();
+        let changed = match snapshot.changes().since(class.layout, class.synced) {
+            Some(changed) if class.filters == names && class.totals.len() == n => {
+                let mut changed: Vec<usize> = changed.collect();
+                changed.sort_unstable();
+                changed.dedup();
+                changed
+            }
+            _ => {
+                class.filters = names;
+                class.totals.clear();
+                class.totals.resize(n, 0);
+                class.rejected.clear();
+                class.scored_by.clear();
+                (0..n).collect()
+            }
+        };
+        class.layout = snapshot.changes().layout();
+        class.synced = snapshot.generation();
+        // The verdicts on the changed nodes.
+        let mut statuses: Vec<Status> = Vec::new();
+        for positions in changed.chunks(BLOCK) {
+            let nodes = nodes_at(snapshot, positions);
+            statuses.clear();
+            statuses.resize_with(positions.len(), Status::success);
+            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
+            run_filters(&filters, state, pod, block, &mut statuses);
+            for (&p, status) in positions.iter().zip(statuses.drain(..)) {
+                match status.code() {
+                    Code::Success => class.set_feasible(p),
+                    Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                        class.set_rejected(p, status)
+                    }
+                    _ => {
+                        // A plugin failed: the plain cycle reports it.
+                        self.classes.remove(&hash);
+                        return Outcome::Plain(None);
+                    }
+                }
+            }
+        }
+        let start = *next_start % n;
+        let feasible = class.feasible();
+        // The changed nodes have verdicts but no totals yet: what follows scores them, or
+        // leaves every total to be scored again.
+        if feasible <= 1 {
+            class.scored_by.clear();
+            if feasible == 0 {
+                return Outcome::Plain(None);
+            }
+            *next_start = start;
+            let only = class.totals.iter().position(|&t| t >= 0).unwrap_or(0);
+            return Outcome::Placed(Chosen {
+                node: snapshot.nodes()[only].node.name.clone(),
+                evaluated: n,
+                feasible: 1,
+                score_plugins: Vec::new(),
+                scores: Vec::new(),
+                rejections: class_rejections(class),
+            });
+        }
+        let skipped = match run_pre_score(profile, state, pod, snapshot, &[]) {
+            Ok(skipped) => skipped,
+            Err(_) => {
+                class.scored_by.clear();
+                return Outcome::Plain(None);
+            }
+        };
+        let state: &CycleState = state;
+        let mut columns: Vec<(Column<'_>, &'static str)> = Vec::new();
+        for (plugin, weight) in &profile.score {
+            let name = plugin.name();
+            let Some(s) = plugin.as_score().filter(|_| !skipped.contains(&name)) else {
+                continue;
+            };
+            let uniform = plain_weight(*weight)
+                .then(|| s.uniform_score(state, pod, snapshot))
+                .flatten();
+            let column = match uniform {
+                Some(raw) => match uniform_weighted(s, name, *weight, raw, state, pod) {
+                    Ok(weighted) => Column::Constant(weighted),
+                    Err(_) => {
+                        class.scored_by.clear();
+                        return Outcome::Plain(Some(skipped));
+                    }
+                },
+                None if plain_weight(*weight)
+                    && !s.normalizes()
+                    && s.score_by_requests(state, pod) =>
+                {
+                    Column::Kept(s, *weight)
+                }
+                None => {
+                    class.scored_by.clear();
+                    return Outcome::Plain(Some(skipped));
+                }
+            };
+            columns.push((column, name));
+        }
+        let kept: Vec<&'static str> = columns
+            .iter()
+            .filter(|(c, _)| matches!(c, Column::Kept(..)))
+            .map(|(_, name)| *name)
+            .collect();
+        let spans = n.div_ceil(SPAN);
+        let whole = class.scored_by != kept || class.span_max.len() != spans;
+        let mut touched: Vec<usize> = changed.iter().map(|p| p / SPAN).collect();
+        touched.dedup();
+        let to_score: Vec<usize> = if whole {
+            (0..n).filter(|&p| class.totals[p] >= 0).collect()
+        } else {
+            changed
+                .into_iter()
+                .filter(|&p| class.totals[p] >= 0)
+                .collect()
+        };
+        class.scored_by.clear();
+        let mut cells: Vec<i64> = Vec::new();
+        for positions in to_score.chunks(BLOCK) {
+            let nodes = nodes_at(snapshot, positions);
+            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
+            let Some(sums) = weighted_sums(&columns, state, pod, block, &mut cells) else {
+                return Outcome::Plain(Some(skipped));
+            };
+            for (&p, sum) in positions.iter().zip(sums) {
+                class.totals[p] = sum;
+            }
+        }
+        class.scored_by = kept;
+        if whole {
+            class.span_max.clear();
+            class.span_max.resize(spans, 0);
+            touched = (0..spans).collect();
+        }
+        for b in touched {
+            let end = ((b + 1) * SPAN).min(n);
+            class.span_max[b] = class.totals[b * SPAN..end]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(-1);
+        }
+
+        // The choice, and the best rows, over the feasible nodes in the plain cycle's
+        // order of examination (from the rotating start): only the nodes with the best total
+        // can be chosen, and the tie-break looks at them alone.
+        *next_start = start;
+        let rows = snapshot.rows();
+        let max = class.span_max.iter().copied().max().unwrap_or(0);
+        let mut ties: Vec<usize> = Vec::new();
+        let mut top = TopK::new(options.top_scores);
+        for (from, to) in [(start, n), (0, start)] {
+            let mut lo = from;
+            while lo < to {
+                let hi = ((lo / SPAN + 1) * SPAN).min(to);
+                let span_max = class.span_max[lo / SPAN];
+                let totals = &class.totals[lo..hi];
+                if span_max == max {
+                    ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                }
+                if span_max >= 0 && top.would_take(span_max) {
+                    for (p, &total) in (lo..hi).zip(totals) {
+                        if total >= 0 {
+                            top.offer(p, total);
+                        }
+                    }
+                }
+                lo = hi;
+            }
+        }
+        let fixed_order = profile
+            .score
+            .iter()
+            .filter(|(p, _)| columns.iter().any(|(_, name)| *name == p.name()))
+            .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+        let chosen = select_host(
+            pod,
+            ties.into_iter().map(|p| (p, max)),
+            |p| rows[p].name_hash,
+            |p| &snapshot.nodes()[p].node.name,
+            fixed_order,
+        );
+        let constant_total: i64 = columns
+            .iter()
+            .map(|(c, _)| match c {
+                Column::Constant(w) => *w,
+                Column::Kept(..) => 0,
+            })
+            .sum();
+        let best: Vec<usize> = top.into_best().into_iter().map(|(p, _)| p).collect();
+        let nodes = nodes_at(snapshot, &best);
+        let block = NodeBlock::of_snapshot(&nodes, &best, snapshot);
+        let Some(per_plugin) = weighted_columns(&columns, state, pod, block, &mut cells) else {
+            return Outcome::Plain(Some(skipped));
+        };
+        let scores = best
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| NodeScores {
+                node: snapshot.nodes()[p].node.name.clone(),
+                weighted: per_plugin.iter().map(|column| column[i]).collect(),
+                total: class.totals[p] + constant_total,
+            })
+            .collect();
+        Outcome::Placed(Chosen {
+            node: snapshot.nodes()[chosen].node.name.clone(),
+            evaluated: n,
+            feasible,
+            score_plugins: columns.iter().map(|(_, name)| *name).collect(),
+            scores,
+            rejections: class_rejections(class),
+        })
+    }
+
+    /// True when one more class of `n` nodes would not fit.
+    fn is_full(&self, n: usize) -> bool {
+        self.classes.len() >= (self.max_cells / n.max(1)).max(1)
+    }
+
+    /// Drops the least recently used classes until one more of `n` nodes fits.
+    fn make_room(&mut self, n: usize) {
+        while self.is_full(n) {
+            let Some(oldest) = self
+                .classes
+                .iter()
+                .min_by_key(|(_, c)| c.used)
+                .map(|(h, _)| *h)
+            else {
+                return;
+            };
+            self.classes.remove(&oldest);
+        }
+    }
+}
+
+/// The snapshot's nodes at `positions`.
+fn nodes_at<'s>(snapshot: &'s Snapshot, positions: &[usize]) -> Vec<&'s NodeInfo> {
+    positions.iter().map(|&p| &*snapshot.nodes()[p]).collect()
+}
+
+/// The class's rejections counted as the plain cycle counts its diagnosis's.
+fn class_rejections(class: &Class) -> Vec<RejectionCount> {
+    count_rejections(class.rejected.iter().map(|(s, n)| (s, *n)))
+}
+
+/// Each node's sum of the kept columns' weighted scores; `None` when a plugin fails or
+/// gives a score out of range (the plain cycle then reports it).
+fn weighted_sums(
+    columns: &[(Column<'_>, &'static str)],
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    cells: &mut Vec<i64>,
+) -> Option<Vec<i64>> {
+    let len = block.nodes.len();
+    let mut sums = vec![0i64; len];
+    for (column, _) in columns {
+        let Column::Kept(plugin, weight) = column else {
+            continue;
+        };
+        cells.clear();
+        cells.resize(len, 0);
+        plugin.score_nodes(state, pod, block, cells).ok()?;
+        let (low, high) = cells
+            .iter()
+            .fold((MAX_NODE_SCORE, MIN_NODE_SCORE), |(l, h), &c| {
+                (l.min(c), h.max(c))
+            });
+        if low < MIN_NODE_SCORE || high > MAX_NODE_SCORE {
+            return None;
+        }
+        for (sum, &raw) in sums.iter_mut().zip(cells.iter()) {
+            *sum += raw * weight;
+        }
+    }
+    Some(sums)
+}
+
+/// Each column's weighted scores of the block's nodes, in column order (a constant column
+/// repeated); `None` when a plugin fails or gives a score out of range.
+fn weighted_columns(
+    columns: &[(Column<'_>, &'static str)],
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    cells: &mut Vec<i64>,
+) -> Option<Vec<Vec<i64>>> {
+    let len = block.nodes.len();
+    columns
+        .iter()
+        .map(|(column, _)| match column {
+            Column::Constant(weighted) => Some(vec![*weighted; len]),
+            Column::Kept(plugin, weight) => {
+                cells.clear();
+                cells.resize(len, 0);
+                plugin.score_nodes(state, pod, block, cells).ok()?;
+                cells
+                    .iter()
+                    .map(|&raw| {
+                        (MIN_NODE_SCORE..=MAX_NODE_SCORE)
+                            .contains(&raw)
+                            .then_some(raw * weight)
+                    })
+                    .collect()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

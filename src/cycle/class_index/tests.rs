@@ -1,0 +1,160 @@
+//! The class index's own bookkeeping: when a class is kept, what it follows, and how much
+//! it holds. That its decisions are the plain cycle's is the reference test's
+//! (`a_stream_of_pods_alike_matches_the_plain_cycle`).
+
+use std::sync::LazyLock;
+
+use super::*;
+use crate::cache::Cache;
+use crate::config::{Config, DEFAULT_SCHEDULER_NAME};
+use crate::cycle::{CycleMemory, schedule_one};
+use crate::testing::{node, pod};
+
+static CONFIG: LazyLock<Config> = LazyLock::new(|| {
+    Config::default_with(&crate::plugins::registry()).expect("the default configuration builds")
+});
+
+const OPTIONS: CycleOptions<'static> = CycleOptions {
+    pool: None,
+    percentage_of_nodes_to_score: 100,
+    top_scores: 3,
+    nominated: None,
+    waiting: None,
+    preempt_extenders: false,
+};
+
+fn profile() -> &'static Profile {
+    CONFIG
+        .profile(DEFAULT_SCHEDULER_NAME)
+        .expect("the default profile")
+}
+
+fn cluster(nodes: usize) -> (Cache, Snapshot) {
+    let mut cache = Cache::new();
+    for i in 0..nodes {
+        cache.upsert_node(node(&format!("n{i:03}")).capacity("8", "16Gi").build());
+    }
+    let mut snapshot = Snapshot::default();
+    cache.update_snapshot(&mut snapshot);
+    (cache, snapshot)
+}
+
+/// Schedules a pod of `cpu` named `name`; places it where the cycle chose, as the scheduler
+/// would, when `bind`.
+fn cycle(
+    cache: &mut Cache,
+    snapshot: &mut Snapshot,
+    memory: &mut CycleMemory,
+    name: &str,
+    cpu: &str,
+    bind: bool,
+) {
+    let p = pod(name).req("cpu", cpu).build();
+    let placement = schedule_one(profile(), snapshot, &p, memory, &OPTIONS).expect("placed");
+    if bind {
+        let placed = pod(name).req("cpu", cpu).on(&placement.node).build();
+        cache.add_bound_pod(placed).expect("bound");
+        cache.update_snapshot(snapshot);
+    }
+}
+
+#[test]
+fn a_class_follows_the_changed_nodes() {
+    let (mut cache, mut snapshot) = cluster(40);
+    let mut memory = CycleMemory::default();
+    cycle(&mut cache, &mut snapshot, &mut memory, "a", "1", true);
+    assert_eq!(memory.classes.classes.len(), 1);
+    for i in 0..300 {
+        cycle(
+            &mut cache,
+            &mut snapshot,
+            &mut memory,
+            &format!("p{i}"),
+            "1",
+            true,
+        );
+        // A pod of the class looks, without being placed: the class is then true to
+        // the nodes as they are, a node rejected exactly when 8 pods of 1 cpu fill it.
+        cycle(&mut cache, &mut snapshot, &mut memory, "probe", "1", false);
+        let class = memory.classes.classes.values().next().expect("the class");
+        assert_eq!(class.synced, snapshot.generation());
+        for (p, n) in snapshot.nodes().iter().enumerate() {
+            let full = n.requested.milli_cpu + 1000 > 8000;
+            assert_eq!(class.totals[p] < 0, full, "node {p} after pod {i}");
+        }
+        let rejected: usize = class.rejected.iter().map(|(_, n)| n).sum();
+        assert_eq!(rejected, class.totals.iter().filter(|&&t| t < 0).count());
+        if class.feasible() <= 1 {
+            break;
+        }
+    }
+}
+
+#[test]
+fn a_node_added_lays_the_list_out_again_and_the_class_starts_over() {
+    let (mut cache, mut snapshot) = cluster(10);
+    let mut memory = CycleMemory::default();
+    for name in ["a", "b", "c"] {
+        cycle(&mut cache, &mut snapshot, &mut memory, name, "1", true);
+    }
+    let layout = snapshot.changes().layout();
+    cache.upsert_node(node("n999").capacity("8", "16Gi").build());
+    cache.update_snapshot(&mut snapshot);
+    assert_ne!(snapshot.changes().layout(), layout);
+    cycle(&mut cache, &mut snapshot, &mut memory, "d", "1", true);
+    let class = memory.classes.classes.values().next().expect("the class");
+    assert_eq!(class.layout, snapshot.changes().layout());
+    assert_eq!(class.totals.len(), 11);
+}
+
+#[test]
+fn the_least_recently_used_class_goes_first() {
+    let (mut cache, mut snapshot) = cluster(10);
+    let mut memory = CycleMemory::default();
+    for i in 0..4 {
+        let cpu = format!("{}m", 100 + i);
+        cycle(
+            &mut cache,
+            &mut snapshot,
+            &mut memory,
+            &format!("s{i}"),
+            &cpu,
+            false,
+        );
+    }
+    assert_eq!(memory.classes.classes.len(), 4);
+    // Room for two classes of this cluster's size: one more would leave the last used.
+    memory.classes.max_cells = 20;
+    memory.classes.make_room(10);
+    assert_eq!(memory.classes.classes.len(), 1);
+    let kept = memory.classes.classes.values().next().expect("a class");
+    assert_eq!(kept.key.requests.milli_cpu, 103);
+}
+
+#[test]
+fn once_full_a_class_is_kept_from_its_second_pod() {
+    let (mut cache, mut snapshot) = cluster(10);
+    let mut memory = CycleMemory::default();
+    // Room for one class of ten nodes.
+    memory.classes.max_cells = 10;
+    let kept = |memory: &CycleMemory| -> Vec<i64> {
+        let mut cpu: Vec<i64> = memory
+            .classes
+            .classes
+            .values()
+            .map(|c| c.key.requests.milli_cpu)
+            .collect();
+        cpu.sort_unstable();
+        cpu
+    };
+    cycle(&mut cache, &mut snapshot, &mut memory, "a", "100m", false);
+    assert_eq!(kept(&memory), [100], "kept at once while there is room");
+    cycle(&mut cache, &mut snapshot, &mut memory, "b", "200m", false);
+    assert_eq!(kept(&memory), [100], "a new class waits for its second pod");
+    cycle(&mut cache, &mut snapshot, &mut memory, "c", "200m", false);
+    assert_eq!(
+        kept(&memory),
+        [200],
+        "and takes the place of the least recently used"
+    );
+}
