@@ -169,9 +169,10 @@ enum Column<'p> {
 
 impl ClassIndex {
     /// Places `pod` from its class when every node is to be examined and every plugin with
-    /// something to say about the pod is one whose answers its class keeps; otherwise
-    /// (or the first time a class is seen) says to run the plain cycle. `next_start` is the
-    /// cycle memory's rotating start, left as a full pass over the nodes leaves it.
+    /// something to say about the pod is one whose answers its class keeps; otherwise (or,
+    /// once the index is full, for a class's first pod) says to run the plain cycle.
+    /// `next_start` is the cycle memory's rotating start, left as a full pass over the nodes
+    /// leaves it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn place(
         &mut self,
