@@ -179,19 +179,30 @@ fn count_rejections<'a>(
     statuses: impl Iterator<Item = (&'a Status, usize)>,
 ) -> Vec<RejectionCount> {
     let mut counts: Vec<RejectionCount> = Vec::new();
+    // Rejections come in runs of one (plugin, reason): the entry of the last is tried first.
+    let mut last = 0;
     for (status, nodes) in statuses.filter(|&(_, nodes)| nodes > 0) {
         let plugin = status.plugin();
         for reason in status.reasons() {
+            let is = |c: &RejectionCount| c.plugin == plugin && c.reason == *reason;
             match counts
-                .iter_mut()
-                .find(|c| c.plugin == plugin && c.reason == *reason)
+                .get(last)
+                .filter(|c| is(c))
+                .map(|_| last)
+                .or_else(|| counts.iter().position(is))
             {
-                Some(c) => c.nodes += nodes,
-                None => counts.push(RejectionCount {
-                    plugin,
-                    reason: reason.clone(),
-                    nodes,
-                }),
+                Some(i) => {
+                    counts[i].nodes += nodes;
+                    last = i;
+                }
+                None => {
+                    last = counts.len();
+                    counts.push(RejectionCount {
+                        plugin,
+                        reason: reason.clone(),
+                        nodes,
+                    });
+                }
             }
         }
     }
@@ -722,6 +733,7 @@ fn find_feasible_nodes<'s>(
         positions: Vec::with_capacity(to_find.min(candidate_count)),
         processed: 0,
         diagnosis,
+        last_plugin: None,
     };
     let position_at = |i: usize| {
         // `start + i` is below twice the length: a subtraction instead of a division.
@@ -822,6 +834,7 @@ fn find_feasible_nodes<'s>(
         positions,
         processed,
         diagnosis,
+        ..
     } = progress;
     if candidate_count > 0 && !pre.exhaustive {
         memory.next_start = (memory.next_start + processed) % candidate_count;
@@ -878,6 +891,9 @@ struct FilterProgress<'s> {
     positions: Vec<usize>,
     processed: usize,
     diagnosis: Diagnosis,
+    /// The plugin of the last rejection, already in the diagnosis: rejections come in runs
+    /// from one plugin, and the set need not be searched for each.
+    last_plugin: Option<&'static str>,
 }
 
 impl<'s> FilterProgress<'s> {
@@ -902,8 +918,11 @@ impl<'s> FilterProgress<'s> {
                 self.positions.push(position);
             }
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                if let Some(p) = status.plugin() {
+                if let Some(p) = status.plugin()
+                    && self.last_plugin != Some(p)
+                {
                     self.diagnosis.unschedulable_plugins.insert(p);
+                    self.last_plugin = Some(p);
                 }
                 self.diagnosis
                     .node_statuses
