@@ -179,30 +179,19 @@ fn count_rejections<'a>(
     statuses: impl Iterator<Item = (&'a Status, usize)>,
 ) -> Vec<RejectionCount> {
     let mut counts: Vec<RejectionCount> = Vec::new();
-    // Rejections come in runs of one (plugin, reason): the entry of the last is tried first.
-    let mut last = 0;
     for (status, nodes) in statuses.filter(|&(_, nodes)| nodes > 0) {
         let plugin = status.plugin();
         for reason in status.reasons() {
-            let is = |c: &RejectionCount| c.plugin == plugin && c.reason == *reason;
             match counts
-                .get(last)
-                .filter(|c| is(c))
-                .map(|_| last)
-                .or_else(|| counts.iter().position(is))
+                .iter_mut()
+                .find(|c| c.plugin == plugin && c.reason == *reason)
             {
-                Some(i) => {
-                    counts[i].nodes += nodes;
-                    last = i;
-                }
-                None => {
-                    last = counts.len();
-                    counts.push(RejectionCount {
-                        plugin,
-                        reason: reason.clone(),
-                        nodes,
-                    });
-                }
+                Some(c) => c.nodes += nodes,
+                None => counts.push(RejectionCount {
+                    plugin,
+                    reason: reason.clone(),
+                    nodes,
+                }),
             }
         }
     }
