@@ -17,8 +17,8 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use super::{
     CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK, active_filters,
-    count_rejections, num_feasible_nodes_to_find, plain_weight, run_filters, run_pre_score,
-    select_host, uniform_weighted,
+    count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight, run_filters,
+    run_pre_score, select_host, uniform_weighted,
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -409,11 +409,7 @@ impl ClassIndex {
                 lo = hi;
             }
         }
-        let fixed_order = profile
-            .score
-            .iter()
-            .filter(|(p, _)| columns.iter().any(|(_, name)| *name == p.name()))
-            .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
         let chosen = select_host(
             pod,
             ties.into_iter().map(|p| (p, max)),

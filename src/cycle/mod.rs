@@ -532,11 +532,7 @@ fn place(
             *total = total.saturating_add(extra_of(&node.node.name));
         }
     }
-    let fixed_order = profile
-        .score
-        .iter()
-        .filter(|(p, _)| score_plugins.contains(&p.name()))
-        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()));
+    let fixed_order = fixed_tie_order(profile, |name| score_plugins.contains(&name));
     let rows = snapshot.rows();
     let name_hash = |i: usize| rows[positions[i]].name_hash;
     let chosen = select_host(
@@ -1270,6 +1266,16 @@ fn uniform_weighted(
 /// its products with scores, and their sums, cannot overflow.
 fn plain_weight(weight: i64) -> bool {
     (0..=i64::from(i32::MAX)).contains(&weight)
+}
+
+/// True when a score plugin of `profile` that `ran` for the pod asks for the fixed order of
+/// nodes among equal totals ([`crate::framework::ScorePlugin::fixed_tie_order`]).
+fn fixed_tie_order(profile: &Profile, ran: impl Fn(&'static str) -> bool) -> bool {
+    profile
+        .score
+        .iter()
+        .filter(|(p, _)| ran(p.name()))
+        .any(|(p, _)| p.as_score().is_some_and(|s| s.fixed_tie_order()))
 }
 
 /// The best-scored of `candidates` (an id and a total each, in examination order); ties are
