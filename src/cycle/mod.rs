@@ -182,10 +182,13 @@ fn count_rejections<'a>(
     for (status, nodes) in statuses.filter(|&(_, nodes)| nodes > 0) {
         let plugin = status.plugin();
         for reason in status.reasons() {
-            match counts
-                .iter_mut()
-                .find(|c| c.plugin == plugin && c.reason == *reason)
-            {
+            match counts.iter_mut().find(|c| {
+                let same_plugin = match (c.plugin, plugin) {
+                    (Some(a), Some(b)) => same_str(a, b),
+                    (a, b) => a.is_none() && b.is_none(),
+                };
+                same_plugin && same_str(&c.reason, reason)
+            }) {
                 Some(c) => c.nodes += nodes,
                 None => counts.push(RejectionCount {
                     plugin,
@@ -202,6 +205,12 @@ fn count_rejections<'a>(
             .then_with(|| a.reason.cmp(&b.reason))
     });
     counts
+}
+
+/// String equality that first compares addresses: plugins' names and most reasons are
+/// `'static` strings, the same few for thousands of rejected nodes.
+fn same_str(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
 }
 
 impl Diagnosis {
@@ -377,20 +386,18 @@ pub fn filter_for_extenders(
     }
     let mut state = CycleState::new();
     let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
-    let Feasible {
-        nodes,
-        evaluated,
-        mut diagnosis,
-        ..
-    } = find_feasible_nodes(
+    let found = find_feasible_nodes(
         profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
     )?;
-    if nodes.is_empty() {
+    let feasible: Vec<Arc<str>> = found.nodes.iter().map(|n| n.node.name.clone()).collect();
+    let evaluated = found.evaluated;
+    let mut diagnosis = found.into_diagnosis();
+    if feasible.is_empty() {
         run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
         return Err(CycleError::Unschedulable(diagnosis));
     }
     Ok(Filtered {
-        feasible: nodes.iter().map(|n| n.node.name.clone()).collect(),
+        feasible,
         evaluated,
         diagnosis,
     })
@@ -492,17 +499,18 @@ fn place(
     extra: Option<&HashMap<Arc<str>, i64>>,
     pre_scored: Option<Vec<&'static str>>,
 ) -> Result<Placement, CycleError> {
+    if found.nodes.is_empty() {
+        let mut diagnosis = found.into_diagnosis();
+        run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
+        return Err(CycleError::Unschedulable(diagnosis));
+    }
+    let rejections = found.rejection_counts();
     let Feasible {
         nodes: feasible,
         positions,
         evaluated,
-        mut diagnosis,
+        ..
     } = found;
-    if feasible.is_empty() {
-        run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
-        return Err(CycleError::Unschedulable(diagnosis));
-    }
-    let rejections = diagnosis.rejection_counts();
     if feasible.len() == 1 {
         return Ok(Placement {
             node: feasible[0].node.name.clone(),
@@ -677,8 +685,39 @@ struct Feasible<'s> {
     positions: Vec<usize>,
     /// Nodes examined, those PreFilter left out included.
     evaluated: usize,
-    /// Why the others were rejected.
+    /// Why the others were rejected: the nodes PreFilter left out, by name.
     diagnosis: Diagnosis,
+    /// The nodes Filter rejected, in examination order, named only when the diagnosis is
+    /// wanted (the cycle failed, or the extenders carry it on): naming thousands of rejected
+    /// nodes reads each node's memory, which a successful cycle never needs.
+    rejected: Vec<(&'s NodeInfo, Status)>,
+}
+
+impl Feasible<'_> {
+    /// The full diagnosis: the rejected nodes named and added after the nodes PreFilter left
+    /// out, as they were examined.
+    fn into_diagnosis(mut self) -> Diagnosis {
+        let statuses = &mut self.diagnosis.node_statuses;
+        statuses.reserve(self.rejected.len());
+        statuses.extend(
+            self.rejected
+                .into_iter()
+                .map(|(node, status)| (node.node.name.clone(), status)),
+        );
+        self.diagnosis
+    }
+
+    /// The rejections counted per (plugin, reason), as [`Diagnosis::rejection_counts`]
+    /// would count them on the full diagnosis.
+    fn rejection_counts(&self) -> Vec<RejectionCount> {
+        count_rejections(
+            self.diagnosis
+                .node_statuses
+                .iter()
+                .map(|(_, s)| (s, 1))
+                .chain(self.rejected.iter().map(|(_, s)| (s, 1))),
+        )
+    }
 }
 
 /// Runs the Filter plugins over the candidate nodes, from the rotating start the cycle's
@@ -718,6 +757,7 @@ fn find_feasible_nodes<'s>(
         positions: Vec::with_capacity(to_find.min(candidate_count)),
         processed: 0,
         diagnosis,
+        rejected: Vec::new(),
         last_plugin: None,
     };
     let position_at = |i: usize| {
@@ -819,6 +859,7 @@ fn find_feasible_nodes<'s>(
         positions,
         processed,
         diagnosis,
+        rejected,
         ..
     } = progress;
     if candidate_count > 0 && !pre.exhaustive {
@@ -829,6 +870,7 @@ fn find_feasible_nodes<'s>(
         positions,
         evaluated: processed + num_all_nodes - candidate_count,
         diagnosis,
+        rejected,
     })
 }
 
@@ -876,6 +918,8 @@ struct FilterProgress<'s> {
     positions: Vec<usize>,
     processed: usize,
     diagnosis: Diagnosis,
+    /// The rejected nodes with their statuses (see [`Feasible::rejected`]).
+    rejected: Vec<(&'s NodeInfo, Status)>,
     /// The plugin of the last rejection, already in the diagnosis: rejections come in runs
     /// from one plugin, and the set need not be searched for each.
     last_plugin: Option<&'static str>,
@@ -909,9 +953,7 @@ impl<'s> FilterProgress<'s> {
                     self.diagnosis.unschedulable_plugins.insert(p);
                     self.last_plugin = Some(p);
                 }
-                self.diagnosis
-                    .node_statuses
-                    .push((node.node.name.clone(), status));
+                self.rejected.push((node, status));
             }
             _ => return Err(CycleError::Error(status)),
         }
