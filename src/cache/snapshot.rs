@@ -110,25 +110,26 @@ impl Snapshot {
         &self.pods
     }
 
-    /// Calls `f` with each placed pod `selector` may match, and its node: the pods the index
-    /// names for the selector, or every placed pod when the selector requires no particular
-    /// label. A superset: callers check the selector (and the namespace) themselves.
+    /// Calls `f` with each placed pod `selector` may match, its node's position in
+    /// [`Snapshot::nodes`] and its node: the pods the index names for the selector, or every
+    /// placed pod when the selector requires no particular label. A superset: callers check
+    /// the selector (and the namespace) themselves.
     pub fn for_each_candidate(
         &self,
         selector: &LabelSelector,
-        mut f: impl FnMut(&PodInfo, &NodeInfo),
+        mut f: impl FnMut(&PodInfo, usize, &NodeInfo),
     ) {
         self.reads(Tracked::PodLabels);
         match self.pods.candidates(selector) {
             Some(candidates) => {
                 for p in candidates {
-                    f(&p.pod, &self.nodes[p.node]);
+                    f(&p.pod, p.node, &self.nodes[p.node]);
                 }
             }
             None => {
-                for node in &self.nodes {
+                for (position, node) in self.nodes.iter().enumerate() {
                     for pod in &node.pods {
-                        f(pod, node);
+                        f(pod, position, node);
                     }
                 }
             }

@@ -5,25 +5,64 @@
 
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use crate::cache::{NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeBlock, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::model::{Labels, PodInfo};
 
-use super::{IncomingTerm, InterPodAffinity, TopologyCounts};
+use super::{IncomingTerm, InterPodAffinity};
 
 /// Score's and NormalizeScore's message when PreScore did not run (kube-scheduler's wording).
 const MISSING_STATE: &str =
     "failed to read \"PreScoreInterPodAffinity\" from cycleState: not found";
 
 /// The summed weights per topology pair, for Score and NormalizeScore.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 struct PreScoreState {
-    scores: TopologyCounts,
-    /// The same sums by topology key, each key's by value number of the snapshot's
-    /// [`TopologyValues`]: what Score reads for a node given by position.
-    by_value: Vec<(Arc<TopologyValues>, Vec<i64>)>,
+    /// Per topology key met, the pairs summed so far (at least one each).
+    by_key: Vec<KeySums>,
+}
+
+/// The sums of one topology key's pairs, by the number of the value in the snapshot's
+/// [`TopologyValues`]: as many entries as pairs met (a few per existing pod the terms are
+/// about), however many values the key has (one per node for a hostname).
+#[derive(Debug, Clone)]
+struct KeySums {
+    key: Box<str>,
+    values: Arc<TopologyValues>,
+    sums: FxHashMap<u32, i64>,
+}
+
+impl PreScoreState {
+    /// True when no pair was summed: Score gives 0 and NormalizeScore leaves it.
+    fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// The sum on a node given by its labels.
+    fn on_labels(&self, labels: &Labels) -> i64 {
+        self.by_key
+            .iter()
+            .filter_map(|k| {
+                let id = k.values.id_of(labels.get(&k.key)?)?;
+                k.sums.get(&id).copied()
+            })
+            .sum()
+    }
+
+    /// The sum on the node at `position` of the snapshot; `None` for a position the
+    /// snapshot's numbering does not cover (a node copy made within a cycle).
+    fn at(&self, position: usize) -> Option<i64> {
+        self.by_key.iter().try_fold(0, |sum, k| {
+            k.values.at(position).map(|id| match id {
+                TopologyValues::NONE => sum,
+                id => sum + k.sums.get(&id).copied().unwrap_or(0),
+            })
+        })
+    }
 }
 
 impl PreScorePlugin for InterPodAffinity {
@@ -54,51 +93,28 @@ impl PreScorePlugin for InterPodAffinity {
             .collect();
         let mut scorer = Scorer {
             pod,
+            snapshot,
             namespace_labels: snapshot.namespace_labels(&pod.namespace),
             hard_weight: i64::from(self.args.hard_pod_affinity_weight),
-            scores: TopologyCounts::default(),
+            sums: PreScoreState::default(),
         };
         let nodes = snapshot.nodes();
         // Existing pods the incoming pod's terms are about.
         for (term, weight) in &incoming {
-            snapshot.for_each_candidate(&term.term.selector, |existing, node| {
-                let node_labels = &node.node.labels;
-                if !node_labels.is_empty() && term.matches(existing) {
-                    scorer
-                        .scores
-                        .add_on(node_labels, term.topology_key(), *weight);
+            snapshot.for_each_candidate(&term.term.selector, |existing, position, node| {
+                if term.matches(existing) {
+                    scorer.add(term.topology_key(), position, node, *weight);
                 }
             });
         }
         // Existing pods whose own terms may be about the incoming pod.
         for p in snapshot.pod_index().term_candidates(&pod.labels) {
-            scorer.process(&p.pod, &nodes[p.node].node.labels);
+            scorer.process(&p.pod, p.node, &nodes[p.node]);
         }
-        if scorer.scores.is_empty() {
+        if scorer.sums.is_empty() {
             return Status::skip();
         }
-        let by_value = scorer
-            .scores
-            .by_key
-            .iter()
-            .map(|(key, sums)| {
-                let values = snapshot.topology_values(key);
-                let mut by_value = vec![0; values.values.len()];
-                for (value, sum) in sums {
-                    if let Some(slot) = values
-                        .id_of(value)
-                        .and_then(|id| by_value.get_mut(id as usize))
-                    {
-                        *slot = *sum;
-                    }
-                }
-                (values, by_value)
-            })
-            .collect();
-        state.insert(PreScoreState {
-            scores: scorer.scores,
-            by_value,
-        });
+        state.insert(scorer.sums);
         Status::success()
     }
 
@@ -110,38 +126,64 @@ impl PreScorePlugin for InterPodAffinity {
 /// Accumulates the weights of one cycle.
 struct Scorer<'a> {
     pod: &'a PodInfo,
+    snapshot: &'a Snapshot,
     namespace_labels: &'a Labels,
     hard_weight: i64,
-    scores: TopologyCounts,
+    sums: PreScoreState,
 }
 
 impl Scorer<'_> {
-    /// Adds what the terms of `existing`, on a node with `node_labels`, say about the
-    /// incoming pod.
-    fn process(&mut self, existing: &PodInfo, node_labels: &Labels) {
-        if node_labels.is_empty() {
-            return;
+    /// Adds `delta` to the pair (`key`, the value of `key` on the node at `position`), if
+    /// the node has the label. The node's own labels are read only for a position the
+    /// snapshot's numbering does not cover, which a placed pod's node never is.
+    fn add(&mut self, key: &str, position: usize, node: &NodeInfo, delta: i64) {
+        let i = match self.sums.by_key.iter().position(|k| *k.key == *key) {
+            Some(i) => i,
+            None => {
+                let values = self.snapshot.topology_values(key);
+                self.sums.by_key.push(KeySums {
+                    key: key.into(),
+                    values,
+                    sums: FxHashMap::default(),
+                });
+                self.sums.by_key.len() - 1
+            }
+        };
+        let k = &mut self.sums.by_key[i];
+        let id = match k.values.at(position) {
+            Some(id) => Some(id).filter(|&id| id != TopologyValues::NONE),
+            None => node.node.labels.get(key).and_then(|v| k.values.id_of(v)),
+        };
+        match id {
+            Some(id) => *k.sums.entry(id).or_default() += delta,
+            // Keys are kept only with a pair summed.
+            None if k.sums.is_empty() => {
+                self.sums.by_key.swap_remove(i);
+            }
+            None => {}
         }
+    }
+
+    /// Adds what the terms of `existing`, on the node at `position`, say about the incoming
+    /// pod.
+    fn process(&mut self, existing: &PodInfo, position: usize, node: &NodeInfo) {
         let (pod, ns_labels) = (self.pod, self.namespace_labels);
         let theirs = &existing.affinity;
         if self.hard_weight > 0 {
             for term in &theirs.required {
                 if term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                    self.scores
-                        .add_on(node_labels, &term.topology_key, self.hard_weight);
+                    self.add(&term.topology_key, position, node, self.hard_weight);
                 }
             }
         }
         for w in &theirs.preferred {
             if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.scores
-                    .add_on(node_labels, &w.term.topology_key, i64::from(w.weight));
+                self.add(&w.term.topology_key, position, node, i64::from(w.weight));
             }
         }
         for w in &theirs.preferred_anti {
             if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.scores
-                    .add_on(node_labels, &w.term.topology_key, -i64::from(w.weight));
+                self.add(&w.term.topology_key, position, node, -i64::from(w.weight));
             }
         }
     }
@@ -152,7 +194,7 @@ impl ScorePlugin for InterPodAffinity {
         let s = state
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_STATE))?;
-        Ok(s.scores.node_values(&node.node.labels).sum())
+        Ok(s.on_labels(&node.node.labels))
     }
 
     /// Reads each node's sums by its position, without looking its labels up.
@@ -167,17 +209,10 @@ impl ScorePlugin for InterPodAffinity {
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_STATE))?;
         for ((node, &position), score) in block.nodes.iter().zip(block.positions).zip(scores) {
-            let by_position = s.by_value.iter().try_fold(0, |sum, (values, by_value)| {
-                values.at(position).map(|id| match id {
-                    TopologyValues::NONE => sum,
-                    id => sum + by_value.get(id as usize).copied().unwrap_or(0),
-                })
-            });
-            *score = match by_position {
-                Some(sum) => sum,
-                // A node the snapshot's numbering does not cover: by its labels.
-                None => s.scores.node_values(&node.node.labels).sum(),
-            };
+            // A node the snapshot's numbering does not cover: by its labels.
+            *score = s
+                .at(position)
+                .unwrap_or_else(|| s.on_labels(&node.node.labels));
         }
         Ok(())
     }
@@ -189,7 +224,7 @@ impl ScorePlugin for InterPodAffinity {
         let Some(s) = state.get::<PreScoreState>() else {
             return Status::error(MISSING_STATE);
         };
-        if s.scores.is_empty() {
+        if s.is_empty() {
             return Status::success();
         }
         let min = scores.iter().map(|s| s.score).min().unwrap_or(0);

@@ -91,16 +91,18 @@ impl PodTopologySpread {
             .iter()
             .map(|c| c.spec.topology_key.as_str())
             .collect();
+        let key_values: Vec<Arc<TopologyValues>> =
+            keys.iter().map(|k| snapshot.topology_values(k)).collect();
         let mut counts = eligible_domains(pod, snapshot, &constraints, &keys);
         for (c, domains) in constraints.iter().zip(counts.iter_mut()) {
-            count_pods(pod, snapshot, c, &keys, domains);
+            count_pods(pod, snapshot, c, &keys, &key_values, domains);
         }
         let constraints = constraints
             .into_iter()
             .zip(counts)
-            .map(|(c, counts)| {
+            .zip(key_values)
+            .map(|((c, counts), values)| {
                 let min_domains = c.spec.min_domains.unwrap_or(1);
-                let values = snapshot.topology_values(&c.spec.topology_key);
                 let by_value = values
                     .values
                     .iter()
@@ -194,39 +196,85 @@ fn eligible_domains(
 
 /// Adds to `domains` the pods matching the constraint on its eligible nodes: the pods the
 /// snapshot's index names for the selector, or every pod when the selector requires no
-/// particular label.
+/// particular label. Nodes are read by position from the snapshot's topology values
+/// (`key_values`, one per key of `keys`), not by their labels: a node's memory is touched
+/// only when an inclusion policy must look at it, and each domain is looked up by name
+/// once, not once per pod.
 fn count_pods(
     pod: &PodInfo,
     snapshot: &Snapshot,
     c: &Constraint<'_>,
     keys: &[&str],
+    key_values: &[Arc<TopologyValues>],
     domains: &mut HashMap<Box<str>, i64>,
 ) {
-    let add = |existing: &PodInfo, node: &NodeInfo| {
+    let Some(own) = keys.iter().position(|k| *k == c.spec.topology_key) else {
+        return;
+    };
+    let looks_at_node = c.spec.node_taints_policy == InclusionPolicy::Honor
+        || (c.spec.node_affinity_policy == InclusionPolicy::Honor
+            && (!pod.node_selector.is_empty() || pod.required_node_affinity.is_some()));
+    // Matching pods per value number of the constraint's key.
+    let mut found: HashMap<u32, i64> = HashMap::default();
+    let add = |existing: &PodInfo, position: usize, node: &NodeInfo| {
         if existing.terminating
             || !c.selector.matches(&existing.labels)
             || existing.namespace != pod.namespace
         {
             return;
         }
-        let labels = &node.node.labels;
-        let Some(value) = labels.get(&c.spec.topology_key) else {
+        let Some(own_id) = domain_of(position, node, keys, key_values, own) else {
             return;
         };
-        if !keys.iter().all(|k| labels.contains_key(k)) {
-            return;
-        }
-        let Some(total) = domains.get_mut(value) else {
-            // Not an eligible domain.
-            return;
-        };
-        if Inclusion::new(pod, &node.node)
-            .admits(c.spec.node_affinity_policy, c.spec.node_taints_policy)
+        if looks_at_node
+            && !Inclusion::new(pod, &node.node)
+                .admits(c.spec.node_affinity_policy, c.spec.node_taints_policy)
         {
-            *total += 1;
+            return;
         }
+        *found.entry(own_id).or_default() += 1;
     };
     snapshot.for_each_candidate(&c.selector, add);
+    let values = &key_values[own];
+    for (id, n) in found {
+        // A value no eligible node has is no domain.
+        if let Some(total) = values
+            .values
+            .get(id as usize)
+            .and_then(|value| domains.get_mut(value))
+        {
+            *total += n;
+        }
+    }
+}
+
+/// The value number of `keys[own]` on the node at `position`, when the node carries every
+/// one of `keys`; read from the snapshot's numbering, or from the node's labels for a node
+/// the numbering does not cover (then `None` also for a value no numbered node has: no
+/// eligible domain).
+fn domain_of(
+    position: usize,
+    node: &NodeInfo,
+    keys: &[&str],
+    key_values: &[Arc<TopologyValues>],
+    own: usize,
+) -> Option<u32> {
+    let mut own_id = None;
+    for (i, values) in key_values.iter().enumerate() {
+        match values.at(position) {
+            Some(TopologyValues::NONE) => return None,
+            Some(id) if i == own => own_id = Some(id),
+            Some(_) => {}
+            None => {
+                let labels = &node.node.labels;
+                if !keys.iter().all(|k| labels.contains_key(k)) {
+                    return None;
+                }
+                return labels.get(keys[own]).and_then(|v| key_values[own].id_of(v));
+            }
+        }
+    }
+    own_id
 }
 
 impl PreFilterState {
