@@ -755,8 +755,8 @@ impl Cache {
         if self.list_changed || snapshot.nodes.len() != self.order.len() {
             self.rebuild(snapshot);
         } else {
-            let mut affinity_changed = false;
             let mut nodes_changed = false;
+            let track_pods = self.tracked.contains(Tracked::PodLabels);
             for name in self.dirty.drain() {
                 let (Some(&i), Some(entry)) = (snapshot.index.get(&name), self.nodes.get(&name))
                 else {
@@ -768,17 +768,22 @@ impl Cache {
                     && (was.labels != is.labels
                         || was.taints != is.taints
                         || was.unschedulable != is.unschedulable);
-                affinity_changed |= (old.pods_with_affinity > 0)
-                    != (entry.info.pods_with_affinity > 0)
-                    || (old.pods_with_required_anti_affinity > 0)
-                        != (entry.info.pods_with_required_anti_affinity > 0);
+                if track_pods {
+                    set_membership(
+                        &mut snapshot.with_affinity,
+                        i,
+                        entry.info.pods_with_affinity > 0,
+                    );
+                    set_membership(
+                        &mut snapshot.with_required_anti_affinity,
+                        i,
+                        entry.info.pods_with_required_anti_affinity > 0,
+                    );
+                }
                 snapshot.rows[i] = NodeRow::of(&entry.info);
                 snapshot.nodes[i] = entry.info.clone();
                 let count = snapshot.nodes.len();
                 snapshot.changes.record(self.generation, i, count);
-            }
-            if affinity_changed && self.tracked.contains(Tracked::PodLabels) {
-                rebuild_affinity_lists(snapshot);
             }
             if nodes_changed {
                 snapshot.domains = Default::default();
@@ -820,6 +825,19 @@ impl Cache {
                 snapshot.pods.insert(pod, i);
             }
         }
+    }
+}
+
+/// Puts `position` into the sorted list `positions` or takes it out, as `member` says: a
+/// node gaining or losing its first pod with affinity terms changes one entry, without a
+/// pass over every node.
+fn set_membership(positions: &mut Vec<usize>, position: usize, member: bool) {
+    match (positions.binary_search(&position), member) {
+        (Err(at), true) => positions.insert(at, position),
+        (Ok(at), false) => {
+            positions.remove(at);
+        }
+        _ => {}
     }
 }
 

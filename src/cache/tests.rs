@@ -69,6 +69,60 @@ fn snapshot_is_incremental_and_isolated() {
 }
 
 #[test]
+fn the_nodes_with_affinity_pods_follow_pods_coming_and_going() {
+    let mut cache = Cache::new();
+    for i in 0..6 {
+        cache.upsert_node(node(&format!("n{i}")).label("app", "x").build());
+    }
+    let anti = |name: &str, on: &str| {
+        pod(name)
+            .on(on)
+            .spec_yaml(
+                "affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+                 [{labelSelector: {matchLabels: {app: x}}, topologyKey: kubernetes.io/hostname}]}}",
+            )
+            .build()
+    };
+    let preferring = |name: &str, on: &str| {
+        pod(name)
+            .on(on)
+            .spec_yaml(
+                "affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: \
+                 [{weight: 1, podAffinityTerm: {labelSelector: {matchLabels: {app: x}}, \
+                 topologyKey: kubernetes.io/hostname}}]}}",
+            )
+            .build()
+    };
+    let mut snap = Snapshot::default();
+    cache.update_snapshot(&mut snap);
+    let lists = |s: &Snapshot| {
+        let names = |it: &mut dyn Iterator<Item = &Arc<NodeInfo>>| -> Vec<String> {
+            it.map(|n| n.node.name.to_string()).collect()
+        };
+        (
+            names(&mut s.nodes_with_affinity_pods()),
+            names(&mut s.nodes_with_required_anti_affinity_pods()),
+        )
+    };
+    let steps: [&dyn Fn(&mut Cache); 6] = [
+        &|c| c.assume_pod(anti("a", "n4")).unwrap(),
+        &|c| c.assume_pod(preferring("b", "n1")).unwrap(),
+        &|c| c.assume_pod(anti("c", "n1")).unwrap(),
+        &|c| c.assume_pod(pod("plain").on("n2").build()).unwrap(),
+        &|c| c.forget_pod("default", "a").unwrap(),
+        &|c| c.forget_pod("default", "c").unwrap(),
+    ];
+    for step in steps {
+        step(&mut cache);
+        cache.update_snapshot(&mut snap);
+        let mut fresh = Snapshot::default();
+        cache.clone().update_snapshot(&mut fresh);
+        assert_eq!(lists(&snap), lists(&fresh));
+    }
+    assert_eq!(lists(&snap), (vec!["n1".to_string()], Vec::new()));
+}
+
+#[test]
 fn pods_on_unknown_nodes_wait_for_them() {
     let mut cache = Cache::new();
     cache
