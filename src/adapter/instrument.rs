@@ -526,6 +526,12 @@ impl PreScorePlugin for Timed {
         }
         status
     }
+
+    fn reads_feasible(&self, pod: &PodInfo, snapshot: &Snapshot) -> bool {
+        self.inner
+            .as_pre_score()
+            .is_none_or(|p| p.reads_feasible(pod, snapshot))
+    }
 }
 
 impl Timed {
@@ -613,6 +619,12 @@ impl ScorePlugin for Timed {
             }
         }
         status
+    }
+
+    /// The plugin's own answer: the order among equal totals is a decision, which timing
+    /// must not change.
+    fn fixed_tie_order(&self) -> bool {
+        self.inner.as_score().is_some_and(|s| s.fixed_tie_order())
     }
 }
 
@@ -857,6 +869,43 @@ profiles:
         // Every node examined, in both cycles.
         assert_eq!(evaluations("Filter"), Some(6.0));
         assert_eq!(evaluations("Score"), Some(6.0));
+    }
+
+    #[test]
+    fn the_wrappers_answer_the_decision_hints_as_their_plugins_do() {
+        let instr = Instrumentation::new(Arc::new(Metrics::new()));
+        let config = Config::parse(
+            "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    multiPoint:
+      enabled: [{name: GpuShare, weight: 10}]
+  pluginConfig:
+  - name: GpuShare
+    args: {scoringStrategy: BestFit}
+",
+            &plugins::registry(),
+        )
+        .expect("config");
+        let plain = &config.profiles[0];
+        let timed = instr.instrument(plain);
+        let pod = pod("p").req("nvidia.com/gpu", "1").build();
+        let snapshot = Snapshot::default();
+        let mut packing = 0;
+        for ((p, _), (t, _)) in plain.score.iter().zip(&timed.score) {
+            let (p, t) = (p.as_score().unwrap(), t.as_score().unwrap());
+            assert_eq!(t.fixed_tie_order(), p.fixed_tie_order());
+            packing += usize::from(p.fixed_tie_order());
+        }
+        assert_eq!(packing, 1, "GpuShare packs");
+        for (p, t) in plain.pre_score.iter().zip(&timed.pre_score) {
+            let (p, t) = (p.as_pre_score().unwrap(), t.as_pre_score().unwrap());
+            assert_eq!(
+                t.reads_feasible(&pod, &snapshot),
+                p.reads_feasible(&pod, &snapshot)
+            );
+        }
     }
 
     #[test]
