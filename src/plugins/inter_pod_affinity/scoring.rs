@@ -137,30 +137,28 @@ impl Scorer<'_> {
     /// the node has the label. The node's own labels are read only for a position the
     /// snapshot's numbering does not cover, which a placed pod's node never is.
     fn add(&mut self, key: &str, position: usize, node: &NodeInfo, delta: i64) {
-        let i = match self.sums.by_key.iter().position(|k| *k.key == *key) {
-            Some(i) => i,
+        let id_in = |values: &TopologyValues| match values.at(position) {
+            Some(TopologyValues::NONE) => None,
+            Some(id) => Some(id),
+            None => node.node.labels.get(key).and_then(|v| values.id_of(v)),
+        };
+        match self.sums.by_key.iter_mut().find(|k| *k.key == *key) {
+            Some(k) => {
+                if let Some(id) = id_in(&k.values) {
+                    *k.sums.entry(id).or_default() += delta;
+                }
+            }
+            // A key is kept only once a pair of it is summed.
             None => {
                 let values = self.snapshot.topology_values(key);
-                self.sums.by_key.push(KeySums {
-                    key: key.into(),
-                    values,
-                    sums: FxHashMap::default(),
-                });
-                self.sums.by_key.len() - 1
+                if let Some(id) = id_in(&values) {
+                    self.sums.by_key.push(KeySums {
+                        key: key.into(),
+                        values,
+                        sums: FxHashMap::from_iter([(id, delta)]),
+                    });
+                }
             }
-        };
-        let k = &mut self.sums.by_key[i];
-        let id = match k.values.at(position) {
-            Some(id) => Some(id).filter(|&id| id != TopologyValues::NONE),
-            None => node.node.labels.get(key).and_then(|v| k.values.id_of(v)),
-        };
-        match id {
-            Some(id) => *k.sums.entry(id).or_default() += delta,
-            // Keys are kept only with a pair summed.
-            None if k.sums.is_empty() => {
-                self.sums.by_key.swap_remove(i);
-            }
-            None => {}
         }
     }
 

@@ -94,8 +94,8 @@ impl PodTopologySpread {
         let key_values: Vec<Arc<TopologyValues>> =
             keys.iter().map(|k| snapshot.topology_values(k)).collect();
         let mut counts = eligible_domains(pod, snapshot, &constraints, &keys);
-        for (c, domains) in constraints.iter().zip(counts.iter_mut()) {
-            count_pods(pod, snapshot, c, &keys, &key_values, domains);
+        for (own, (c, domains)) in constraints.iter().zip(counts.iter_mut()).enumerate() {
+            count_pods(pod, snapshot, c, own, &keys, &key_values, domains);
         }
         let constraints = constraints
             .into_iter()
@@ -196,21 +196,19 @@ fn eligible_domains(
 
 /// Adds to `domains` the pods matching the constraint on its eligible nodes: the pods the
 /// snapshot's index names for the selector, or every pod when the selector requires no
-/// particular label. Nodes are read by position from the snapshot's topology values
-/// (`key_values`, one per key of `keys`), not by their labels: a node's memory is touched
-/// only when an inclusion policy must look at it, and each domain is looked up by name
-/// once, not once per pod.
+/// particular label. `keys[own]` is the constraint's key. Nodes are read by position from
+/// the snapshot's topology values (`key_values`, one per key of `keys`), not by their
+/// labels: a node's memory is touched only when an inclusion policy must look at it, and
+/// each domain is looked up by name once, not once per pod.
 fn count_pods(
     pod: &PodInfo,
     snapshot: &Snapshot,
     c: &Constraint<'_>,
+    own: usize,
     keys: &[&str],
     key_values: &[Arc<TopologyValues>],
     domains: &mut HashMap<Box<str>, i64>,
 ) {
-    let Some(own) = keys.iter().position(|k| *k == c.spec.topology_key) else {
-        return;
-    };
     let looks_at_node = c.spec.node_taints_policy == InclusionPolicy::Honor
         || (c.spec.node_affinity_policy == InclusionPolicy::Honor
             && (!pod.node_selector.is_empty() || pod.required_node_affinity.is_some()));
