@@ -9,7 +9,11 @@
 //! out of ten (Filter and Score run once per node, and timing them all would cost more than
 //! the plugins themselves). Runs at PreFilter, Filter, PreScore and Score are counted in
 //! every cycle, as kube-scheduler counts them: each call (each node examined, at Filter and
-//! Score), a PreFilter or PreScore that skips itself not counted.
+//! Score), a PreFilter or PreScore that skips itself not counted. The cycle knows some
+//! verdicts and scores without calling the plugin (a plugin that accepts every node, a
+//! score the same on every node, answers kept from an earlier pod of the same requests):
+//! those count as runs too, as the cycle tells them ([`FilterPlugin::filtered`],
+//! [`ScorePlugin::scored`]), but have no duration, since nothing ran.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -419,6 +423,9 @@ impl PreFilterPlugin for Timed {
 }
 
 impl FilterPlugin for Timed {
+    /// A call for one node, outside the cycle's pass over the nodes (which counts its runs
+    /// through [`FilterPlugin::filtered`]): the second pass of a node with nominated pods,
+    /// preemption's dry runs.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(inner) = self.inner.as_filter() else {
             return missing("Filter");
@@ -443,15 +450,11 @@ impl FilterPlugin for Timed {
             return statuses.len();
         };
         if !self.instr.sampled() {
-            if self.evaluations.is_some() {
-                self.evaluated(statuses.iter().filter(|s| s.is_success()).count() as u64);
-            }
             return inner.filter_nodes(state, pod, block, statuses);
         }
         let examined: Vec<usize> = (0..statuses.len())
             .filter(|&i| statuses[i].is_success())
             .collect();
-        self.evaluated(examined.len() as u64);
         let start = Instant::now();
         let rejected = inner.filter_nodes(state, pod, block, statuses);
         let each = mean(start.elapsed(), examined.len());
@@ -465,6 +468,28 @@ impl FilterPlugin for Timed {
         }
         self.observe_calls("Filter", Code::Success, each, passed);
         rejected
+    }
+
+    fn passes_all(&self, state: &CycleState, pod: &PodInfo, snapshot: &Snapshot) -> bool {
+        self.inner
+            .as_filter()
+            .is_some_and(|f| f.passes_all(state, pod, snapshot))
+    }
+
+    fn passes_outright(&self, node: &NodeInfo) -> bool {
+        self.inner
+            .as_filter()
+            .is_some_and(|f| f.passes_outright(node))
+    }
+
+    fn verdict_by_requests(&self, state: &CycleState, pod: &PodInfo) -> bool {
+        self.inner
+            .as_filter()
+            .is_some_and(|f| f.verdict_by_requests(state, pod))
+    }
+
+    fn filtered(&self, nodes: usize) {
+        self.evaluated(nodes as u64);
     }
 }
 
@@ -535,6 +560,20 @@ impl PreScorePlugin for Timed {
 }
 
 impl Timed {
+    /// Records the Score extension point's duration, from its start, with `code`.
+    fn end_score(&self, code: Code) {
+        let began = self.instr.score_start.swap(0, Ordering::Relaxed);
+        if began != 0 {
+            let elapsed = nanos_since(self.instr.epoch).saturating_sub(began);
+            self.instr.metrics.extension_point(
+                Point::Score.label(),
+                code,
+                &self.profile,
+                Duration::from_nanos(elapsed),
+            );
+        }
+    }
+
     /// Notes when the cycle's scoring began, for the Score extension point's duration.
     fn mark_score_start(&self) {
         if self.instr.score_start.load(Ordering::Relaxed) == 0 {
@@ -555,7 +594,6 @@ impl ScorePlugin for Timed {
             return Err(missing("Score"));
         };
         self.mark_score_start();
-        self.evaluated(1);
         self.timed_if_sampled(
             "Score",
             || inner.score(state, pod, node),
@@ -577,7 +615,6 @@ impl ScorePlugin for Timed {
             return Err(missing("Score"));
         };
         self.mark_score_start();
-        self.evaluated(block.len() as u64);
         if !self.instr.sampled() {
             return inner.score_nodes(state, pod, block, scores);
         }
@@ -602,23 +639,41 @@ impl ScorePlugin for Timed {
             || inner.normalize(state, pod, scores),
             Status::code,
         );
+        if !status.is_success() {
+            self.end_score(status.code());
+        }
+        status
+    }
+
+    fn uniform_score(&self, state: &CycleState, pod: &PodInfo, snapshot: &Snapshot) -> Option<i64> {
+        self.mark_score_start();
+        self.inner
+            .as_score()
+            .and_then(|s| s.uniform_score(state, pod, snapshot))
+    }
+
+    fn normalizes(&self) -> bool {
+        self.inner.as_score().is_none_or(|s| s.normalizes())
+    }
+
+    fn score_by_requests(&self, state: &CycleState, pod: &PodInfo) -> bool {
+        self.inner
+            .as_score()
+            .is_some_and(|s| s.score_by_requests(state, pod))
+    }
+
+    /// Counts the runs, and ends the Score extension point after the last plugin that
+    /// scored.
+    fn scored(&self, nodes: usize) {
+        self.mark_score_start();
+        self.evaluated(nodes as u64);
         let last = {
             let skipped = lock(&self.instr.skipped_scores);
             self.later_scores.iter().all(|n| skipped.contains(n))
         };
-        if last || !status.is_success() {
-            let began = self.instr.score_start.swap(0, Ordering::Relaxed);
-            if began != 0 {
-                let elapsed = nanos_since(self.instr.epoch).saturating_sub(began);
-                self.instr.metrics.extension_point(
-                    Point::Score.label(),
-                    status.code(),
-                    &self.profile,
-                    Duration::from_nanos(elapsed),
-                );
-            }
+        if last {
+            self.end_score(Code::Success);
         }
-        status
     }
 
     /// The plugin's own answer: the order among equal totals is a decision, which timing
@@ -828,11 +883,14 @@ profiles:
             calls("NodeResourcesFit", "Filter", "UnschedulableAndUnresolvable"),
             Some(1)
         );
-        assert_eq!(calls("NodeResourcesFit", "Score", "Success"), Some(2));
-        // TaintToleration filters before NodeResourcesFit (all three nodes) and scores the
-        // two feasible ones.
-        assert_eq!(calls("TaintToleration", "Filter", "Success"), Some(3));
-        assert_eq!(calls("TaintToleration", "Score", "Success"), Some(2));
+        // The two feasible nodes, then the same two again for the decision log's
+        // per-plugin columns of the best nodes.
+        assert_eq!(calls("NodeResourcesFit", "Score", "Success"), Some(4));
+        // No node is tainted: the cycle knows TaintToleration accepts every node and gives
+        // each the same score, and does not call it. Nothing ran, so nothing is timed; the
+        // runs are counted all the same (see the next test).
+        assert_eq!(calls("TaintToleration", "Filter", "Success"), None);
+        assert_eq!(calls("TaintToleration", "Score", "Success"), None);
     }
 
     #[test]
@@ -840,9 +898,9 @@ profiles:
         let metrics = Arc::new(Metrics::new());
         let instr = Instrumentation::new(metrics.clone());
         let mut s = three_nodes(&instr);
-        let evaluations = |point: &str| {
+        let evaluations = |plugin: &str, point: &str| {
             let series = format!(
-                "scheduler_plugin_evaluation_total{{plugin=\"NodeResourcesFit\",extension_point=\"{point}\",profile=\"default-scheduler\"}}"
+                "scheduler_plugin_evaluation_total{{plugin=\"{plugin}\",extension_point=\"{point}\",profile=\"default-scheduler\"}}"
             );
             let text = metrics.text();
             text.lines()
@@ -850,7 +908,7 @@ profiles:
                 .and_then(|v| v.parse::<f64>().ok())
         };
         // The series exist before any run, as kube-scheduler's do.
-        assert_eq!(evaluations("Filter"), Some(0.0));
+        assert_eq!(evaluations("NodeResourcesFit", "Filter"), Some(0.0));
         for i in 0..2 {
             s.upsert_pod(
                 pod(&format!("p{i}")).req("cpu", "500m").build(),
@@ -865,10 +923,82 @@ profiles:
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(evaluations("PreFilter"), Some(2.0));
-        // Every node examined, in both cycles.
-        assert_eq!(evaluations("Filter"), Some(6.0));
-        assert_eq!(evaluations("Score"), Some(6.0));
+        assert_eq!(evaluations("NodeResourcesFit", "PreFilter"), Some(2.0));
+        // Every node examined, in both cycles: the second pod asks what the first asked,
+        // and the cycle kept NodeResourcesFit's answers on the nodes that did not change.
+        assert_eq!(evaluations("NodeResourcesFit", "Filter"), Some(6.0));
+        assert_eq!(evaluations("NodeResourcesFit", "Score"), Some(6.0));
+        // The cycle never calls TaintToleration with no node tainted, and counts its runs
+        // as kube-scheduler, who calls it, would.
+        assert_eq!(evaluations("TaintToleration", "Filter"), Some(6.0));
+        assert_eq!(evaluations("TaintToleration", "Score"), Some(6.0));
+        assert_eq!(evaluations("NodeUnschedulable", "Filter"), Some(6.0));
+    }
+
+    #[test]
+    fn a_filter_plugin_counts_the_nodes_no_earlier_plugin_rejected() {
+        let metrics = Arc::new(Metrics::new());
+        let instr = Instrumentation::new(metrics.clone());
+        let mut s = Scheduler::new(instrumented(&instr), None);
+        let nodes = [
+            node("cordoned").capacity("4", "8Gi").unschedulable(),
+            node("tainted")
+                .capacity("4", "8Gi")
+                .taint("dedicated", "gpu", "NoSchedule"),
+            node("small").capacity("1", "8Gi"),
+            node("a").capacity("4", "8Gi"),
+            node("b").capacity("4", "8Gi"),
+        ];
+        for n in nodes {
+            s.upsert_node(n.build(), Duration::ZERO);
+        }
+        s.upsert_pod(pod("p").req("cpu", "2").build(), Duration::ZERO)
+            .unwrap();
+        instr.begin_cycle();
+        assert!(matches!(
+            s.schedule_next(Duration::ZERO),
+            Some(Attempt::Scheduled(..))
+        ));
+        let text = metrics.text();
+        let evaluations = |plugin: &str, point: &str| {
+            let series = format!(
+                "scheduler_plugin_evaluation_total{{plugin=\"{plugin}\",extension_point=\"{point}\",profile=\"default-scheduler\"}}"
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
+                .and_then(|v| v.parse::<f64>().ok())
+        };
+        // In the default order: NodeUnschedulable sees every node, NodeName and
+        // TaintToleration all but the cordoned one, NodeResourcesFit the three untainted.
+        // The filters after it skipped themselves at PreFilter (the pod has no volume, no
+        // affinity, no spread): they count no run.
+        assert_eq!(
+            evaluations("NodeUnschedulable", "Filter"),
+            Some(5.0),
+            "{text}"
+        );
+        assert_eq!(evaluations("NodeName", "Filter"), Some(4.0), "{text}");
+        assert_eq!(
+            evaluations("TaintToleration", "Filter"),
+            Some(4.0),
+            "{text}"
+        );
+        assert_eq!(
+            evaluations("NodeResourcesFit", "Filter"),
+            Some(3.0),
+            "{text}"
+        );
+        assert_eq!(
+            evaluations("VolumeRestrictions", "Filter"),
+            Some(0.0),
+            "{text}"
+        );
+        assert_eq!(
+            evaluations("NodeResourcesFit", "Score"),
+            Some(2.0),
+            "{text}"
+        );
+        assert_eq!(evaluations("TaintToleration", "Score"), Some(2.0), "{text}");
     }
 
     #[test]
@@ -906,6 +1036,60 @@ profiles:
                 p.reads_feasible(&pod, &snapshot)
             );
         }
+    }
+
+    #[test]
+    fn the_wrappers_answer_the_cycles_shortcuts_as_their_plugins_do() {
+        let instr = Instrumentation::new(Arc::new(Metrics::new()));
+        let config = Config::default_with(&plugins::registry()).expect("defaults");
+        let plain = &config.profiles[0];
+        let timed = instr.instrument(plain);
+        let mut cache = crate::cache::Cache::new();
+        cache.upsert_node(node("n0").capacity("2", "4Gi").build());
+        cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+        let mut snapshot = Snapshot::default();
+        cache.update_snapshot(&mut snapshot);
+        let pod = pod("p").req("cpu", "1").build();
+        // The hints are asked after PreFilter and PreScore, of the plain plugins: the
+        // wrappers share them, and their state.
+        let mut state = CycleState::new();
+        for p in plain.pre_filter.iter().filter_map(|p| p.as_pre_filter()) {
+            p.pre_filter(&mut state, &pod, &snapshot);
+        }
+        let nodes: Vec<&NodeInfo> = snapshot.nodes().iter().map(|n| &**n).collect();
+        for p in plain.pre_score.iter().filter_map(|p| p.as_pre_score()) {
+            p.pre_score(&mut state, &pod, &snapshot, &nodes);
+        }
+        let mut shortcuts = 0;
+        for (p, t) in plain.filter.iter().zip(&timed.filter) {
+            let (Some(p), Some(t)) = (p.as_filter(), t.as_filter()) else {
+                panic!("a filter plugin lost its Filter");
+            };
+            let passes_all = p.passes_all(&state, &pod, &snapshot);
+            let by_requests = p.verdict_by_requests(&state, &pod);
+            assert_eq!(t.passes_all(&state, &pod, &snapshot), passes_all);
+            assert_eq!(t.verdict_by_requests(&state, &pod), by_requests);
+            for n in &nodes {
+                assert_eq!(t.passes_outright(n), p.passes_outright(n));
+            }
+            shortcuts += usize::from(passes_all) + usize::from(by_requests);
+        }
+        for ((p, _), (t, _)) in plain.score.iter().zip(&timed.score) {
+            let (Some(p), Some(t)) = (p.as_score(), t.as_score()) else {
+                panic!("a score plugin lost its Score");
+            };
+            let uniform = p.uniform_score(&state, &pod, &snapshot);
+            let by_requests = p.score_by_requests(&state, &pod);
+            assert_eq!(t.uniform_score(&state, &pod, &snapshot), uniform);
+            assert_eq!(t.score_by_requests(&state, &pod), by_requests);
+            assert_eq!(t.normalizes(), p.normalizes());
+            shortcuts += usize::from(uniform.is_some()) + usize::from(by_requests);
+            shortcuts += usize::from(!p.normalizes());
+        }
+        // TaintToleration and NodeUnschedulable accept both nodes, NodeResourcesFit's
+        // verdict and score depend on the requests, TaintToleration scores alike: the
+        // comparison met the shortcuts it is about.
+        assert!(shortcuts >= 5, "{shortcuts}");
     }
 
     #[test]

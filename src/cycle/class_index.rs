@@ -16,9 +16,9 @@ use std::hash::{Hash, Hasher};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use super::{
-    CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK, active_filters,
-    count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight, run_filters,
-    run_pre_score, select_host, uniform_weighted,
+    ActiveFilter, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
+    active_filters, count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight,
+    run_filters, run_pre_score, select_host, uniform_weighted,
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -132,6 +132,22 @@ impl Class {
         self.totals[position] = 0;
     }
 
+    /// Tells each of `filters` (the cycle's, in order) how many nodes it examined, as the
+    /// plain cycle's pass over every node would: those no earlier plugin rejected.
+    fn count_filter_runs(&self, filters: &[ActiveFilter<'_>]) {
+        let mut left = self.totals.len();
+        for f in filters {
+            f.plugin.filtered(left);
+            let rejected: usize = self
+                .rejected
+                .iter()
+                .filter(|(s, _)| s.plugin() == Some(f.name))
+                .map(|(_, n)| n)
+                .sum();
+            left = left.saturating_sub(rejected);
+        }
+    }
+
     /// Takes the node's old rejection, if any, out of the counts.
     fn forget(&mut self, position: usize) {
         let old = self.totals[position];
@@ -164,7 +180,15 @@ pub(super) struct Chosen {
 /// node.
 enum Column<'p> {
     Kept(&'p dyn ScorePlugin, i64),
-    Constant(i64),
+    Constant(&'p dyn ScorePlugin, i64),
+}
+
+impl Column<'_> {
+    fn plugin(&self) -> &dyn ScorePlugin {
+        match self {
+            Column::Kept(plugin, _) | Column::Constant(plugin, _) => *plugin,
+        }
+    }
 }
 
 impl ClassIndex {
@@ -201,7 +225,7 @@ impl ClassIndex {
         let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
         if !filters
             .iter()
-            .all(|(f, _)| f.verdict_by_requests(state, pod))
+            .all(|f| !f.called || f.plugin.verdict_by_requests(state, pod))
             || profile
                 .pre_score
                 .iter()
@@ -239,7 +263,11 @@ impl ClassIndex {
             return Outcome::Plain(None);
         }
         class.used = self.clock;
-        let names: Vec<&'static str> = filters.iter().map(|(_, name)| *name).collect();
+        let names: Vec<&'static str> = filters
+            .iter()
+            .filter(|f| f.called)
+            .map(|f| f.name)
+            .collect();
         let changed = match snapshot.changes().since(class.layout, class.synced) {
             Some(changed) if class.filters == names && class.totals.len() == n => {
                 let mut changed: Vec<usize> = changed.collect();
@@ -265,7 +293,7 @@ impl ClassIndex {
             statuses.clear();
             statuses.resize_with(positions.len(), Status::success);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            run_filters(&filters, state, pod, block, &mut statuses);
+            run_filters(&filters, state, pod, block, &mut statuses, false);
             for (&p, status) in positions.iter().zip(statuses.drain(..)) {
                 match status.code() {
                     Code::Success => class.set_feasible(p),
@@ -290,6 +318,7 @@ impl ClassIndex {
                 return Outcome::Plain(None);
             }
             *next_start = start;
+            class.count_filter_runs(&filters);
             let only = class.totals.iter().position(|&t| t >= 0).unwrap_or(0);
             return Outcome::Placed(Chosen {
                 node: snapshot.nodes()[only].node.name.clone(),
@@ -319,7 +348,7 @@ impl ClassIndex {
                 .flatten();
             let column = match uniform {
                 Some(raw) => match uniform_weighted(s, name, *weight, raw, state, pod) {
-                    Ok(weighted) => Column::Constant(weighted),
+                    Ok(weighted) => Column::Constant(s, weighted),
                     Err(_) => {
                         class.scored_by.clear();
                         return Outcome::Plain(Some(skipped));
@@ -420,7 +449,7 @@ impl ClassIndex {
         let constant_total: i64 = columns
             .iter()
             .map(|(c, _)| match c {
-                Column::Constant(w) => *w,
+                Column::Constant(_, w) => *w,
                 Column::Kept(..) => 0,
             })
             .sum();
@@ -439,6 +468,10 @@ impl ClassIndex {
                 total: class.totals[p] + constant_total,
             })
             .collect();
+        class.count_filter_runs(&filters);
+        for (column, _) in &columns {
+            column.plugin().scored(feasible);
+        }
         Outcome::Placed(Chosen {
             node: snapshot.nodes()[chosen].node.name.clone(),
             evaluated: n,
@@ -526,7 +559,7 @@ fn weighted_columns(
     columns
         .iter()
         .map(|(column, _)| match column {
-            Column::Constant(weighted) => Some(vec![*weighted; len]),
+            Column::Constant(_, weighted) => Some(vec![*weighted; len]),
             Column::Kept(plugin, weight) => {
                 cells.clear();
                 cells.resize(len, 0);

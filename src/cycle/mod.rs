@@ -775,7 +775,7 @@ fn find_feasible_nodes<'s>(
     // nominated ahead of this one, the first of kube-scheduler's two passes, with them
     // counted, whose rejection wins.
     let filter_block = |block: NodeBlock<'_>, statuses: &mut [Status]| {
-        run_filters(&filters, state, pod, block, statuses);
+        run_filters(&filters, state, pod, block, statuses, true);
         if let Some(nominated) = options.nominated {
             for (node, status) in block.nodes.iter().zip(statuses.iter_mut()) {
                 let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
@@ -874,37 +874,63 @@ fn find_feasible_nodes<'s>(
     })
 }
 
+/// A Filter plugin of the pass over the nodes, in profile order.
+struct ActiveFilter<'p> {
+    plugin: &'p dyn FilterPlugin,
+    name: &'static str,
+    /// False when the plugin accepts every node of the snapshot: it is not called, only
+    /// told how many nodes it examined.
+    called: bool,
+}
+
 /// The Filter plugins the pass over the nodes runs for `pod`, in order: those PreFilter did
-/// not skip, less those that accept every node of the snapshot.
+/// not skip, with those that accept every node of the snapshot marked not to be called.
 fn active_filters<'p>(
     profile: &'p Profile,
     state: &CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
     skip: &[&'static str],
-) -> Vec<(&'p dyn FilterPlugin, &'static str)> {
+) -> Vec<ActiveFilter<'p>> {
     profile
         .filter
         .iter()
         .filter(|p| !skip.contains(&p.name()))
-        .filter_map(|p| p.as_filter().map(|f| (f, p.name())))
-        .filter(|(f, _)| !f.passes_all(state, pod, snapshot))
+        .filter_map(|p| {
+            p.as_filter().map(|f| ActiveFilter {
+                plugin: f,
+                name: p.name(),
+                called: !f.passes_all(state, pod, snapshot),
+            })
+        })
         .collect()
 }
 
-/// Runs `filters` over a block, each node's status naming the plugin that rejected it.
+/// Runs `filters` over a block whose statuses are all successes, each node's status naming
+/// the plugin that rejected it. With `count`, tells each plugin how many nodes it examined
+/// (see [`FilterPlugin::filtered`]).
 fn run_filters(
-    filters: &[(&dyn FilterPlugin, &'static str)],
+    filters: &[ActiveFilter<'_>],
     state: &CycleState,
     pod: &PodInfo,
     block: NodeBlock<'_>,
     statuses: &mut [Status],
+    count: bool,
 ) {
-    for (f, name) in filters {
-        if f.filter_nodes(state, pod, block, statuses) > 0 {
+    let mut left = statuses.len();
+    for f in filters {
+        if count {
+            f.plugin.filtered(left);
+        }
+        if !f.called {
+            continue;
+        }
+        let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
+        if rejected > 0 {
+            left = left.saturating_sub(rejected);
             for s in statuses.iter_mut() {
                 if !s.is_success() && s.plugin().is_none() {
-                    s.set_plugin(name);
+                    s.set_plugin(f.name);
                 }
             }
         }
@@ -1238,6 +1264,9 @@ fn score_nodes(
             }
             add_weighted(run, &mut totals[start..start + len], *weight);
         }
+    }
+    for (plugin, _, _) in &active {
+        plugin.scored(feasible.len());
     }
     Ok(active.iter().map(|(_, n, _)| *n).collect())
 }

@@ -248,6 +248,14 @@ pub trait FilterPlugin: Send + Sync {
     fn verdict_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
         false
     }
+
+    /// Told that this plugin examined `nodes` more nodes in this cycle's pass, as
+    /// kube-scheduler counts a Filter plugin's runs: each node no earlier plugin rejected,
+    /// whether the cycle called the plugin or knew its verdict without the call (the plugin
+    /// accepts every node, or the verdict was kept from an earlier pod). Does nothing by
+    /// default: it is there for the adapter's `scheduler_plugin_evaluation_total`, which the
+    /// cycle's shortcuts must not change.
+    fn filtered(&self, _nodes: usize) {}
 }
 
 /// Keeps a PreFilter plugin's cycle state true to a node whose pods change within the
@@ -504,6 +512,12 @@ pub trait ScorePlugin: Send + Sync {
     fn fixed_tie_order(&self) -> bool {
         false
     }
+
+    /// Told, once the plugin's scores of this cycle are final (normalized), that it scored
+    /// `nodes` feasible nodes, whether the cycle asked for each score or knew it without
+    /// the call (a score the same on every node, or kept from an earlier pod). Does nothing
+    /// by default; see [`FilterPlugin::filtered`].
+    fn scored(&self, _nodes: usize) {}
 }
 
 /// Claims resources for the pod on the chosen node before binding; `unreserve` releases them
