@@ -781,6 +781,7 @@ impl Cache {
                     );
                 }
                 snapshot.rows[i] = NodeRow::of(&entry.info);
+                snapshot.name_hashes[i] = entry.info.node.name_hash;
                 snapshot.nodes[i] = entry.info.clone();
                 let count = snapshot.nodes.len();
                 snapshot.changes.record(self.generation, i, count);
@@ -812,6 +813,7 @@ impl Cache {
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
         snapshot.rows = snapshot.nodes.iter().map(|n| NodeRow::of(n)).collect();
+        snapshot.name_hashes = snapshot.nodes.iter().map(|n| n.node.name_hash).collect();
         snapshot.changes.lay_out(self.generation);
         snapshot.domains = Default::default();
         self.pod_changes.clear();

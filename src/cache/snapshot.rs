@@ -26,6 +26,9 @@ pub struct Snapshot {
     pub(super) nodes: Vec<Arc<NodeInfo>>,
     /// Each node's [`NodeRow`], by position.
     pub(super) rows: Vec<NodeRow>,
+    /// Each node's name hash, by position: the rows' own, apart, for the tie-break that
+    /// reads them for thousands of nodes with equal totals.
+    pub(super) name_hashes: Vec<u64>,
     /// Node name to position; looked up for every rejected node by preemption and by the
     /// explanation of a failed attempt, hence the fast (Fx) hash.
     pub(super) index: FxHashMap<Arc<str>, usize>,
@@ -68,6 +71,12 @@ impl Snapshot {
     /// Each node's [`NodeRow`], in the order of [`Snapshot::nodes`].
     pub fn rows(&self) -> &[NodeRow] {
         &self.rows
+    }
+
+    /// Each node's [`crate::model::NodeModel::name_hash`], by position (as in its row),
+    /// contiguous.
+    pub fn name_hashes(&self) -> &[u64] {
+        &self.name_hashes
     }
 
     /// Number of nodes.

@@ -18,7 +18,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use super::{
     ActiveFilter, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
     active_filters, count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight,
-    run_filters, run_pre_score, select_host, uniform_weighted,
+    pod_tie_hash, run_filters, run_pre_score, select_host, tie_key, uniform_weighted,
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -413,11 +413,15 @@ impl ClassIndex {
 
         // The choice, and the best rows, over the feasible nodes in the plain cycle's
         // order of examination (from the rotating start): only the nodes with the best total
-        // can be chosen, and the tie-break looks at them alone.
+        // can be chosen, and the tie-break looks at them alone: by their keys as the spans
+        // are read (by name, gathered first, with the fixed order).
         *next_start = start;
-        let rows = snapshot.rows();
         let max = class.span_max.iter().copied().max().unwrap_or(0);
+        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
+        let hashes = snapshot.name_hashes();
+        let pod_hash = pod_tie_hash(pod);
         let mut ties: Vec<usize> = Vec::new();
+        let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
         let mut top = TopK::new(options.top_scores);
         for (from, to) in [(start, n), (0, start)] {
             let mut lo = from;
@@ -426,7 +430,18 @@ impl ClassIndex {
                 let span_max = class.span_max[lo / SPAN];
                 let totals = &class.totals[lo..hi];
                 if span_max == max {
-                    ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                    if fixed_order {
+                        ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                    } else {
+                        for (p, &total) in (lo..hi).zip(totals) {
+                            if total == max {
+                                let key = tie_key(hashes[p], pod_hash);
+                                if key < best_key || chosen == usize::MAX {
+                                    (best_key, chosen) = (key, p);
+                                }
+                            }
+                        }
+                    }
                 }
                 if span_max >= 0 && top.would_take(span_max) {
                     for (p, &total) in (lo..hi).zip(totals) {
@@ -438,14 +453,15 @@ impl ClassIndex {
                 lo = hi;
             }
         }
-        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
-        let chosen = select_host(
-            pod,
-            ties.into_iter().map(|p| (p, max)),
-            |p| rows[p].name_hash,
-            |p| &snapshot.nodes()[p].node.name,
-            fixed_order,
-        );
+        if fixed_order || chosen == usize::MAX {
+            chosen = select_host(
+                pod,
+                ties.into_iter().map(|p| (p, max)),
+                |p| hashes[p],
+                |p| &snapshot.nodes()[p].node.name,
+                fixed_order,
+            );
+        }
         let constant_total: i64 = columns
             .iter()
             .map(|(c, _)| match c {

@@ -541,8 +541,8 @@ fn place(
         }
     }
     let fixed_order = fixed_tie_order(profile, |name| score_plugins.contains(&name));
-    let rows = snapshot.rows();
-    let name_hash = |i: usize| rows[positions[i]].name_hash;
+    let hashes = snapshot.name_hashes();
+    let name_hash = |i: usize| hashes[positions[i]];
     let chosen = select_host(
         pod,
         buffers.totals.iter().copied().enumerate(),
@@ -1371,12 +1371,7 @@ fn select_host<'n>(
         }
         return best.map_or(0, |(_, id)| id);
     }
-    let mut h = rustc_hash::FxHasher::default();
-    pod.namespace.hash(&mut h);
-    pod.name.hash(&mut h);
-    let pod_hash = h.finish();
-    // A multiplicative mix of the two hashes: cheap, and it reorders nodes per pod.
-    let tie_key = |id: usize| (name_hash(id) ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let pod_hash = pod_tie_hash(pod);
     // One pass: the best total so far, and among the nodes with it the smallest key (the
     // first of equal keys); a node below the best costs one comparison.
     let (mut best, mut best_key, mut chosen) = (i64::MIN, u64::MAX, 0);
@@ -1384,12 +1379,28 @@ fn select_host<'n>(
         if total < best {
             continue;
         }
-        let key = tie_key(id);
+        let key = tie_key(name_hash(id), pod_hash);
         if total > best || key < best_key {
             (best, best_key, chosen) = (total, key, id);
         }
     }
     chosen
+}
+
+/// The pod's part of [`tie_key`]: a hash of its identity.
+fn pod_tie_hash(pod: &PodInfo) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    pod.namespace.hash(&mut h);
+    pod.name.hash(&mut h);
+    h.finish()
+}
+
+/// The order among nodes of equal totals for one pod (the smallest key wins): a
+/// multiplicative mix of the node's name hash and the pod's, cheap, and it reorders nodes
+/// per pod.
+#[inline]
+fn tie_key(name_hash: u64, pod_hash: u64) -> u64 {
+    (name_hash ^ pod_hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// The `k` best of the candidates offered (an id and a total each), best first, ties in
