@@ -26,8 +26,12 @@ use crate::framework::{
 };
 use crate::model::{PodInfo, Resources};
 
-/// Totals (nodes times classes) kept at most: 64 MiB.
+/// Totals (nodes times classes) kept at most: 32 MiB.
 const MAX_CELLS: usize = 1 << 23;
+/// A node's entry in a class: 32 bits, half the memory the cycle's 64-bit totals would take,
+/// which matters because a class's entries are read whole each time it is used, long after
+/// its last use (see [`ClassIndex::place`]'s check that the kept columns' sum fits).
+type Total = i32;
 /// Classes remembered as seen once: once the index is full, a class is kept from its second
 /// cycle on, so that pods asking resources no other pod asks do not push out the classes
 /// that recur.
@@ -47,6 +51,27 @@ pub(super) struct ClassIndex {
     clock: u64,
     /// Totals kept at most, all classes together.
     max_cells: usize,
+    /// Buffers a cycle fills and the next reuses.
+    scratch: Scratch,
+}
+
+/// The buffers of [`ClassIndex::place`], kept between cycles: a cycle of a large cluster
+/// would otherwise allocate and free them every time.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The positions changed since the class's last cycle.
+    changed: Vec<usize>,
+    /// The feasible ones among them (or all feasible nodes), to score.
+    to_score: Vec<usize>,
+    /// The spans they fall in.
+    touched: Vec<usize>,
+    statuses: Vec<Status>,
+    /// The class's entries for a block of changed positions, before the block's verdicts.
+    olds: Vec<Total>,
+    /// One plugin's raw scores of a block.
+    cells: Vec<i64>,
+    /// A block's weighted sums.
+    sums: Vec<i64>,
 }
 
 impl Default for ClassIndex {
@@ -56,6 +81,7 @@ impl Default for ClassIndex {
             seen: vec![0; SEEN_SLOTS],
             clock: 0,
             max_cells: MAX_CELLS,
+            scratch: Scratch::default(),
         }
     }
 }
@@ -97,12 +123,12 @@ struct Class {
     filters: Vec<&'static str>,
     /// For a feasible node, the weighted sum of the `scored_by` plugins' scores (once
     /// scored); for a rejected one, `-(k + 1)` for the status `rejected[k]`.
-    totals: Vec<i64>,
+    totals: Vec<Total>,
     /// Each distinct rejection, and how many nodes carry it.
     rejected: Vec<(Status, usize)>,
     /// The largest of each [`SPAN`] consecutive totals: the choice looks only into the
     /// spans that hold the best total (or one of the best few).
-    span_max: Vec<i64>,
+    span_max: Vec<Total>,
     /// The Score plugins the totals of feasible nodes sum, in order; empty when the totals
     /// of feasible nodes are not up to date (they are rescored whole at the next use).
     scored_by: Vec<&'static str>,
@@ -114,8 +140,8 @@ impl Class {
         self.totals.len() - self.rejected.iter().map(|(_, n)| n).sum::<usize>()
     }
 
+    /// Marks the node at `position`, its old entry forgotten, rejected with `status`.
     fn set_rejected(&mut self, position: usize, status: Status) {
-        self.forget(position);
         let k = match self.rejected.iter().position(|(s, _)| *s == status) {
             Some(k) => k,
             None => {
@@ -124,12 +150,7 @@ impl Class {
             }
         };
         self.rejected[k].1 += 1;
-        self.totals[position] = -(k as i64) - 1;
-    }
-
-    fn set_feasible(&mut self, position: usize) {
-        self.forget(position);
-        self.totals[position] = 0;
+        self.totals[position] = -Total::try_from(k).unwrap_or(Total::MAX - 1) - 1;
     }
 
     /// Tells each of `filters` (the cycle's, in order) how many nodes it examined, as the
@@ -148,9 +169,8 @@ impl Class {
         }
     }
 
-    /// Takes the node's old rejection, if any, out of the counts.
-    fn forget(&mut self, position: usize) {
-        let old = self.totals[position];
+    /// Takes a node's old entry `old`, if a rejection, out of the counts.
+    fn forget(&mut self, old: Total) {
         if old < 0 {
             self.rejected[(-old - 1) as usize].1 -= 1;
         }
@@ -268,12 +288,21 @@ impl ClassIndex {
             .filter(|f| f.called)
             .map(|f| f.name)
             .collect();
-        let changed = match snapshot.changes().since(class.layout, class.synced) {
-            Some(changed) if class.filters == names && class.totals.len() == n => {
-                let mut changed: Vec<usize> = changed.collect();
+        let Scratch {
+            changed,
+            to_score,
+            touched,
+            statuses,
+            olds,
+            cells,
+            sums,
+        } = &mut self.scratch;
+        changed.clear();
+        match snapshot.changes().since(class.layout, class.synced) {
+            Some(since) if class.filters == names && class.totals.len() == n => {
+                changed.extend(since);
                 changed.sort_unstable();
                 changed.dedup();
-                changed
             }
             _ => {
                 class.filters = names;
@@ -281,22 +310,27 @@ impl ClassIndex {
                 class.totals.resize(n, 0);
                 class.rejected.clear();
                 class.scored_by.clear();
-                (0..n).collect()
+                changed.extend(0..n);
             }
-        };
+        }
         class.layout = snapshot.changes().layout();
         class.synced = snapshot.generation();
         // The verdicts on the changed nodes.
-        let mut statuses: Vec<Status> = Vec::new();
         for positions in changed.chunks(BLOCK) {
+            // The class's entries for the block, read in one go before the filters run:
+            // the class was last used many cycles ago and its entries are far from the
+            // cache, and read apart, one by one, each would be waited for.
+            olds.clear();
+            olds.extend(positions.iter().map(|&p| class.totals[p]));
             let nodes = nodes_at(snapshot, positions);
             statuses.clear();
             statuses.resize_with(positions.len(), Status::success);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            run_filters(&filters, state, pod, block, &mut statuses, false);
-            for (&p, status) in positions.iter().zip(statuses.drain(..)) {
+            run_filters(&filters, state, pod, block, statuses, false);
+            for ((&p, &old), status) in positions.iter().zip(olds.iter()).zip(statuses.drain(..)) {
+                class.forget(old);
                 match status.code() {
-                    Code::Success => class.set_feasible(p),
+                    Code::Success => class.totals[p] = 0,
                     Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
                         class.set_rejected(p, status)
                     }
@@ -372,37 +406,49 @@ impl ClassIndex {
             .filter(|(c, _)| matches!(c, Column::Kept(..)))
             .map(|(_, name)| *name)
             .collect();
+        // The kept columns' sum must fit an entry (it does unless the weights are in the
+        // millions).
+        let most: i64 = columns
+            .iter()
+            .map(|(c, _)| match c {
+                Column::Kept(_, weight) => weight.saturating_mul(MAX_NODE_SCORE),
+                Column::Constant(..) => 0,
+            })
+            .fold(0, i64::saturating_add);
+        if most > i64::from(Total::MAX) {
+            class.scored_by.clear();
+            return Outcome::Plain(Some(skipped));
+        }
         let spans = n.div_ceil(SPAN);
         let whole = class.scored_by != kept || class.span_max.len() != spans;
-        let mut touched: Vec<usize> = changed.iter().map(|p| p / SPAN).collect();
-        touched.dedup();
-        let to_score: Vec<usize> = if whole {
-            (0..n).filter(|&p| class.totals[p] >= 0).collect()
+        touched.clear();
+        to_score.clear();
+        if whole {
+            touched.extend(0..spans);
+            to_score.extend((0..n).filter(|&p| class.totals[p] >= 0));
         } else {
-            changed
-                .into_iter()
-                .filter(|&p| class.totals[p] >= 0)
-                .collect()
-        };
+            touched.extend(changed.iter().map(|p| p / SPAN));
+            touched.dedup();
+            to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
+        }
         class.scored_by.clear();
-        let mut cells: Vec<i64> = Vec::new();
         for positions in to_score.chunks(BLOCK) {
             let nodes = nodes_at(snapshot, positions);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            let Some(sums) = weighted_sums(&columns, state, pod, block, &mut cells) else {
+            if weighted_sums(&columns, state, pod, block, cells, sums).is_none() {
                 return Outcome::Plain(Some(skipped));
-            };
-            for (&p, sum) in positions.iter().zip(sums) {
-                class.totals[p] = sum;
+            }
+            for (&p, &sum) in positions.iter().zip(sums.iter()) {
+                // Within range: checked above.
+                class.totals[p] = Total::try_from(sum).unwrap_or(Total::MAX);
             }
         }
         class.scored_by = kept;
         if whole {
             class.span_max.clear();
             class.span_max.resize(spans, 0);
-            touched = (0..spans).collect();
         }
-        for b in touched {
+        for &b in touched.iter() {
             let end = ((b + 1) * SPAN).min(n);
             class.span_max[b] = class.totals[b * SPAN..end]
                 .iter()
@@ -443,10 +489,10 @@ impl ClassIndex {
                         }
                     }
                 }
-                if span_max >= 0 && top.would_take(span_max) {
+                if span_max >= 0 && top.would_take(i64::from(span_max)) {
                     for (p, &total) in (lo..hi).zip(totals) {
                         if total >= 0 {
-                            top.offer(p, total);
+                            top.offer(p, i64::from(total));
                         }
                     }
                 }
@@ -456,7 +502,7 @@ impl ClassIndex {
         if fixed_order || chosen == usize::MAX {
             chosen = select_host(
                 pod,
-                ties.into_iter().map(|p| (p, max)),
+                ties.into_iter().map(|p| (p, i64::from(max))),
                 |p| hashes[p],
                 |p| &snapshot.nodes()[p].node.name,
                 fixed_order,
@@ -472,7 +518,7 @@ impl ClassIndex {
         let best: Vec<usize> = top.into_best().into_iter().map(|(p, _)| p).collect();
         let nodes = nodes_at(snapshot, &best);
         let block = NodeBlock::of_snapshot(&nodes, &best, snapshot);
-        let Some(per_plugin) = weighted_columns(&columns, state, pod, block, &mut cells) else {
+        let Some(per_plugin) = weighted_columns(&columns, state, pod, block, cells) else {
             return Outcome::Plain(Some(skipped));
         };
         let scores = best
@@ -481,7 +527,7 @@ impl ClassIndex {
             .map(|(i, &p)| NodeScores {
                 node: snapshot.nodes()[p].node.name.clone(),
                 weighted: per_plugin.iter().map(|column| column[i]).collect(),
-                total: class.totals[p] + constant_total,
+                total: i64::from(class.totals[p]) + constant_total,
             })
             .collect();
         class.count_filter_runs(&filters);
@@ -529,17 +575,19 @@ fn class_rejections(class: &Class) -> Vec<RejectionCount> {
     count_rejections(class.rejected.iter().map(|(s, n)| (s, *n)))
 }
 
-/// Each node's sum of the kept columns' weighted scores; `None` when a plugin fails or
-/// gives a score out of range (the plain cycle then reports it).
+/// Each node's sum of the kept columns' weighted scores, into `sums`; `None` when a plugin
+/// fails or gives a score out of range (the plain cycle then reports it).
 fn weighted_sums(
     columns: &[(Column<'_>, &'static str)],
     state: &CycleState,
     pod: &PodInfo,
     block: NodeBlock<'_>,
     cells: &mut Vec<i64>,
-) -> Option<Vec<i64>> {
+    sums: &mut Vec<i64>,
+) -> Option<()> {
     let len = block.nodes.len();
-    let mut sums = vec![0i64; len];
+    sums.clear();
+    sums.resize(len, 0);
     for (column, _) in columns {
         let Column::Kept(plugin, weight) = column else {
             continue;
@@ -559,7 +607,7 @@ fn weighted_sums(
             *sum += raw * weight;
         }
     }
-    Some(sums)
+    Some(())
 }
 
 /// Each column's weighted scores of the block's nodes, in column order (a constant column
