@@ -158,3 +158,34 @@ fn once_full_a_class_is_kept_from_its_second_pod() {
         "and takes the place of the least recently used"
     );
 }
+
+#[test]
+fn a_class_whose_totals_would_not_fit_its_entries_runs_plainly() {
+    let config = Config::parse(
+        "apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+profiles:
+- plugins:
+    score:
+      enabled: [{name: NodeResourcesFit, weight: 30000000}]
+",
+        &crate::plugins::registry(),
+    )
+    .expect("config");
+    let profile = config
+        .profile(DEFAULT_SCHEDULER_NAME)
+        .expect("the default profile");
+    let (_cache, snapshot) = cluster(4);
+    let mut memory = CycleMemory::default();
+    let p = pod("p").req("cpu", "1").build();
+    let placement = schedule_one(profile, &snapshot, &p, &mut memory, &OPTIONS).expect("placed");
+    // NodeResourcesFit's score times its weight is past 32 bits: the plain cycle scored it.
+    assert!(placement.scores[0].total > i64::from(Total::MAX));
+    assert!(
+        memory
+            .classes
+            .classes
+            .values()
+            .all(|c| c.scored_by.is_empty())
+    );
+}
