@@ -35,7 +35,7 @@ use snapshot::DisruptionBudgets;
 
 pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
-pub use pod_index::{IndexedPod, PodIndex};
+pub use pod_index::{IndexedPod, Matched, Namespaces, PodIndex};
 pub use snapshot::{ChangeLog, NodeTraits, Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use tracked::{Tracked, TrackedSet};

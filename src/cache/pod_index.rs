@@ -1,10 +1,12 @@
-//! Placed pods indexed by their labels, and by the labels their own affinity terms ask for.
+//! Placed pods indexed by their namespace and labels, and by the labels their own affinity
+//! terms ask for.
 //!
 //! PodTopologySpread and InterPodAffinity count, every cycle, the placed pods a selector
-//! matches. kube-scheduler examines every pod in the cluster for that; with the index, a
-//! selector that requires some `key=value` examines only the pods carrying that label (a
-//! deployment's pods rather than the cluster's). The answers are the same: candidates are
-//! still checked against the whole selector by the caller.
+//! matches in some namespaces. kube-scheduler examines every pod in the cluster for that;
+//! with the index, a selector that requires some `key=value` examines only the pods of those
+//! namespaces carrying that label (a deployment's pods rather than the cluster's), and
+//! checks only the selector's other requirements: the index knows each pod's namespace and
+//! that label without reading the pod, whose scattered fields cost a cache miss each.
 
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -22,16 +24,66 @@ pub struct IndexedPod {
     pub pod: Arc<PodInfo>,
     /// Its node's position in [`super::Snapshot::nodes`].
     pub node: usize,
+    /// The pod's `terminating`, kept here so that counting pods need not read the pod.
+    pub terminating: bool,
+}
+
+/// A placed pod a selector matched, as [`PodIndex::for_each_match`] names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Matched<'a> {
+    /// The pod.
+    pub pod: &'a PodInfo,
+    /// Its node's position in [`super::Snapshot::nodes`].
+    pub node: usize,
+    /// The pod's `terminating`, read without reading the pod.
+    pub terminating: bool,
 }
 
 /// Pods keyed by the address of their `PodInfo` (unique while the pod is placed).
 type PodSet = FxHashMap<usize, IndexedPod>;
 
+/// The placed pods of one namespace carrying one label.
+#[derive(Debug, Clone)]
+struct LabelSet {
+    pods: PodSet,
+    /// The namespace, key and value every pod of the set has; `None` once two such triples
+    /// shared the set's hash, when each pod must be checked.
+    exact: Option<Arc<[Box<str>; 3]>>,
+}
+
+/// A set found for a label: its pods, and whether they are exactly that label's (see
+/// [`PodIndex::label_set`]).
+type LabelSetRef<'a> = (&'a PodSet, bool);
+
+/// The namespaces a selector's pods are looked for in.
+#[derive(Debug, Clone, Copy)]
+pub enum Namespaces<'a> {
+    /// This one only.
+    One(&'a str),
+    /// These, sorted and without duplicates.
+    Listed(&'a [Box<str>]),
+    /// Every namespace.
+    Every,
+}
+
+impl Namespaces<'_> {
+    /// True when pods of `namespace` are looked for.
+    pub fn contains(&self, namespace: &str) -> bool {
+        match self {
+            Namespaces::One(n) => *n == namespace,
+            Namespaces::Listed(names) => names.binary_search_by(|n| (**n).cmp(namespace)).is_ok(),
+            Namespaces::Every => true,
+        }
+    }
+}
+
 /// The index a snapshot keeps (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub struct PodIndex {
-    /// Placed pods by `hash(key, value)` of each of their labels.
-    by_label: FxHashMap<u64, PodSet>,
+    /// Placed pods by `hash(namespace, key, value)` of each of their labels.
+    by_label: FxHashMap<u64, LabelSet>,
+    /// The namespaces of the placed pods, with how many each has.
+    namespaces: FxHashMap<Box<str>, usize>,
     /// Placed pods with pod affinity or anti-affinity terms, by `hash(key, value)` of the
     /// labels those terms require (a pod the terms could be about carries one of them).
     by_term_label: FxHashMap<u64, PodSet>,
@@ -47,13 +99,33 @@ impl PodIndex {
         let entry = || IndexedPod {
             pod: pod.clone(),
             node,
+            terminating: pod.terminating,
         };
         for (k, v) in pod.labels.iter() {
-            self.by_label
-                .entry(label_hash(k, v))
-                .or_default()
-                .insert(id, entry());
+            let set = self
+                .by_label
+                .entry(namespaced_label_hash(&pod.namespace, k, v))
+                .or_insert_with(|| LabelSet {
+                    pods: PodSet::default(),
+                    exact: Some(Arc::new([
+                        pod.namespace.as_str().into(),
+                        k.into(),
+                        v.into(),
+                    ])),
+                });
+            if set
+                .exact
+                .as_ref()
+                .is_some_and(|e| (&*e[0], &*e[1], &*e[2]) != (pod.namespace.as_str(), k, v))
+            {
+                set.exact = None;
+            }
+            set.pods.insert(id, entry());
         }
+        *self
+            .namespaces
+            .entry(pod.namespace.as_str().into())
+            .or_default() += 1;
         match term_labels(pod) {
             TermLabels::None => {}
             TermLabels::Any => {
@@ -71,7 +143,19 @@ impl PodIndex {
     pub(super) fn remove(&mut self, pod: &Arc<PodInfo>) {
         let id = id(pod);
         for (k, v) in pod.labels.iter() {
-            remove_from(&mut self.by_label, label_hash(k, v), id);
+            let hash = namespaced_label_hash(&pod.namespace, k, v);
+            if let Some(set) = self.by_label.get_mut(&hash) {
+                set.pods.remove(&id);
+                if set.pods.is_empty() {
+                    self.by_label.remove(&hash);
+                }
+            }
+        }
+        if let Some(n) = self.namespaces.get_mut(pod.namespace.as_str()) {
+            *n -= 1;
+            if *n == 0 {
+                self.namespaces.remove(pod.namespace.as_str());
+            }
         }
         match term_labels(pod) {
             TermLabels::None => {}
@@ -89,35 +173,75 @@ impl PodIndex {
     /// Empties the index.
     pub(super) fn clear(&mut self) {
         self.by_label.clear();
+        self.namespaces.clear();
         self.by_term_label.clear();
         self.any_term.clear();
     }
 
-    /// Placed pods that may match `selector`, in any namespace: a superset of the matching
-    /// pods, `None` when the selector requires no `key=value` (the caller must then look at
-    /// every pod). Callers check each candidate against the selector and the namespace.
-    pub fn candidates<'a>(
-        &'a self,
+    /// Calls `f` with each placed pod of `namespaces` whose labels `selector` matches, and
+    /// returns true; returns false without calling it when the selector requires no
+    /// `key=value` (the caller must then look at every pod).
+    pub fn for_each_match(
+        &self,
         selector: &LabelSelector,
-    ) -> Option<impl Iterator<Item = &'a IndexedPod> + 'a> {
-        let sets: Vec<&PodSet> = if selector.is_nothing() {
-            Vec::new()
-        } else {
+        namespaces: Namespaces<'_>,
+        mut f: impl FnMut(Matched<'_>),
+    ) -> bool {
+        if selector.is_nothing() {
+            return true;
+        }
+        let mut best: Option<(usize, usize, Vec<LabelSetRef<'_>>)> = None;
+        for (i, key, values) in selector.required_values() {
+            let mut sets = Vec::new();
+            let mut add = |ns: &str| {
+                sets.extend(values.iter().filter_map(|v| self.label_set(ns, key, v)));
+            };
+            match namespaces {
+                Namespaces::One(ns) => add(ns),
+                Namespaces::Listed(names) => names.iter().for_each(|ns| add(ns)),
+                Namespaces::Every => self.namespaces.keys().for_each(|ns| add(ns)),
+            }
             // The required label with the fewest pods behind it; one key's values are
             // disjoint sets.
-            selector
-                .required_values()
-                .map(|(key, values)| {
-                    let sets: Vec<&PodSet> = values
-                        .iter()
-                        .filter_map(|v| self.by_label.get(&label_hash(key, v)))
-                        .collect();
-                    (sets.iter().map(|s| s.len()).sum::<usize>(), sets)
-                })
-                .min_by_key(|(n, _)| *n)?
-                .1
+            let size = sets.iter().map(|(pods, _)| pods.len()).sum();
+            if best.as_ref().is_none_or(|(_, n, _)| size < *n) {
+                best = Some((i, size, sets));
+            }
+        }
+        let Some((chosen, _, sets)) = best else {
+            return false;
         };
-        Some(sets.into_iter().flat_map(|s| s.values()))
+        let only = selector.only(chosen);
+        for (pods, exact) in sets {
+            for p in pods.values() {
+                let matched = if exact {
+                    only || selector.matches_except(&p.pod.labels, chosen)
+                } else {
+                    namespaces.contains(&p.pod.namespace) && selector.matches(&p.pod.labels)
+                };
+                if matched {
+                    f(Matched {
+                        pod: &p.pod,
+                        node: p.node,
+                        terminating: p.terminating,
+                    });
+                }
+            }
+        }
+        true
+    }
+
+    /// The placed pods of `namespace` labelled `key=value`, and whether that is exactly what
+    /// they are (false: the set also holds pods of another triple with the same hash, each
+    /// to be checked).
+    fn label_set(&self, namespace: &str, key: &str, value: &str) -> Option<LabelSetRef<'_>> {
+        let set = self
+            .by_label
+            .get(&namespaced_label_hash(namespace, key, value))?;
+        match &set.exact {
+            Some(e) if (&*e[0], &*e[1], &*e[2]) != (namespace, key, value) => None,
+            exact => Some((&set.pods, exact.is_some())),
+        }
     }
 
     /// Placed pods with affinity terms that may be about a pod with `labels`: each such pod
@@ -164,6 +288,15 @@ fn label_hash(key: &str, value: &str) -> u64 {
     h.finish()
 }
 
+/// The hash a `key=value` label of a pod in `namespace` is indexed by.
+fn namespaced_label_hash(namespace: &str, key: &str, value: &str) -> u64 {
+    let mut h = FxHasher::default();
+    namespace.hash(&mut h);
+    key.hash(&mut h);
+    value.hash(&mut h);
+    h.finish()
+}
+
 /// Which labels a pod's terms require of the pods they are about.
 enum TermLabels {
     /// The pod has no pod affinity or anti-affinity term.
@@ -205,7 +338,10 @@ fn required_label(term: &AffinityTerm) -> Option<(&str, &[String])> {
         // Matches no pod: any label will do, none will match.
         return Some(("", &[]));
     }
-    term.selector.required_values().next()
+    term.selector
+        .required_values()
+        .next()
+        .map(|(_, key, values)| (key, values))
 }
 
 #[cfg(test)]
@@ -219,28 +355,77 @@ mod tests {
         v
     }
 
+    fn matched(index: &PodIndex, selector: &LabelSelector, ns: Namespaces<'_>) -> Vec<String> {
+        let mut v = Vec::new();
+        assert!(index.for_each_match(selector, ns, |m| v.push(m.pod.name.clone())));
+        v.sort();
+        v
+    }
+
+    fn selector(yaml: &str) -> LabelSelector {
+        LabelSelector::compile(Some(&serde_yaml::from_str(yaml).unwrap()), "selector").unwrap()
+    }
+
     #[test]
-    fn candidates_are_the_pods_with_the_rarest_required_label() {
+    fn matches_are_the_pods_of_the_namespaces_the_whole_selector_matches() {
         let mut index = PodIndex::default();
         let a = pod("a").label("app", "web").label("tier", "front").build();
         let b = pod("b").label("app", "db").label("tier", "front").build();
         let c = pod("c").label("app", "web").label("tier", "back").build();
-        for (p, n) in [(&a, 0), (&b, 1), (&c, 2)] {
+        let d = pod("d").namespace("other").label("app", "web").build();
+        for (p, n) in [(&a, 0), (&b, 1), (&c, 2), (&d, 3)] {
             index.insert(p, n);
         }
-        let sel = LabelSelector::from_map(
-            [("app".to_string(), "web".to_string())]
-                .iter()
-                .map(|(k, v)| (k, v)),
+        let web = selector("matchLabels: {app: web}");
+        let default = Namespaces::One("default");
+        assert_eq!(matched(&index, &web, default), ["a", "c"]);
+        assert_eq!(matched(&index, &web, Namespaces::Every), ["a", "c", "d"]);
+        let listed: Vec<Box<str>> = vec!["nobody".into(), "other".into()];
+        assert_eq!(matched(&index, &web, Namespaces::Listed(&listed)), ["d"]);
+        // The requirements the index did not look the pods up by are checked.
+        let front = selector(
+            "{matchLabels: {tier: front}, matchExpressions: [{key: app, operator: NotIn, values: [db]}]}",
         );
-        assert_eq!(names(index.candidates(&sel).unwrap()), ["a", "c"]);
+        assert_eq!(matched(&index, &front, default), ["a"]);
+        let either = selector(
+            "matchExpressions: [{key: app, operator: In, values: [db, web]}, {key: tier, operator: Exists}]",
+        );
+        assert_eq!(matched(&index, &either, default), ["a", "b", "c"]);
         index.remove(&c);
-        assert_eq!(names(index.candidates(&sel).unwrap()), ["a"]);
-        assert!(index.candidates(&LabelSelector::everything()).is_none());
-        assert_eq!(
-            index.candidates(&LabelSelector::nothing()).unwrap().count(),
-            0
-        );
+        assert_eq!(matched(&index, &web, default), ["a"]);
+        index.remove(&d);
+        assert_eq!(matched(&index, &web, Namespaces::Every), ["a"]);
+        assert!(!index.for_each_match(&LabelSelector::everything(), default, |_| ()));
+        assert!(matched(&index, &LabelSelector::nothing(), default).is_empty());
+    }
+
+    #[test]
+    fn a_set_two_labels_share_by_hash_checks_each_pod() {
+        let mut index = PodIndex::default();
+        let a = pod("a").label("app", "web").build();
+        let b = pod("b").label("app", "db").build();
+        index.insert(&a, 0);
+        index.insert(&b, 1);
+        // Put b's pods under a's hash, as a collision would.
+        let moved = index
+            .by_label
+            .remove(&namespaced_label_hash("default", "app", "db"))
+            .unwrap();
+        let set = index
+            .by_label
+            .get_mut(&namespaced_label_hash("default", "app", "web"))
+            .unwrap();
+        set.pods.extend(moved.pods);
+        set.exact = None;
+        let web = selector("matchLabels: {app: web}");
+        assert_eq!(matched(&index, &web, Namespaces::One("default")), ["a"]);
+        // A set whose exact triple is another's holds none of the asked label's pods.
+        let set = index
+            .by_label
+            .get_mut(&namespaced_label_hash("default", "app", "web"))
+            .unwrap();
+        set.exact = Some(Arc::new(["default".into(), "app".into(), "db".into()]));
+        assert!(matched(&index, &web, Namespaces::One("default")).is_empty());
     }
 
     #[test]

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
+use crate::model::Labels;
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::selector::LabelSelector;
 use crate::model::taint::TaintEffect;
-use crate::model::{Labels, PodInfo};
 
 use super::node_info::{NodeInfo, NodeRow};
 use super::pod_groups::PodGroups;
-use super::pod_index::PodIndex;
+use super::pod_index::{Matched, Namespaces, PodIndex};
 use super::storage::Storage;
 use super::tracked::{Tracked, TrackedSet};
 use super::workloads::Workloads;
@@ -119,27 +119,27 @@ impl Snapshot {
         &self.pods
     }
 
-    /// Calls `f` with each placed pod `selector` may match, its node's position in
-    /// [`Snapshot::nodes`] and its node: the pods the index names for the selector, or every
-    /// placed pod when the selector requires no particular label. A superset: callers check
-    /// the selector (and the namespace) themselves.
-    pub fn for_each_candidate(
+    /// Calls `f` with each placed pod of `namespaces` whose labels `selector` matches: the
+    /// pods the index names for the selector, or every placed pod checked in turn when the
+    /// selector requires no particular label.
+    pub fn for_each_match(
         &self,
         selector: &LabelSelector,
-        mut f: impl FnMut(&PodInfo, usize, &NodeInfo),
+        namespaces: Namespaces<'_>,
+        mut f: impl FnMut(Matched<'_>),
     ) {
         self.reads(Tracked::PodLabels);
-        match self.pods.candidates(selector) {
-            Some(candidates) => {
-                for p in candidates {
-                    f(&p.pod, p.node, &self.nodes[p.node]);
-                }
-            }
-            None => {
-                for (position, node) in self.nodes.iter().enumerate() {
-                    for pod in &node.pods {
-                        f(pod, position, node);
-                    }
+        if self.pods.for_each_match(selector, namespaces, &mut f) {
+            return;
+        }
+        for (position, node) in self.nodes.iter().enumerate() {
+            for pod in &node.pods {
+                if namespaces.contains(&pod.namespace) && selector.matches(&pod.labels) {
+                    f(Matched {
+                        pod,
+                        node: position,
+                        terminating: pod.terminating,
+                    });
                 }
             }
         }

@@ -299,12 +299,32 @@ impl LabelSelector {
     }
 
     /// The label keys the selector requires with a value from a list (`matchLabels`, `In`),
-    /// each with its values: a matching label set carries one of them for every such key.
-    pub fn required_values(&self) -> impl Iterator<Item = (&str, &[String])> {
+    /// each with its values and the requirement's position: a matching label set carries
+    /// one of them for every such key.
+    pub fn required_values(&self) -> impl Iterator<Item = (usize, &str, &[String])> {
         self.requirements
             .iter()
-            .filter(|r| r.operator == Operator::In)
-            .map(|r| (r.key.as_str(), r.values.as_slice()))
+            .enumerate()
+            .filter(|(_, r)| r.operator == Operator::In)
+            .map(|(i, r)| (i, r.key.as_str(), r.values.as_slice()))
+    }
+
+    /// True when `labels` satisfy every requirement but the one at position `skip`: the
+    /// check left for a label set already known to satisfy that one (an index found it by
+    /// that requirement's label).
+    pub fn matches_except(&self, labels: &Labels, skip: usize) -> bool {
+        !self.nothing
+            && self
+                .requirements
+                .iter()
+                .enumerate()
+                .all(|(i, r)| i == skip || r.matches(labels))
+    }
+
+    /// True when the selector has no requirement but the one at position `i` (and matches
+    /// something): a label set that satisfies that one is matched.
+    pub fn only(&self, i: usize) -> bool {
+        !self.nothing && self.requirements.len() == 1 && i == 0
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::cache::{Snapshot, Tracked};
+use crate::cache::{Namespaces, Snapshot, Tracked};
 use crate::framework::{
     ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
     PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
@@ -241,12 +241,17 @@ impl NamespaceScope {
         NamespaceScope { every, names }
     }
 
+    /// The scope as the snapshot's pod index takes it.
+    fn as_namespaces(&self) -> Namespaces<'_> {
+        if self.every {
+            Namespaces::Every
+        } else {
+            Namespaces::Listed(&self.names)
+        }
+    }
+
     fn contains(&self, namespace: &str) -> bool {
-        self.every
-            || self
-                .names
-                .binary_search_by(|n| (**n).cmp(namespace))
-                .is_ok()
+        self.as_namespaces().contains(namespace)
     }
 }
 
@@ -263,6 +268,11 @@ impl<'a> IncomingTerm<'a> {
             term,
             namespaces: NamespaceScope::new(term, snapshot),
         }
+    }
+
+    /// The namespaces of the pods this term is about.
+    fn namespaces(&self) -> Namespaces<'_> {
+        self.namespaces.as_namespaces()
     }
 
     /// True when `pod` is one this term is about.

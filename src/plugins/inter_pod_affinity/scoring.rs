@@ -98,18 +98,15 @@ impl PreScorePlugin for InterPodAffinity {
             hard_weight: i64::from(self.args.hard_pod_affinity_weight),
             sums: PreScoreState::default(),
         };
-        let nodes = snapshot.nodes();
         // Existing pods the incoming pod's terms are about.
         for (term, weight) in &incoming {
-            snapshot.for_each_candidate(&term.term.selector, |existing, position, node| {
-                if term.matches(existing) {
-                    scorer.add(term.topology_key(), position, node, *weight);
-                }
+            snapshot.for_each_match(&term.term.selector, term.namespaces(), |existing| {
+                scorer.add(term.topology_key(), existing.node, *weight);
             });
         }
         // Existing pods whose own terms may be about the incoming pod.
         for p in snapshot.pod_index().term_candidates(&pod.labels) {
-            scorer.process(&p.pod, p.node, &nodes[p.node]);
+            scorer.process(&p.pod, p.node);
         }
         if scorer.sums.is_empty() {
             return Status::skip();
@@ -136,11 +133,16 @@ impl Scorer<'_> {
     /// Adds `delta` to the pair (`key`, the value of `key` on the node at `position`), if
     /// the node has the label. The node's own labels are read only for a position the
     /// snapshot's numbering does not cover, which a placed pod's node never is.
-    fn add(&mut self, key: &str, position: usize, node: &NodeInfo, delta: i64) {
+    fn add(&mut self, key: &str, position: usize, delta: i64) {
+        let nodes = self.snapshot.nodes();
         let id_in = |values: &TopologyValues| match values.at(position) {
             Some(TopologyValues::NONE) => None,
             Some(id) => Some(id),
-            None => node.node.labels.get(key).and_then(|v| values.id_of(v)),
+            None => nodes[position]
+                .node
+                .labels
+                .get(key)
+                .and_then(|v| values.id_of(v)),
         };
         match self.sums.by_key.iter_mut().find(|k| *k.key == *key) {
             Some(k) => {
@@ -164,24 +166,24 @@ impl Scorer<'_> {
 
     /// Adds what the terms of `existing`, on the node at `position`, say about the incoming
     /// pod.
-    fn process(&mut self, existing: &PodInfo, position: usize, node: &NodeInfo) {
+    fn process(&mut self, existing: &PodInfo, position: usize) {
         let (pod, ns_labels) = (self.pod, self.namespace_labels);
         let theirs = &existing.affinity;
         if self.hard_weight > 0 {
             for term in &theirs.required {
                 if term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                    self.add(&term.topology_key, position, node, self.hard_weight);
+                    self.add(&term.topology_key, position, self.hard_weight);
                 }
             }
         }
         for w in &theirs.preferred {
             if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.add(&w.term.topology_key, position, node, i64::from(w.weight));
+                self.add(&w.term.topology_key, position, i64::from(w.weight));
             }
         }
         for w in &theirs.preferred_anti {
             if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.add(&w.term.topology_key, position, node, -i64::from(w.weight));
+                self.add(&w.term.topology_key, position, -i64::from(w.weight));
             }
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::cache::{NodeInfo, Snapshot, TopologyValues};
+use crate::cache::{Matched, Namespaces, NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
     CycleState, FilterPlugin, NodeBlock, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
     Status,
@@ -214,25 +214,23 @@ fn count_pods(
             && (!pod.node_selector.is_empty() || pod.required_node_affinity.is_some()));
     // Matching pods per value number of the constraint's key.
     let mut found: HashMap<u32, i64> = HashMap::default();
-    let add = |existing: &PodInfo, position: usize, node: &NodeInfo| {
-        if existing.terminating
-            || !c.selector.matches(&existing.labels)
-            || existing.namespace != pod.namespace
-        {
+    let nodes = snapshot.nodes();
+    let add = |existing: Matched<'_>| {
+        if existing.terminating {
             return;
         }
-        let Some(own_id) = domain_of(position, node, keys, key_values, own) else {
+        let Some(own_id) = domain_of(existing.node, nodes, keys, key_values, own) else {
             return;
         };
         if looks_at_node
-            && !Inclusion::new(pod, &node.node)
+            && !Inclusion::new(pod, &nodes[existing.node].node)
                 .admits(c.spec.node_affinity_policy, c.spec.node_taints_policy)
         {
             return;
         }
         *found.entry(own_id).or_default() += 1;
     };
-    snapshot.for_each_candidate(&c.selector, add);
+    snapshot.for_each_match(&c.selector, Namespaces::One(&pod.namespace), add);
     let values = &key_values[own];
     for (id, n) in found {
         // A value no eligible node has is no domain.
@@ -252,7 +250,7 @@ fn count_pods(
 /// eligible domain).
 fn domain_of(
     position: usize,
-    node: &NodeInfo,
+    nodes: &[Arc<NodeInfo>],
     keys: &[&str],
     key_values: &[Arc<TopologyValues>],
     own: usize,
@@ -264,7 +262,7 @@ fn domain_of(
             Some(id) if i == own => own_id = Some(id),
             Some(_) => {}
             None => {
-                let labels = &node.node.labels;
+                let labels = &nodes[position].node.labels;
                 if !keys.iter().all(|k| labels.contains_key(k)) {
                     return None;
                 }
