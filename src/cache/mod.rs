@@ -12,6 +12,7 @@ mod pod_index;
 mod pod_name;
 mod snapshot;
 mod storage;
+mod term_table;
 mod tracked;
 mod workloads;
 
@@ -35,9 +36,10 @@ use snapshot::DisruptionBudgets;
 
 pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
-pub use pod_index::{IndexedPod, Matched, Namespaces, PodIndex};
+pub use pod_index::{Matched, Namespaces, PodIndex, TermPod};
 pub use snapshot::{ChangeLog, NodeTraits, Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
+pub use term_table::{PodTerm, TermId, TermKind};
 pub use tracked::{Tracked, TrackedSet};
 pub use workloads::Workloads;
 

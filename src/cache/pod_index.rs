@@ -17,15 +17,16 @@ use crate::model::PodInfo;
 use crate::model::pod::AffinityTerm;
 use crate::model::selector::LabelSelector;
 
+use super::term_table::{PodTerm, TermId, TermTable};
+
 /// A placed pod and the position of its node in the snapshot.
 #[derive(Debug, Clone)]
-pub struct IndexedPod {
-    /// The pod.
-    pub pod: Arc<PodInfo>,
+struct IndexedPod {
+    pod: Arc<PodInfo>,
     /// Its node's position in [`super::Snapshot::nodes`].
-    pub node: usize,
+    node: usize,
     /// The pod's `terminating`, kept here so that counting pods need not read the pod.
-    pub terminating: bool,
+    terminating: bool,
 }
 
 /// A placed pod a selector matched, as [`PodIndex::for_each_match`] names it.
@@ -39,8 +40,22 @@ pub struct Matched<'a> {
     pub terminating: bool,
 }
 
+/// A placed pod with pod affinity or anti-affinity terms, and the numbers of its terms.
+#[derive(Debug, Clone)]
+pub struct TermPod {
+    /// The pod.
+    pub pod: Arc<PodInfo>,
+    /// Its node's position in [`super::Snapshot::nodes`].
+    pub node: usize,
+    /// Its terms, numbered in the index's [`TermTable`] (see [`PodIndex::term`]).
+    pub terms: Arc<[PodTerm]>,
+}
+
 /// Pods keyed by the address of their `PodInfo` (unique while the pod is placed).
 type PodSet = FxHashMap<usize, IndexedPod>;
+
+/// Pods with terms, keyed as in [`PodSet`].
+type TermPodSet = FxHashMap<usize, TermPod>;
 
 /// The placed pods of one namespace carrying one label.
 #[derive(Debug, Clone)]
@@ -86,10 +101,12 @@ pub struct PodIndex {
     namespaces: FxHashMap<Box<str>, usize>,
     /// Placed pods with pod affinity or anti-affinity terms, by `hash(key, value)` of the
     /// labels those terms require (a pod the terms could be about carries one of them).
-    by_term_label: FxHashMap<u64, PodSet>,
+    by_term_label: FxHashMap<u64, TermPodSet>,
     /// Placed pods with some term that requires no particular label: candidates for every
     /// pod.
-    any_term: PodSet,
+    any_term: TermPodSet,
+    /// The distinct terms of the placed pods.
+    terms: TermTable,
 }
 
 impl PodIndex {
@@ -126,14 +143,26 @@ impl PodIndex {
             .namespaces
             .entry(pod.namespace.as_str().into())
             .or_default() += 1;
-        match term_labels(pod) {
+        let labels = term_labels(pod);
+        if matches!(labels, TermLabels::None) {
+            return;
+        }
+        let with_terms = TermPod {
+            pod: pod.clone(),
+            node,
+            terms: self.terms.acquire(pod),
+        };
+        match labels {
             TermLabels::None => {}
             TermLabels::Any => {
-                self.any_term.insert(id, entry());
+                self.any_term.insert(id, with_terms);
             }
             TermLabels::Some(hashes) => {
                 for h in hashes {
-                    self.by_term_label.entry(h).or_default().insert(id, entry());
+                    self.by_term_label
+                        .entry(h)
+                        .or_default()
+                        .insert(id, with_terms.clone());
                 }
             }
         }
@@ -158,7 +187,7 @@ impl PodIndex {
             }
         }
         match term_labels(pod) {
-            TermLabels::None => {}
+            TermLabels::None => return,
             TermLabels::Any => {
                 self.any_term.remove(&id);
             }
@@ -168,6 +197,7 @@ impl PodIndex {
                 }
             }
         }
+        self.terms.release(pod);
     }
 
     /// Empties the index.
@@ -176,6 +206,7 @@ impl PodIndex {
         self.namespaces.clear();
         self.by_term_label.clear();
         self.any_term.clear();
+        self.terms.clear();
     }
 
     /// Calls `f` with each placed pod of `namespaces` whose labels `selector` matches, and
@@ -244,20 +275,25 @@ impl PodIndex {
         }
     }
 
+    /// The term numbered `id` in a [`TermPod`]'s terms.
+    pub fn term(&self, id: TermId) -> Option<&AffinityTerm> {
+        self.terms.get(id)
+    }
+
     /// Placed pods with affinity terms that may be about a pod with `labels`: each such pod
     /// once. Callers check each term against the pod.
     pub fn term_candidates<'a>(
         &'a self,
         labels: &crate::model::Labels,
-    ) -> impl Iterator<Item = &'a IndexedPod> + 'a {
-        let mut sets: Vec<&PodSet> = labels
+    ) -> impl Iterator<Item = &'a TermPod> + 'a {
+        let mut sets: Vec<&TermPodSet> = labels
             .iter()
             .filter_map(|(k, v)| self.by_term_label.get(&label_hash(k, v)))
             .collect();
         sets.push(&self.any_term);
         // A pod is under as many label sets as its terms require labels; the first set that
         // holds it yields it.
-        let later: Vec<&PodSet> = sets.clone();
+        let later: Vec<&TermPodSet> = sets.clone();
         sets.into_iter().enumerate().flat_map(move |(i, set)| {
             let earlier = later[..i].to_vec();
             set.iter()
@@ -271,7 +307,7 @@ fn id(pod: &Arc<PodInfo>) -> usize {
     Arc::as_ptr(pod) as usize
 }
 
-fn remove_from(map: &mut FxHashMap<u64, PodSet>, hash: u64, id: usize) {
+fn remove_from(map: &mut FxHashMap<u64, TermPodSet>, hash: u64, id: usize) {
     if let Some(set) = map.get_mut(&hash) {
         set.remove(&id);
         if set.is_empty() {
@@ -349,7 +385,7 @@ mod tests {
     use super::*;
     use crate::testing::pod;
 
-    fn names<'a>(it: impl Iterator<Item = &'a IndexedPod>) -> Vec<String> {
+    fn term_names<'a>(it: impl Iterator<Item = &'a TermPod>) -> Vec<String> {
         let mut v: Vec<String> = it.map(|p| p.pod.name.clone()).collect();
         v.sort();
         v
@@ -453,11 +489,11 @@ affinity:
         index.insert(&plain, 1);
         let incoming = pod("in").label("app", "web").label("tier", "front").build();
         let web_only = pod("w").label("app", "web").build();
-        assert_eq!(names(index.term_candidates(&web_only.labels)), ["a"]);
-        assert_eq!(names(index.term_candidates(&incoming.labels)), ["a"]);
+        assert_eq!(term_names(index.term_candidates(&web_only.labels)), ["a"]);
+        assert_eq!(term_names(index.term_candidates(&incoming.labels)), ["a"]);
         let other = pod("o").label("app", "db").build();
-        assert!(names(index.term_candidates(&other.labels)).is_empty());
+        assert!(term_names(index.term_candidates(&other.labels)).is_empty());
         index.remove(&a);
-        assert!(names(index.term_candidates(&incoming.labels)).is_empty());
+        assert!(term_names(index.term_candidates(&incoming.labels)).is_empty());
     }
 }

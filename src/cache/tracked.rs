@@ -10,7 +10,7 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Tracked {
     /// Placed pods indexed by label, and the nodes running pods with affinity terms
-    /// ([`crate::cache::Snapshot::pod_index`], `for_each_candidate`,
+    /// ([`crate::cache::Snapshot::pod_index`], `for_each_match`,
     /// `nodes_with_affinity_pods`): pod affinity and topology spreading.
     PodLabels,
     /// On how many nodes each image is ([`crate::cache::Snapshot::nodes_with_image`]).

@@ -59,7 +59,7 @@ impl HostPort {
 }
 
 /// A compiled pod (anti-)affinity term.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
     /// Namespaces listed by the term (the pod's own when neither list nor selector is given).
     pub namespaces: Vec<String>,

@@ -17,7 +17,7 @@ pub struct SelectorError {
 }
 
 /// The operator of one requirement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operator {
     /// The label's value is one of the values.
     In,
@@ -64,7 +64,7 @@ impl Requirement {
 }
 
 /// One requirement on a label (or on a field, for node selectors' `matchFields`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
     /// The label key.
     pub key: String,
@@ -156,7 +156,7 @@ impl Requirement {
 
 /// A compiled `metav1.LabelSelector`. An empty selector matches everything; an absent one
 /// (where the API allows `nil`) matches nothing, as in Kubernetes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LabelSelector {
     requirements: Vec<Requirement>,
     nothing: bool,

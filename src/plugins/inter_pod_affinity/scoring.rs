@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::cache::{NodeInfo, Snapshot, TopologyValues};
+use crate::cache::{NodeInfo, Snapshot, TermId, TermKind, TermPod, TopologyValues};
 use crate::framework::{
     CycleState, MAX_NODE_SCORE, NodeBlock, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
@@ -96,6 +96,7 @@ impl PreScorePlugin for InterPodAffinity {
             snapshot,
             namespace_labels: snapshot.namespace_labels(&pod.namespace),
             hard_weight: i64::from(self.args.hard_pod_affinity_weight),
+            about_pod: FxHashMap::default(),
             sums: PreScoreState::default(),
         };
         // Existing pods the incoming pod's terms are about.
@@ -106,7 +107,7 @@ impl PreScorePlugin for InterPodAffinity {
         }
         // Existing pods whose own terms may be about the incoming pod.
         for p in snapshot.pod_index().term_candidates(&pod.labels) {
-            scorer.process(&p.pod, p.node);
+            scorer.process(p);
         }
         if scorer.sums.is_empty() {
             return Status::skip();
@@ -126,6 +127,8 @@ struct Scorer<'a> {
     snapshot: &'a Snapshot,
     namespace_labels: &'a Labels,
     hard_weight: i64,
+    /// Whether each term of the existing pods met so far is about the incoming pod.
+    about_pod: FxHashMap<TermId, bool>,
     sums: PreScoreState,
 }
 
@@ -164,26 +167,28 @@ impl Scorer<'_> {
         }
     }
 
-    /// Adds what the terms of `existing`, on the node at `position`, say about the incoming
-    /// pod.
-    fn process(&mut self, existing: &PodInfo, position: usize) {
-        let (pod, ns_labels) = (self.pod, self.namespace_labels);
-        let theirs = &existing.affinity;
-        if self.hard_weight > 0 {
-            for term in &theirs.required {
-                if term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                    self.add(&term.topology_key, position, self.hard_weight);
-                }
-            }
-        }
-        for w in &theirs.preferred {
-            if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.add(&w.term.topology_key, position, i64::from(w.weight));
-            }
-        }
-        for w in &theirs.preferred_anti {
-            if w.term.matches(&pod.namespace, &pod.labels, ns_labels) {
-                self.add(&w.term.topology_key, position, -i64::from(w.weight));
+    /// Adds what the terms of `existing` say about the incoming pod. Each distinct term is
+    /// matched against the incoming pod once per cycle.
+    fn process(&mut self, existing: &TermPod) {
+        let snapshot = self.snapshot;
+        let index = snapshot.pod_index();
+        for t in existing.terms.iter() {
+            let weight = match t.kind {
+                TermKind::Required if self.hard_weight > 0 => self.hard_weight,
+                TermKind::Preferred(w) => i64::from(w),
+                TermKind::PreferredAnti(w) => -i64::from(w),
+                TermKind::Required | TermKind::RequiredAnti => continue,
+            };
+            let Some(term) = index.term(t.id) else {
+                continue;
+            };
+            let (pod, ns_labels) = (self.pod, self.namespace_labels);
+            let about = *self
+                .about_pod
+                .entry(t.id)
+                .or_insert_with(|| term.matches(&pod.namespace, &pod.labels, ns_labels));
+            if about {
+                self.add(&term.topology_key, existing.node, weight);
             }
         }
     }
