@@ -11,7 +11,7 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 
 use crate::model::PodInfo;
 use crate::model::pod::AffinityTerm;
@@ -107,12 +107,18 @@ pub struct PodIndex {
     any_term: TermPodSet,
     /// The distinct terms of the placed pods.
     terms: TermTable,
+    /// The pods in the index, by address: adding a pod twice or removing one never added
+    /// leaves the counts above as they are.
+    ids: FxHashSet<usize>,
 }
 
 impl PodIndex {
     /// Adds a pod placed on the node at position `node`.
     pub(super) fn insert(&mut self, pod: &Arc<PodInfo>, node: usize) {
         let id = id(pod);
+        if !self.ids.insert(id) {
+            return;
+        }
         let entry = || IndexedPod {
             pod: pod.clone(),
             node,
@@ -171,6 +177,9 @@ impl PodIndex {
     /// Removes a pod added with [`PodIndex::insert`].
     pub(super) fn remove(&mut self, pod: &Arc<PodInfo>) {
         let id = id(pod);
+        if !self.ids.remove(&id) {
+            return;
+        }
         for (k, v) in pod.labels.iter() {
             let hash = namespaced_label_hash(&pod.namespace, k, v);
             if let Some(set) = self.by_label.get_mut(&hash) {
@@ -207,6 +216,7 @@ impl PodIndex {
         self.by_term_label.clear();
         self.any_term.clear();
         self.terms.clear();
+        self.ids.clear();
     }
 
     /// Calls `f` with each placed pod of `namespaces` whose labels `selector` matches, and
@@ -433,6 +443,54 @@ mod tests {
         assert_eq!(matched(&index, &web, Namespaces::Every), ["a"]);
         assert!(!index.for_each_match(&LabelSelector::everything(), default, |_| ()));
         assert!(matched(&index, &LabelSelector::nothing(), default).is_empty());
+    }
+
+    #[test]
+    fn adding_a_pod_twice_or_removing_one_never_added_changes_nothing() {
+        let mut index = PodIndex::default();
+        let a = pod("a").label("app", "web").build();
+        let b = pod("b")
+            .label("app", "web")
+            .spec_yaml(
+                r#"
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 10
+      podAffinityTerm:
+        labelSelector: {matchLabels: {app: web}}
+        topologyKey: kubernetes.io/hostname
+"#,
+            )
+            .build();
+        let twin = pod("c").label("app", "web").spec_yaml(
+            r#"
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 10
+      podAffinityTerm:
+        labelSelector: {matchLabels: {app: web}}
+        topologyKey: kubernetes.io/hostname
+"#,
+        );
+        let c = twin.build();
+        index.insert(&a, 0);
+        index.insert(&b, 1);
+        index.insert(&b, 1);
+        // c, never added, holds a term equal to b's.
+        index.remove(&c);
+        index.remove(&a);
+        let web = selector("matchLabels: {app: web}");
+        assert_eq!(matched(&index, &web, Namespaces::Every), ["b"]);
+        let incoming = pod("in").label("app", "web").build();
+        let found: Vec<_> = index.term_candidates(&incoming.labels).collect();
+        assert_eq!(found.len(), 1);
+        assert!(index.term(found[0].terms[0].id).is_some());
+        index.remove(&b);
+        assert!(matched(&index, &web, Namespaces::Every).is_empty());
+        assert!(index.namespaces.is_empty());
+        assert!(index.term(0).is_none());
     }
 
     #[test]
