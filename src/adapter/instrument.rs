@@ -25,9 +25,10 @@ use super::batch_histogram::BatchHistogram;
 use super::metrics::Metrics;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, NodeBlock, NodeScore, NominatedPods, PermitPlugin, Plugin,
-    PostFilterInput, PostFilterPlugin, PostFilterResult, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, PreemptionCandidate, Profile, ReservePlugin, ScorePlugin, Status, WaitingPods,
+    Code, CycleState, DomainScores, DomainVerdict, FilterPlugin, NodeBlock, NodeScore,
+    NominatedPods, PermitPlugin, Plugin, PostFilterInput, PostFilterPlugin, PostFilterResult,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, PreemptionCandidate, Profile, ReservePlugin,
+    ScorePlugin, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 
@@ -488,6 +489,17 @@ impl FilterPlugin for Timed {
             .is_some_and(|f| f.verdict_by_requests(state, pod))
     }
 
+    fn verdict_by_domain(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Option<Vec<DomainVerdict>> {
+        self.inner
+            .as_filter()
+            .and_then(|f| f.verdict_by_domain(state, pod, snapshot))
+    }
+
     fn filtered(&self, nodes: usize) {
         self.evaluated(nodes as u64);
     }
@@ -660,6 +672,17 @@ impl ScorePlugin for Timed {
         self.inner
             .as_score()
             .is_some_and(|s| s.score_by_requests(state, pod))
+    }
+
+    fn score_by_domain<'s>(
+        &self,
+        state: &'s CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Option<DomainScores<'s>> {
+        self.inner
+            .as_score()
+            .and_then(|s| s.score_by_domain(state, pod, snapshot))
     }
 
     /// Counts the runs, and ends the Score extension point after the last plugin that
@@ -1045,51 +1068,121 @@ profiles:
         let plain = &config.profiles[0];
         let timed = instr.instrument(plain);
         let mut cache = crate::cache::Cache::new();
-        cache.upsert_node(node("n0").capacity("2", "4Gi").build());
-        cache.upsert_node(node("n1").capacity("4", "8Gi").build());
+        for (name, cpu, memory) in [("n0", "2", "4Gi"), ("n1", "4", "8Gi")] {
+            cache.upsert_node(
+                node(name)
+                    .capacity(cpu, memory)
+                    .label("kubernetes.io/hostname", name)
+                    .label("topology.kubernetes.io/zone", name)
+                    .build(),
+            );
+        }
+        cache
+            .add_bound_pod(pod("web-0").label("app", "web").on("n0").build())
+            .expect("bound");
         let mut snapshot = Snapshot::default();
         cache.update_snapshot(&mut snapshot);
-        let pod = pod("p").req("cpu", "1").build();
+        // A pod with requests only, and one spread over zones and kept apart by host from
+        // its like, whose verdicts and scores come by domain.
+        let plain_pod = pod("p").req("cpu", "1").build();
+        let spread_pod = pod("q")
+            .req("cpu", "1")
+            .label("app", "web")
+            .spec_yaml(
+                r#"
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        labelSelector: {matchLabels: {app: web}}
+        topologyKey: kubernetes.io/hostname
+topologySpreadConstraints:
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: DoNotSchedule
+  labelSelector: {matchLabels: {app: web}}
+"#,
+            )
+            .build();
+        let mut shortcuts = 0;
+        let mut by_domain = 0;
+        for pod in [plain_pod, spread_pod] {
+            let (found, domains) = shortcuts_agree(plain, &timed, &snapshot, &pod);
+            shortcuts += found;
+            by_domain += domains;
+        }
+        // TaintToleration and NodeUnschedulable accept both nodes, NodeResourcesFit's
+        // verdict and score depend on the requests, TaintToleration scores alike,
+        // PodTopologySpread's verdicts and InterPodAffinity's scores come by domain: the
+        // comparison met the shortcuts it is about.
+        assert!(shortcuts >= 10, "{shortcuts}");
+        assert_eq!(by_domain, 2);
+    }
+
+    /// Asks the plain and the timed plugins of a profile the cycle's shortcuts for `pod`,
+    /// asserting that they answer alike; returns how many shortcuts were met, and of them
+    /// how many by domain.
+    fn shortcuts_agree(
+        plain: &Profile,
+        timed: &Profile,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+    ) -> (usize, usize) {
         // The hints are asked after PreFilter and PreScore, of the plain plugins: the
         // wrappers share them, and their state.
         let mut state = CycleState::new();
         for p in plain.pre_filter.iter().filter_map(|p| p.as_pre_filter()) {
-            p.pre_filter(&mut state, &pod, &snapshot);
+            p.pre_filter(&mut state, pod, snapshot);
         }
         let nodes: Vec<&NodeInfo> = snapshot.nodes().iter().map(|n| &**n).collect();
         for p in plain.pre_score.iter().filter_map(|p| p.as_pre_score()) {
-            p.pre_score(&mut state, &pod, &snapshot, &nodes);
+            p.pre_score(&mut state, pod, snapshot, &nodes);
         }
-        let mut shortcuts = 0;
+        let (mut shortcuts, mut by_domain) = (0, 0);
         for (p, t) in plain.filter.iter().zip(&timed.filter) {
             let (Some(p), Some(t)) = (p.as_filter(), t.as_filter()) else {
                 panic!("a filter plugin lost its Filter");
             };
-            let passes_all = p.passes_all(&state, &pod, &snapshot);
-            let by_requests = p.verdict_by_requests(&state, &pod);
-            assert_eq!(t.passes_all(&state, &pod, &snapshot), passes_all);
-            assert_eq!(t.verdict_by_requests(&state, &pod), by_requests);
+            let passes_all = p.passes_all(&state, pod, snapshot);
+            let by_requests = p.verdict_by_requests(&state, pod);
+            assert_eq!(t.passes_all(&state, pod, snapshot), passes_all);
+            assert_eq!(t.verdict_by_requests(&state, pod), by_requests);
             for n in &nodes {
                 assert_eq!(t.passes_outright(n), p.passes_outright(n));
             }
+            let codes = |f: &dyn FilterPlugin| {
+                f.verdict_by_domain(&state, pod, snapshot).map(|checks| {
+                    (0..nodes.len())
+                        .map(|i| checks.iter().map(|c| c.code(i)).collect::<Vec<_>>())
+                        .collect::<Vec<_>>()
+                })
+            };
+            let domains = codes(p);
+            assert_eq!(codes(t), domains);
             shortcuts += usize::from(passes_all) + usize::from(by_requests);
+            by_domain += usize::from(domains.is_some());
         }
         for ((p, _), (t, _)) in plain.score.iter().zip(&timed.score) {
             let (Some(p), Some(t)) = (p.as_score(), t.as_score()) else {
                 panic!("a score plugin lost its Score");
             };
-            let uniform = p.uniform_score(&state, &pod, &snapshot);
-            let by_requests = p.score_by_requests(&state, &pod);
-            assert_eq!(t.uniform_score(&state, &pod, &snapshot), uniform);
-            assert_eq!(t.score_by_requests(&state, &pod), by_requests);
+            let uniform = p.uniform_score(&state, pod, snapshot);
+            let by_requests = p.score_by_requests(&state, pod);
+            assert_eq!(t.uniform_score(&state, pod, snapshot), uniform);
+            assert_eq!(t.score_by_requests(&state, pod), by_requests);
             assert_eq!(t.normalizes(), p.normalizes());
+            let raws = |s: &dyn ScorePlugin| {
+                s.score_by_domain(&state, pod, snapshot)
+                    .map(|d| (0..nodes.len()).map(|i| d.at(i)).collect::<Vec<_>>())
+            };
+            let domains = raws(p);
+            assert_eq!(raws(t), domains);
             shortcuts += usize::from(uniform.is_some()) + usize::from(by_requests);
             shortcuts += usize::from(!p.normalizes());
+            by_domain += usize::from(domains.is_some());
         }
-        // TaintToleration and NodeUnschedulable accept both nodes, NodeResourcesFit's
-        // verdict and score depend on the requests, TaintToleration scores alike: the
-        // comparison met the shortcuts it is about.
-        assert!(shortcuts >= 5, "{shortcuts}");
+        (shortcuts + by_domain, by_domain)
     }
 
     #[test]

@@ -205,6 +205,7 @@ impl Snapshot {
                 None => TopologyValues::NONE,
             })
             .collect();
+        values.list_positions();
         let values = Arc::new(values);
         cache.values.push((key.to_string(), values.clone()));
         values
@@ -401,6 +402,10 @@ pub struct TopologyValues {
     /// The values, by number.
     pub values: Vec<Box<str>>,
     index: FxHashMap<Box<str>, u32>,
+    /// The positions of the nodes with each value, value after value: those of value `v`
+    /// are `positions[starts[v]..starts[v + 1]]`.
+    starts: Vec<u32>,
+    positions: Vec<u32>,
 }
 
 impl TopologyValues {
@@ -417,6 +422,38 @@ impl TopologyValues {
     /// `Some(NONE)` when the node lacks the key.
     pub fn at(&self, position: usize) -> Option<u32> {
         self.ids.get(position).copied()
+    }
+
+    /// The positions of the nodes whose value is number `id`, in ascending order.
+    pub fn positions_of(&self, id: u32) -> &[u32] {
+        let id = id as usize;
+        match (self.starts.get(id), self.starts.get(id + 1)) {
+            (Some(&from), Some(&to)) => &self.positions[from as usize..to as usize],
+            _ => &[],
+        }
+    }
+
+    /// Lists the positions of each value's nodes, once `ids` is complete.
+    fn list_positions(&mut self) {
+        let mut starts = vec![0u32; self.values.len() + 1];
+        for &id in &self.ids {
+            if let Some(n) = starts.get_mut(id as usize + 1) {
+                *n += 1;
+            }
+        }
+        for v in 1..starts.len() {
+            starts[v] += starts[v - 1];
+        }
+        let mut next = starts.clone();
+        let mut positions = vec![0u32; starts.last().copied().unwrap_or(0) as usize];
+        for (p, &id) in self.ids.iter().enumerate() {
+            if let Some(at) = next.get_mut(id as usize) {
+                positions[*at as usize] = u32::try_from(p).unwrap_or(u32::MAX);
+                *at += 1;
+            }
+        }
+        self.starts = starts;
+        self.positions = positions;
     }
 
     fn intern(&mut self, value: &str) -> u32 {

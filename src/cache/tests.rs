@@ -455,3 +455,41 @@ fn a_clone_is_independent_and_refreshes_a_snapshot_whole() {
     );
     assert!(cache.pod_placement("default", "q").is_none());
 }
+
+#[test]
+fn topology_values_list_the_positions_of_each_value() {
+    let mut cache = Cache::new();
+    for (name, zone) in [
+        ("a", Some("z1")),
+        ("b", None),
+        ("c", Some("z2")),
+        ("d", Some("z1")),
+    ] {
+        let n = node(name);
+        cache.upsert_node(match zone {
+            Some(z) => n.label("zone", z).build(),
+            None => n.build(),
+        });
+    }
+    let mut snapshot = Snapshot::default();
+    cache.update_snapshot(&mut snapshot);
+    let values = snapshot.topology_values("zone");
+    let positions = |zone: &str| -> Vec<String> {
+        let id = values.id_of(zone).expect("a zone some node has");
+        values
+            .positions_of(id)
+            .iter()
+            .map(|&p| snapshot.nodes()[p as usize].node.name.to_string())
+            .collect()
+    };
+    let mut z1 = positions("z1");
+    z1.sort();
+    assert_eq!(z1, ["a", "d"]);
+    assert_eq!(positions("z2"), ["c"]);
+    assert!(values.positions_of(TopologyValues::NONE).is_empty());
+    assert!(values.positions_of(7).is_empty());
+    let listed: usize = (0..values.values.len() as u32)
+        .map(|id| values.positions_of(id).len())
+        .sum();
+    assert_eq!(listed, 3, "a node without the key is listed under no value");
+}

@@ -15,6 +15,8 @@ use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
+use domains::{DomainChecks, DomainColumn, Pick};
+
 use super::{
     ActiveFilter, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
     active_filters, count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight,
@@ -72,6 +74,10 @@ struct Scratch {
     cells: Vec<i64>,
     /// A block's weighted sums.
     sums: Vec<i64>,
+    /// How many of the nodes the class accepts each rejection by domain rejects.
+    domain_counts: Vec<usize>,
+    /// The positions whose raw scores by domain may differ from 0.
+    listed: Vec<usize>,
 }
 
 impl Default for ClassIndex {
@@ -154,14 +160,21 @@ impl Class {
     }
 
     /// Tells each of `filters` (the cycle's, in order) how many nodes it examined, as the
-    /// plain cycle's pass over every node would: those no earlier plugin rejected.
-    fn count_filter_runs(&self, filters: &[ActiveFilter<'_>]) {
+    /// plain cycle's pass over every node would: those no earlier plugin rejected, the
+    /// class's rejections and those by domain (`by_domain`, each status with its nodes).
+    fn count_filter_runs<'s>(
+        &'s self,
+        filters: &[ActiveFilter<'_>],
+        by_domain: impl Iterator<Item = (&'s Status, usize)> + Clone,
+    ) {
         let mut left = self.totals.len();
         for f in filters {
             f.plugin.filtered(left);
             let rejected: usize = self
                 .rejected
                 .iter()
+                .map(|(s, n)| (s, *n))
+                .chain(by_domain.clone())
                 .filter(|(s, _)| s.plugin() == Some(f.name))
                 .map(|(_, n)| n)
                 .sum();
@@ -196,17 +209,21 @@ pub(super) struct Chosen {
     pub rejections: Vec<RejectionCount>,
 }
 
-/// A Score plugin the class's totals sum, or one whose weighted score is the same on every
-/// node.
+/// A Score plugin the class's totals sum, one whose weighted score is the same on every
+/// node, or one whose raw scores are sums by domain (the cycle's [`DomainColumn`] of that
+/// number).
 enum Column<'p> {
     Kept(&'p dyn ScorePlugin, i64),
     Constant(&'p dyn ScorePlugin, i64),
+    Domain(&'p dyn ScorePlugin, usize),
 }
 
 impl Column<'_> {
     fn plugin(&self) -> &dyn ScorePlugin {
         match self {
-            Column::Kept(plugin, _) | Column::Constant(plugin, _) => *plugin,
+            Column::Kept(plugin, _) | Column::Constant(plugin, _) | Column::Domain(plugin, _) => {
+                *plugin
+            }
         }
     }
 }
@@ -243,16 +260,30 @@ impl ClassIndex {
             return Outcome::Plain(None);
         }
         let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
-        if !filters
+        if profile
+            .pre_score
             .iter()
-            .all(|f| !f.called || f.plugin.verdict_by_requests(state, pod))
-            || profile
-                .pre_score
-                .iter()
-                .filter_map(|p| p.as_pre_score())
-                .any(|p| p.reads_feasible(pod, snapshot))
+            .filter_map(|p| p.as_pre_score())
+            .any(|p| p.reads_feasible(pod, snapshot))
         {
             return Outcome::Plain(None);
+        }
+        // The filters whose verdicts the class keeps, and those read by domain; a kept
+        // verdict after one by domain would change which plugin a node's rejection names.
+        let mut domains = DomainChecks::new();
+        let mut kept_filters = Vec::with_capacity(filters.len());
+        for f in &filters {
+            if !f.called || f.plugin.verdict_by_requests(state, pod) {
+                if f.called && !domains.is_empty() {
+                    return Outcome::Plain(None);
+                }
+                kept_filters.push(*f);
+            } else {
+                let verdicts = f.plugin.verdict_by_domain(state, pod, snapshot);
+                if verdicts.and_then(|v| domains.add(f.name, v)).is_none() {
+                    return Outcome::Plain(None);
+                }
+            }
         }
         let key = ClassKey::of(profile, pod);
         let hash = key.hash_value();
@@ -283,7 +314,7 @@ impl ClassIndex {
             return Outcome::Plain(None);
         }
         class.used = self.clock;
-        let names: Vec<&'static str> = filters
+        let names: Vec<&'static str> = kept_filters
             .iter()
             .filter(|f| f.called)
             .map(|f| f.name)
@@ -296,6 +327,8 @@ impl ClassIndex {
             olds,
             cells,
             sums,
+            domain_counts,
+            listed,
         } = &mut self.scratch;
         changed.clear();
         match snapshot.changes().since(class.layout, class.synced) {
@@ -326,7 +359,7 @@ impl ClassIndex {
             statuses.clear();
             statuses.resize_with(positions.len(), Status::success);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            run_filters(&filters, state, pod, block, statuses, false);
+            run_filters(&kept_filters, state, pod, block, statuses, false);
             for ((&p, &old), status) in positions.iter().zip(olds.iter()).zip(statuses.drain(..)) {
                 class.forget(old);
                 match status.code() {
@@ -343,7 +376,18 @@ impl ClassIndex {
             }
         }
         let start = *next_start % n;
-        let feasible = class.feasible();
+        let feasible = if domains.is_empty() {
+            class.feasible()
+        } else {
+            class.feasible() - domains.count(&class.totals, domain_counts)
+        };
+        let domain_rejections = || {
+            domains
+                .rejections
+                .iter()
+                .zip(domain_counts.iter())
+                .map(|(s, n)| (s, *n))
+        };
         // The changed nodes have verdicts but no totals yet: what follows scores them, or
         // leaves every total to be scored again.
         if feasible <= 1 {
@@ -352,15 +396,17 @@ impl ClassIndex {
                 return Outcome::Plain(None);
             }
             *next_start = start;
-            class.count_filter_runs(&filters);
-            let only = class.totals.iter().position(|&t| t >= 0).unwrap_or(0);
+            class.count_filter_runs(&filters, domain_rejections());
+            let only = (0..n)
+                .find(|&p| class.totals[p] >= 0 && domains.code(p) == 0)
+                .unwrap_or(0);
             return Outcome::Placed(Chosen {
                 node: snapshot.nodes()[only].node.name.clone(),
                 evaluated: n,
                 feasible: 1,
                 score_plugins: Vec::new(),
                 scores: Vec::new(),
-                rejections: class_rejections(class),
+                rejections: class_rejections(class, domain_rejections()),
             });
         }
         let skipped = match run_pre_score(profile, state, pod, snapshot, &[]) {
@@ -372,6 +418,7 @@ impl ClassIndex {
         };
         let state: &CycleState = state;
         let mut columns: Vec<(Column<'_>, &'static str)> = Vec::new();
+        let mut live: Vec<DomainColumn<'_>> = Vec::new();
         for (plugin, weight) in &profile.score {
             let name = plugin.name();
             let Some(s) = plugin.as_score().filter(|_| !skipped.contains(&name)) else {
@@ -394,6 +441,16 @@ impl ClassIndex {
                 {
                     Column::Kept(s, *weight)
                 }
+                None if plain_weight(*weight) => match s.score_by_domain(state, pod, snapshot) {
+                    Some(scores) => {
+                        live.push(DomainColumn::new(scores, *weight));
+                        Column::Domain(s, live.len() - 1)
+                    }
+                    None => {
+                        class.scored_by.clear();
+                        return Outcome::Plain(Some(skipped));
+                    }
+                },
                 None => {
                     class.scored_by.clear();
                     return Outcome::Plain(Some(skipped));
@@ -412,7 +469,7 @@ impl ClassIndex {
             .iter()
             .map(|(c, _)| match c {
                 Column::Kept(_, weight) => weight.saturating_mul(MAX_NODE_SCORE),
-                Column::Constant(..) => 0,
+                Column::Constant(..) | Column::Domain(..) => 0,
             })
             .fold(0, i64::saturating_add);
         if most > i64::from(Total::MAX) {
@@ -461,64 +518,100 @@ impl ClassIndex {
         // order of examination (from the rotating start): only the nodes with the best total
         // can be chosen, and the tie-break looks at them alone: by their keys as the spans
         // are read (by name, gathered first, with the fixed order).
-        *next_start = start;
-        let max = class.span_max.iter().copied().max().unwrap_or(0);
-        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
-        let hashes = snapshot.name_hashes();
-        let pod_hash = pod_tie_hash(pod);
-        let mut ties: Vec<usize> = Vec::new();
-        let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
-        let mut top = TopK::new(options.top_scores);
-        for (from, to) in [(start, n), (0, start)] {
-            let mut lo = from;
-            while lo < to {
-                let hi = ((lo / SPAN + 1) * SPAN).min(to);
-                let span_max = class.span_max[lo / SPAN];
-                let totals = &class.totals[lo..hi];
-                if span_max == max {
-                    if fixed_order {
-                        ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
-                    } else {
-                        for (p, &total) in (lo..hi).zip(totals) {
-                            if total == max {
-                                let key = tie_key(hashes[p], pod_hash);
-                                if key < best_key || chosen == usize::MAX {
-                                    (best_key, chosen) = (key, p);
-                                }
-                            }
-                        }
-                    }
-                }
-                if span_max >= 0 && top.would_take(i64::from(span_max)) {
-                    for (p, &total) in (lo..hi).zip(totals) {
-                        if total >= 0 {
-                            top.offer(p, i64::from(total));
-                        }
-                    }
-                }
-                lo = hi;
-            }
-        }
-        if fixed_order || chosen == usize::MAX {
-            chosen = select_host(
-                pod,
-                ties.into_iter().map(|p| (p, i64::from(max))),
-                |p| hashes[p],
-                |p| &snapshot.nodes()[p].node.name,
-                fixed_order,
-            );
-        }
         let constant_total: i64 = columns
             .iter()
             .map(|(c, _)| match c {
                 Column::Constant(_, w) => *w,
-                Column::Kept(..) => 0,
+                Column::Kept(..) | Column::Domain(..) => 0,
             })
             .sum();
-        let best: Vec<usize> = top.into_best().into_iter().map(|(p, _)| p).collect();
+        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
+        let (chosen, best) = if domains.is_empty() && live.is_empty() {
+            *next_start = start;
+            let max = class.span_max.iter().copied().max().unwrap_or(0);
+            let hashes = snapshot.name_hashes();
+            let pod_hash = pod_tie_hash(pod);
+            let mut ties: Vec<usize> = Vec::new();
+            let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
+            let mut top = TopK::new(options.top_scores);
+            for (from, to) in [(start, n), (0, start)] {
+                let mut lo = from;
+                while lo < to {
+                    let hi = ((lo / SPAN + 1) * SPAN).min(to);
+                    let span_max = class.span_max[lo / SPAN];
+                    let totals = &class.totals[lo..hi];
+                    if span_max == max {
+                        if fixed_order {
+                            ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                        } else {
+                            for (p, &total) in (lo..hi).zip(totals) {
+                                if total == max {
+                                    let key = tie_key(hashes[p], pod_hash);
+                                    if key < best_key || chosen == usize::MAX {
+                                        (best_key, chosen) = (key, p);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    if span_max >= 0 && top.would_take(i64::from(span_max)) {
+                        for (p, &total) in (lo..hi).zip(totals) {
+                            if total >= 0 {
+                                top.offer(p, i64::from(total));
+                            }
+                        }
+                    }
+                    lo = hi;
+                }
+            }
+            if fixed_order || chosen == usize::MAX {
+                chosen = select_host(
+                    pod,
+                    ties.into_iter().map(|p| (p, i64::from(max))),
+                    |p| hashes[p],
+                    |p| &snapshot.nodes()[p].node.name,
+                    fixed_order,
+                );
+            }
+            (
+                chosen,
+                top.into_best()
+                    .into_iter()
+                    .map(|(p, _)| p)
+                    .collect::<Vec<usize>>(),
+            )
+        } else {
+            let plugins: Vec<&dyn ScorePlugin> = columns
+                .iter()
+                .filter(|(c, _)| matches!(c, Column::Domain(..)))
+                .map(|(c, _)| c.plugin())
+                .collect();
+            let pick = Pick {
+                class,
+                domains: &domains,
+                start,
+                fixed_order,
+                pod_hash: pod_tie_hash(pod),
+                snapshot,
+                top_scores: options.top_scores,
+            };
+            let Some(choice) = pick.choose(
+                feasible,
+                constant_total,
+                &mut live,
+                &plugins,
+                state,
+                pod,
+                listed,
+            ) else {
+                return Outcome::Plain(Some(skipped));
+            };
+            *next_start = start;
+            choice
+        };
         let nodes = nodes_at(snapshot, &best);
         let block = NodeBlock::of_snapshot(&nodes, &best, snapshot);
-        let Some(per_plugin) = weighted_columns(&columns, state, pod, block, cells) else {
+        let Some(per_plugin) = weighted_columns(&columns, &live, state, pod, block, cells) else {
             return Outcome::Plain(Some(skipped));
         };
         let scores = best
@@ -527,10 +620,12 @@ impl ClassIndex {
             .map(|(i, &p)| NodeScores {
                 node: snapshot.nodes()[p].node.name.clone(),
                 weighted: per_plugin.iter().map(|column| column[i]).collect(),
-                total: i64::from(class.totals[p]) + constant_total,
+                total: i64::from(class.totals[p])
+                    + constant_total
+                    + live.iter().map(|c| c.at(p)).sum::<i64>(),
             })
             .collect();
-        class.count_filter_runs(&filters);
+        class.count_filter_runs(&filters, domain_rejections());
         for (column, _) in &columns {
             column.plugin().scored(feasible);
         }
@@ -540,7 +635,7 @@ impl ClassIndex {
             feasible,
             score_plugins: columns.iter().map(|(_, name)| *name).collect(),
             scores,
-            rejections: class_rejections(class),
+            rejections: class_rejections(class, domain_rejections()),
         })
     }
 
@@ -570,9 +665,13 @@ fn nodes_at<'s>(snapshot: &'s Snapshot, positions: &[usize]) -> Vec<&'s NodeInfo
     positions.iter().map(|&p| &*snapshot.nodes()[p]).collect()
 }
 
-/// The class's rejections counted as the plain cycle counts its diagnosis's.
-fn class_rejections(class: &Class) -> Vec<RejectionCount> {
-    count_rejections(class.rejected.iter().map(|(s, n)| (s, *n)))
+/// The class's rejections and those by domain (`by_domain`) counted as the plain cycle
+/// counts its diagnosis's.
+fn class_rejections<'s>(
+    class: &'s Class,
+    by_domain: impl Iterator<Item = (&'s Status, usize)>,
+) -> Vec<RejectionCount> {
+    count_rejections(class.rejected.iter().map(|(s, n)| (s, *n)).chain(by_domain))
 }
 
 /// Each node's sum of the kept columns' weighted scores, into `sums`; `None` when a plugin
@@ -614,6 +713,7 @@ fn weighted_sums(
 /// repeated); `None` when a plugin fails or gives a score out of range.
 fn weighted_columns(
     columns: &[(Column<'_>, &'static str)],
+    live: &[DomainColumn<'_>],
     state: &CycleState,
     pod: &PodInfo,
     block: NodeBlock<'_>,
@@ -624,6 +724,7 @@ fn weighted_columns(
         .iter()
         .map(|(column, _)| match column {
             Column::Constant(_, weighted) => Some(vec![*weighted; len]),
+            Column::Domain(_, i) => Some(block.positions.iter().map(|&p| live[*i].at(p)).collect()),
             Column::Kept(plugin, weight) => {
                 cells.clear();
                 cells.resize(len, 0);
@@ -641,5 +742,6 @@ fn weighted_columns(
         .collect()
 }
 
+mod domains;
 #[cfg(test)]
 mod tests;

@@ -875,6 +875,7 @@ fn find_feasible_nodes<'s>(
 }
 
 /// A Filter plugin of the pass over the nodes, in profile order.
+#[derive(Clone, Copy)]
 struct ActiveFilter<'p> {
     plugin: &'p dyn FilterPlugin,
     name: &'static str,

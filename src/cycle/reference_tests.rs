@@ -341,6 +341,15 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
                 zone_selector: None,
             }),
         1 => pod_spec(),
+        // Pods whose other plugins answer by domain: spread over zones, anti-affinity by
+        // host, nothing else.
+        2 => (pod_spec(), 1u8..3, prop::bool::ANY).prop_map(|(p, skew, anti_affinity)| PodSpec {
+            spread: Some(skew),
+            anti_affinity,
+            tolerates: false,
+            zone_selector: None,
+            ..p
+        }),
     ]
 }
 

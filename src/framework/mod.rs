@@ -1,5 +1,6 @@
 //! The plugin framework: extension points, statuses, per-cycle state, and profiles.
 
+pub mod by_domain;
 pub mod cycle_state;
 pub mod events;
 pub mod plugin;
@@ -9,6 +10,7 @@ pub mod run;
 pub mod status;
 pub mod waiting;
 
+pub use by_domain::{DomainScores, DomainVerdict};
 pub use cycle_state::CycleState;
 pub use events::{
     ClusterChange, ClusterEvent, EventHint, HintFn, NODE_CHANGES, NODE_CHANGES_AND_POD_DELETES,

@@ -12,6 +12,7 @@ use std::time::Duration;
 use crate::cache::{ClaimKey, NodeInfo, NodeRow, Snapshot, Tracked, VolumeDecision};
 use crate::model::PodInfo;
 
+use super::by_domain::{DomainScores, DomainVerdict};
 use super::cycle_state::CycleState;
 use super::events::EventHint;
 use super::profile::Profile;
@@ -247,6 +248,20 @@ pub trait FilterPlugin: Send + Sync {
     /// as the node does not change (see the cycle's class index).
     fn verdict_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
         false
+    }
+
+    /// For `pod` (after PreFilter), `filter`'s verdict on every node of `snapshot` as a
+    /// function of the node's values of some topology keys, when it depends on nothing
+    /// else of the node: one check per key, in order, the first rejection winning. The
+    /// cycle may then read the verdicts by position instead of calling the plugin (see
+    /// the cycle's class index). Must agree with `filter` on every node of `snapshot`.
+    fn verdict_by_domain(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<Vec<DomainVerdict>> {
+        None
     }
 
     /// Told that this plugin examined `nodes` more nodes in this cycle's pass, as
@@ -503,6 +518,21 @@ pub trait ScorePlugin: Send + Sync {
     /// normalize may answer true.
     fn score_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
         false
+    }
+
+    /// For `pod` (after PreScore), `score`'s raw score of every node of `snapshot` as a
+    /// sum of numbers per topology domain (see [`DomainScores`]), when it depends on
+    /// nothing else of the node: the cycle may then read the raw scores by position and
+    /// ask the plugin for none. A plugin answering it must normalize each score from its
+    /// raw value and the set of distinct raw values present alone (not their number or
+    /// order), so that the cycle can normalize the distinct values once.
+    fn score_by_domain<'s>(
+        &self,
+        _state: &'s CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<DomainScores<'s>> {
+        None
     }
 
     /// True when nodes with the best total score should be told apart by one fixed order of

@@ -9,7 +9,8 @@ use rustc_hash::FxHashMap;
 
 use crate::cache::{NodeInfo, Snapshot, TermId, TermKind, TermPod, TopologyValues};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NodeBlock, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, DomainScores, MAX_NODE_SCORE, NodeBlock, NodeScore, PreScorePlugin, ScorePlugin,
+    Status,
 };
 use crate::model::{Labels, PodInfo};
 
@@ -22,18 +23,13 @@ const MISSING_STATE: &str =
 /// The summed weights per topology pair, for Score and NormalizeScore.
 #[derive(Debug, Clone, Default)]
 struct PreScoreState {
-    /// Per topology key met, the pairs summed so far (at least one each).
-    by_key: Vec<KeySums>,
-}
-
-/// The sums of one topology key's pairs, by the number of the value in the snapshot's
-/// [`TopologyValues`]: as many entries as pairs met (a few per existing pod the terms are
-/// about), however many values the key has (one per node for a hostname).
-#[derive(Debug, Clone)]
-struct KeySums {
-    key: Box<str>,
-    values: Arc<TopologyValues>,
-    sums: FxHashMap<u32, i64>,
+    /// Per topology key met (the names in `keys`), the key's values on the snapshot's
+    /// nodes and the sums of its pairs so far (at least one each), by the number of the
+    /// value in the snapshot's [`TopologyValues`]: as many entries as pairs met (a few per
+    /// existing pod the terms are about), however many values the key has (one per node for
+    /// a hostname).
+    by_key: Vec<(Arc<TopologyValues>, FxHashMap<u32, i64>)>,
+    keys: Vec<Box<str>>,
 }
 
 impl PreScoreState {
@@ -46,9 +42,10 @@ impl PreScoreState {
     fn on_labels(&self, labels: &Labels) -> i64 {
         self.by_key
             .iter()
-            .filter_map(|k| {
-                let id = k.values.id_of(labels.get(&k.key)?)?;
-                k.sums.get(&id).copied()
+            .zip(&self.keys)
+            .filter_map(|((values, sums), key)| {
+                let id = values.id_of(labels.get(key)?)?;
+                sums.get(&id).copied()
             })
             .sum()
     }
@@ -56,10 +53,10 @@ impl PreScoreState {
     /// The sum on the node at `position` of the snapshot; `None` for a position the
     /// snapshot's numbering does not cover (a node copy made within a cycle).
     fn at(&self, position: usize) -> Option<i64> {
-        self.by_key.iter().try_fold(0, |sum, k| {
-            k.values.at(position).map(|id| match id {
+        self.by_key.iter().try_fold(0, |sum, (values, sums)| {
+            values.at(position).map(|id| match id {
                 TopologyValues::NONE => sum,
-                id => sum + k.sums.get(&id).copied().unwrap_or(0),
+                id => sum + sums.get(&id).copied().unwrap_or(0),
             })
         })
     }
@@ -147,21 +144,21 @@ impl Scorer<'_> {
                 .get(key)
                 .and_then(|v| values.id_of(v)),
         };
-        match self.sums.by_key.iter_mut().find(|k| *k.key == *key) {
+        let sums = &mut self.sums;
+        match sums.keys.iter().position(|k| **k == *key) {
             Some(k) => {
-                if let Some(id) = id_in(&k.values) {
-                    *k.sums.entry(id).or_default() += delta;
+                let (values, sums) = &mut sums.by_key[k];
+                if let Some(id) = id_in(values) {
+                    *sums.entry(id).or_default() += delta;
                 }
             }
             // A key is kept only once a pair of it is summed.
             None => {
                 let values = self.snapshot.topology_values(key);
                 if let Some(id) = id_in(&values) {
-                    self.sums.by_key.push(KeySums {
-                        key: key.into(),
-                        values,
-                        sums: FxHashMap::from_iter([(id, delta)]),
-                    });
+                    sums.keys.push(key.into());
+                    sums.by_key
+                        .push((values, FxHashMap::from_iter([(id, delta)])));
                 }
             }
         }
@@ -200,6 +197,17 @@ impl ScorePlugin for InterPodAffinity {
             .get::<PreScoreState>()
             .ok_or_else(|| Status::error(MISSING_STATE))?;
         Ok(s.on_labels(&node.node.labels))
+    }
+
+    /// PreScore's sums per pair.
+    fn score_by_domain<'s>(
+        &self,
+        state: &'s CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<DomainScores<'s>> {
+        let s = state.get::<PreScoreState>()?;
+        Some(DomainScores { keys: &s.by_key })
     }
 
     /// Reads each node's sums by its position, without looking its labels up.

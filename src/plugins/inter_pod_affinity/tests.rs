@@ -136,6 +136,30 @@ fn score(
         .map(|(index, &score)| NodeScore { index, score })
         .collect();
     assert!(pl.normalize(&state, pod, &mut scores).is_success());
+    // By domain, as the cycle reads it: the same raw scores by position, and normalizing
+    // the distinct raw scores once gives each node its score.
+    let by_domain = pl
+        .score_by_domain(&state, pod, snap)
+        .expect("PreScore's sums answer by domain");
+    let mut distinct = raw.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut once: Vec<NodeScore> = distinct
+        .iter()
+        .enumerate()
+        .map(|(index, &score)| NodeScore { index, score })
+        .collect();
+    assert!(pl.normalize(&state, pod, &mut once).is_success());
+    for (position, (&r, s)) in raw.iter().zip(&scores).enumerate() {
+        assert_eq!(by_domain.at(position), r);
+        let k = distinct.binary_search(&r).unwrap();
+        assert_eq!(once[k].score, s.score);
+    }
+    let mut listed = Vec::new();
+    by_domain.listed_positions(&mut listed);
+    for (position, &r) in raw.iter().enumerate() {
+        assert!(r == 0 || listed.binary_search(&position).is_ok());
+    }
     let name = |i: usize| feasible[i].node.name.to_string();
     let mut raw: Vec<_> = raw.iter().enumerate().map(|(i, &s)| (name(i), s)).collect();
     let mut norm: Vec<_> = scores.iter().map(|s| (name(s.index), s.score)).collect();

@@ -7,8 +7,8 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::cache::{Matched, Namespaces, NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
-    CycleState, FilterPlugin, NodeBlock, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
-    Status,
+    CycleState, DomainVerdict, FilterPlugin, NodeBlock, PreFilterExtensions, PreFilterPlugin,
+    PreFilterResult, Status,
 };
 use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
 use crate::model::selector::LabelSelector;
@@ -52,10 +52,37 @@ impl HardConstraint {
     fn check(&self, count: Option<i64>) -> Result<(), Status> {
         match count {
             None => Err(Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH)),
-            Some(count) if count + self.self_match - self.min_match > self.max_skew => {
+            Some(count) if self.too_skewed(count) => {
                 Err(Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH))
             }
             Some(_) => Ok(()),
+        }
+    }
+
+    /// True when placing the pod in a domain holding `count` matching pods would exceed
+    /// `maxSkew`.
+    fn too_skewed(&self, count: i64) -> bool {
+        count + self.self_match - self.min_match > self.max_skew
+    }
+
+    /// [`HardConstraint::check`] for every node of the cycle's snapshot, by domain.
+    fn domain_verdict(&self) -> DomainVerdict {
+        DomainVerdict {
+            values: self.values.clone(),
+            by_value: (0..self.values.values.len())
+                .map(|id| {
+                    if self.too_skewed(self.count_of(id as u32)) {
+                        2
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            without: 1,
+            rejections: vec![
+                Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH),
+                Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH),
+            ],
         }
     }
 
@@ -384,6 +411,22 @@ impl FilterPlugin for PodTopologySpread {
             }
         }
         Status::success()
+    }
+
+    /// Every hard constraint's verdict per domain of its key, from PreFilter's counts.
+    fn verdict_by_domain(
+        &self,
+        state: &CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<Vec<DomainVerdict>> {
+        let s = state.get::<PreFilterState>()?;
+        Some(
+            s.constraints
+                .iter()
+                .map(HardConstraint::domain_verdict)
+                .collect(),
+        )
     }
 
     /// Reads each node's domain count by its position, without looking its labels up.

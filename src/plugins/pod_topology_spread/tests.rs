@@ -1393,3 +1393,51 @@ fn indexed_counts_equal_a_scan_of_every_pod_as_the_cluster_changes() {
         check(&s, round);
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Verdicts by domain.
+
+#[test]
+fn verdicts_by_domain_agree_with_filter_on_every_node() {
+    // Zones a (2 pods), b (none), c (4 pods), a node without a zone, and a second
+    // constraint by host: each node's verdict by domain must be Filter's, first failure
+    // first.
+    let nodes = vec![
+        zone_node("a1", "a"),
+        zone_node("a2", "a"),
+        zone_node("b1", "b"),
+        zone_node("c1", "c"),
+        host_node("none"),
+    ];
+    let mut pods = webs("a1", 2);
+    pods.extend(webs("c1", 4));
+    let snap = snapshot(nodes, pods);
+    let pl = PodTopologySpread::new(&PodTopologySpreadArgs::default()).unwrap();
+    for constraints in [
+        vec![hard(1, ZONE)],
+        vec![hard(3, ZONE)],
+        vec![hard(1, HOSTNAME_LABEL), hard(2, ZONE)],
+    ] {
+        let p = web(constraints);
+        let mut state = CycleState::new();
+        let (_, status) = pl.pre_filter(&mut state, &p, &snap);
+        assert!(status.is_success());
+        let verdicts = pl
+            .verdict_by_domain(&state, &p, &snap)
+            .expect("hard constraints answer by domain");
+        let mut rejected = 0;
+        for (position, n) in snap.nodes().iter().enumerate() {
+            let by_domain = verdicts
+                .iter()
+                .map(|v| (v, v.code(position)))
+                .find(|(_, c)| *c != 0)
+                .map_or_else(Status::success, |(v, c)| {
+                    v.rejections[usize::from(c) - 1].clone()
+                });
+            let filtered = pl.filter(&state, &p, n);
+            assert_eq!(by_domain, filtered, "{}", n.node.name);
+            rejected += usize::from(!filtered.is_success());
+        }
+        assert!(rejected > 0, "the checks rejected some node");
+    }
+}
