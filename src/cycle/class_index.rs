@@ -15,7 +15,7 @@ use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
-use domains::{DomainChecks, DomainColumn, Pick};
+use domains::{DomainChecks, DomainColumn, FeasibleByValue, Pick};
 
 use super::{
     ActiveFilter, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
@@ -78,6 +78,8 @@ struct Scratch {
     domain_counts: Vec<usize>,
     /// The positions whose raw scores by domain may differ from 0.
     listed: Vec<usize>,
+    /// One bit per position, for reading the changed positions off in order.
+    seen: Vec<u64>,
 }
 
 impl Default for ClassIndex {
@@ -138,6 +140,9 @@ struct Class {
     /// The Score plugins the totals of feasible nodes sum, in order; empty when the totals
     /// of feasible nodes are not up to date (they are rescored whole at the next use).
     scored_by: Vec<&'static str>,
+    /// The feasible nodes counted by value of the topology keys checks by domain asked
+    /// for, kept in step with `totals`.
+    by_value: Vec<FeasibleByValue>,
     used: u64,
 }
 
@@ -307,6 +312,7 @@ impl ClassIndex {
             rejected: Vec::new(),
             span_max: Vec::new(),
             scored_by: Vec::new(),
+            by_value: Vec::new(),
             used: 0,
         });
         if class.key != key {
@@ -329,13 +335,26 @@ impl ClassIndex {
             sums,
             domain_counts,
             listed,
+            seen,
         } = &mut self.scratch;
         changed.clear();
         match snapshot.changes().since(class.layout, class.synced) {
             Some(since) if class.filters == names && class.totals.len() == n => {
-                changed.extend(since);
-                changed.sort_unstable();
-                changed.dedup();
+                // Each position once, in order: marked in a bitmap, then read off it,
+                // rather than sorting the log's entries (a node changes more than once
+                // between two cycles of a class: its pod assumed, then bound).
+                seen.clear();
+                seen.resize(n.div_ceil(64), 0);
+                for p in since.filter(|&p| p < n) {
+                    seen[p / 64] |= 1 << (p % 64);
+                }
+                for (w, &word) in seen.iter().enumerate() {
+                    let mut bits = word;
+                    while bits != 0 {
+                        changed.push(w * 64 + bits.trailing_zeros() as usize);
+                        bits &= bits - 1;
+                    }
+                }
             }
             _ => {
                 class.filters = names;
@@ -343,6 +362,7 @@ impl ClassIndex {
                 class.totals.resize(n, 0);
                 class.rejected.clear();
                 class.scored_by.clear();
+                class.by_value.clear();
                 changed.extend(0..n);
             }
         }
@@ -362,6 +382,11 @@ impl ClassIndex {
             run_filters(&kept_filters, state, pod, block, statuses, false);
             for ((&p, &old), status) in positions.iter().zip(olds.iter()).zip(statuses.drain(..)) {
                 class.forget(old);
+                if (old >= 0) != status.is_success() {
+                    for counts in &mut class.by_value {
+                        counts.count(p, status.is_success());
+                    }
+                }
                 match status.code() {
                     Code::Success => class.totals[p] = 0,
                     Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
@@ -379,7 +404,7 @@ impl ClassIndex {
         let feasible = if domains.is_empty() {
             class.feasible()
         } else {
-            class.feasible() - domains.count(&class.totals, domain_counts)
+            class.feasible() - domains.count(&class.totals, &mut class.by_value, domain_counts)
         };
         let domain_rejections = || {
             domains
@@ -544,12 +569,17 @@ impl ClassIndex {
                         if fixed_order {
                             ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
                         } else {
-                            for (p, &total) in (lo..hi).zip(totals) {
-                                if total == max {
-                                    let key = tie_key(hashes[p], pod_hash);
-                                    if key < best_key || chosen == usize::MAX {
-                                        (best_key, chosen) = (key, p);
-                                    }
+                            // The span's least key first, without a branch per node (about
+                            // one node in two or three ties, which no branch predicts);
+                            // the node holding it is looked for only when it is the least
+                            // so far, a few times per cycle.
+                            let key = least_tied_key(totals, &hashes[lo..hi], max, pod_hash);
+                            if key < best_key || chosen == usize::MAX {
+                                let holder = (lo..hi).find(|&p| {
+                                    class.totals[p] == max && tie_key(hashes[p], pod_hash) == key
+                                });
+                                if let Some(p) = holder {
+                                    (best_key, chosen) = (key, p);
                                 }
                             }
                         }
@@ -658,6 +688,35 @@ impl ClassIndex {
             self.classes.remove(&oldest);
         }
     }
+}
+
+/// The least [`tie_key`] among the nodes whose total is `max` (`totals` and their name
+/// hashes `hashes`, alike in length); `u64::MAX` when there is none.
+#[inline]
+fn least_tied_key(totals: &[Total], hashes: &[u64], max: Total, pod_hash: u64) -> u64 {
+    // All ones for a node that is not tied: a mask rather than a branch.
+    let key =
+        |total: Total, hash: u64| tie_key(hash, pod_hash) | u64::from(total != max).wrapping_neg();
+    least_of(totals, hashes, key)
+}
+
+/// The least `key(total, hash)` over `totals` and `hashes` taken in step (`u64::MAX` when
+/// they are empty), kept as four minimums apart so that a node's comparison does not wait
+/// for the one before it.
+#[inline]
+fn least_of(totals: &[Total], hashes: &[u64], key: impl Fn(Total, u64) -> u64) -> u64 {
+    let (totals, totals_left) = totals.as_chunks::<4>();
+    let (hashes, hashes_left) = hashes.as_chunks::<4>();
+    let mut least = [u64::MAX; 4];
+    for (t, h) in totals.iter().zip(hashes) {
+        for i in 0..4 {
+            least[i] = least[i].min(key(t[i], h[i]));
+        }
+    }
+    totals_left.iter().zip(hashes_left).fold(
+        least.into_iter().min().unwrap_or(u64::MAX),
+        |m, (&t, &h)| m.min(key(t, h)),
+    )
 }
 
 /// The snapshot's nodes at `positions`.

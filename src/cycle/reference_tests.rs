@@ -353,6 +353,39 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
     ]
 }
 
+/// A node of 8 cpu and 16Gi, in one of three zones but for some: many nodes with the best
+/// total at once, as in a large cluster of like nodes.
+fn like_node() -> impl Strategy<Value = NodeSpec> {
+    prop::option::weighted(0.95, 0u8..3).prop_map(|zone| NodeSpec {
+        cpu: 8,
+        memory_gi: 16,
+        zone,
+        cordoned: false,
+        taint: None,
+    })
+}
+
+/// A pod spread over zones, half of them also kept apart by host from their like, asking
+/// one of a few amounts.
+fn spread_class() -> impl Strategy<Value = PodSpec> {
+    (
+        prop_oneof![Just(0u32), Just(500), Just(1000)],
+        prop_oneof![Just(0u32), Just(1024)],
+        0u8..3,
+        1u8..3,
+        prop::bool::ANY,
+    )
+        .prop_map(|(milli_cpu, memory_mi, app, skew, anti_affinity)| PodSpec {
+            milli_cpu,
+            memory_mi,
+            app,
+            spread: Some(skew),
+            anti_affinity,
+            tolerates: false,
+            zone_selector: None,
+        })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -403,69 +436,91 @@ proptest! {
         classes in prop::collection::vec(stream_class(), 6),
         steps in prop::collection::vec(step(), 1..80),
     ) {
-        let strip = |mut n: NodeSpec| {
-            if plain_nodes {
-                n.cordoned = false;
-                n.taint = None;
-            }
-            n
-        };
-        let mut specs: Vec<NodeSpec> = nodes.into_iter().map(strip).collect();
-        let mut cache = cluster_cache(&specs, &[]);
-        let mut snapshot = Snapshot::default();
-        cache.update_snapshot(&mut snapshot);
-        let profile = default_profile();
-        let options = CycleOptions {
-            pool: None,
-            percentage_of_nodes_to_score: 100,
-            top_scores: 5,
-            nominated: None,
-            waiting: None,
-            preempt_extenders: false,
-        };
-        let mut memory = CycleMemory::default();
-        let mut placed: Vec<Arc<PodInfo>> = Vec::new();
-        for (k, step) in steps.into_iter().enumerate() {
-            match step {
-                Step::Pod(class) => {
-                    let p = build_pod(&format!("stream-{k}"), &classes[class]).build();
-                    let expected = reference(profile, &snapshot, &p, options.top_scores);
-                    let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
-                        Ok(placement) => Outcome {
-                            node: Some(placement.node),
-                            feasible: placement.feasible,
-                            scores: placement.scores,
-                            rejections: placement.rejections,
-                        },
-                        Err(e) => failed(e),
-                    };
-                    prop_assert_eq!(&got, &expected, "pod {} of class {}", k, class);
-                    if let Some(node) = got.node {
-                        let p = build_pod(&format!("stream-{k}"), &classes[class])
-                            .on(&node)
-                            .build();
-                        cache.add_bound_pod(p.clone()).expect("placed");
-                        placed.push(p);
-                    }
-                }
-                Step::Resize(i, n) => {
-                    let i = i % specs.len();
-                    specs[i] = strip(n);
-                    cache.upsert_node(build_node(i, &specs[i]));
-                }
-                Step::Delete(ago) if !placed.is_empty() => {
-                    let p = placed.remove(placed.len() - 1 - ago % placed.len());
-                    cache.remove_pod(&p.namespace, &p.name);
-                }
-                Step::Delete(_) => {}
-                Step::Add(n) => {
-                    specs.push(strip(n));
-                    cache.upsert_node(build_node(specs.len() - 1, &specs[specs.len() - 1]));
-                }
-            }
-            cache.update_snapshot(&mut snapshot);
-        }
+        stream_matches(nodes, plain_nodes, classes, steps)?;
     }
+
+    #[test]
+    fn spread_pods_over_nodes_alike_match_the_plain_cycle(
+        nodes in prop::collection::vec(like_node(), 20..300),
+        classes in prop::collection::vec(spread_class(), 6),
+        steps in prop::collection::vec(step(), 1..120),
+    ) {
+        stream_matches(nodes, true, classes, steps)?;
+    }
+}
+
+/// Places a stream of pods of `classes` (with `steps` changing the cluster between them)
+/// on `nodes` (stripped of cordons and taints when `plain_nodes`), each with the cycle and
+/// with the plainly written reference, and fails at the first difference.
+fn stream_matches(
+    nodes: Vec<NodeSpec>,
+    plain_nodes: bool,
+    classes: Vec<PodSpec>,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    let strip = |mut n: NodeSpec| {
+        if plain_nodes {
+            n.cordoned = false;
+            n.taint = None;
+        }
+        n
+    };
+    let mut specs: Vec<NodeSpec> = nodes.into_iter().map(strip).collect();
+    let mut cache = cluster_cache(&specs, &[]);
+    let mut snapshot = Snapshot::default();
+    cache.update_snapshot(&mut snapshot);
+    let profile = default_profile();
+    let options = CycleOptions {
+        pool: None,
+        percentage_of_nodes_to_score: 100,
+        top_scores: 5,
+        nominated: None,
+        waiting: None,
+        preempt_extenders: false,
+    };
+    let mut memory = CycleMemory::default();
+    let mut placed: Vec<Arc<PodInfo>> = Vec::new();
+    for (k, step) in steps.into_iter().enumerate() {
+        match step {
+            Step::Pod(class) => {
+                let p = build_pod(&format!("stream-{k}"), &classes[class]).build();
+                let expected = reference(profile, &snapshot, &p, options.top_scores);
+                let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
+                    Ok(placement) => Outcome {
+                        node: Some(placement.node),
+                        feasible: placement.feasible,
+                        scores: placement.scores,
+                        rejections: placement.rejections,
+                    },
+                    Err(e) => failed(e),
+                };
+                prop_assert_eq!(&got, &expected, "pod {} of class {}", k, class);
+                if let Some(node) = got.node {
+                    let p = build_pod(&format!("stream-{k}"), &classes[class])
+                        .on(&node)
+                        .build();
+                    cache.add_bound_pod(p.clone()).expect("placed");
+                    placed.push(p);
+                }
+            }
+            Step::Resize(i, n) => {
+                let i = i % specs.len();
+                specs[i] = strip(n);
+                cache.upsert_node(build_node(i, &specs[i]));
+            }
+            Step::Delete(ago) if !placed.is_empty() => {
+                let p = placed.remove(placed.len() - 1 - ago % placed.len());
+                cache.remove_pod(&p.namespace, &p.name);
+            }
+            Step::Delete(_) => {}
+            Step::Add(n) => {
+                specs.push(strip(n));
+                cache.upsert_node(build_node(specs.len() - 1, &specs[specs.len() - 1]));
+            }
+        }
+        cache.update_snapshot(&mut snapshot);
+    }
+    Ok(())
 }
 
 /// The best total, its ties told apart as the cycle documents it: by name with a fixed

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Class, SPAN};
+use super::{Class, SPAN, Total};
 use crate::cache::{Snapshot, TopologyValues};
 use crate::cycle::{TopK, select_host, tie_key};
 use crate::framework::{
@@ -59,6 +59,15 @@ impl DomainChecks {
         Some(())
     }
 
+    /// The one check's values by position and codes by value number (see
+    /// [`DomainChecks::code`]), when there is one check.
+    pub fn single(&self) -> Option<(&[u32], &[u16])> {
+        match self.checks.as_slice() {
+            [(values, table)] => Some((&values.ids, table)),
+            _ => None,
+        }
+    }
+
     /// The code of the node at `position`: 0 when it passes every check, else one more
     /// than the index of its first rejection.
     #[inline]
@@ -74,20 +83,33 @@ impl DomainChecks {
     }
 
     /// Counts, per rejection, the nodes of `totals` the class accepts (a total of 0 or
-    /// more) that the checks reject; returns how many they reject in all.
-    pub fn count(&self, totals: &[i32], counts: &mut Vec<usize>) -> usize {
+    /// more) that the checks reject; returns how many they reject in all. With one check,
+    /// from the class's counts by value (`by_value`, made for the check's key when it has
+    /// none).
+    pub fn count(
+        &self,
+        totals: &[Total],
+        by_value: &mut Vec<FeasibleByValue>,
+        counts: &mut Vec<usize>,
+    ) -> usize {
         counts.clear();
         counts.resize(self.rejections.len(), 0);
         let mut rejected = 0;
         if let [(values, table)] = self.checks.as_slice() {
-            let last = table.len() - 1;
-            for (&total, &id) in totals.iter().zip(&values.ids) {
-                if total >= 0 {
-                    let c = table[(id as usize).min(last)];
-                    if c != 0 {
-                        counts[usize::from(c) - 1] += 1;
-                        rejected += 1;
+            let feasible = match by_value.iter().position(|f| Arc::ptr_eq(&f.values, values)) {
+                Some(k) => &by_value[k],
+                None => {
+                    if by_value.len() >= KEYS_COUNTED {
+                        by_value.remove(0);
                     }
+                    by_value.push(FeasibleByValue::new(values, totals));
+                    &by_value[by_value.len() - 1]
+                }
+            };
+            for (&code, &n) in table.iter().zip(&feasible.counts) {
+                if code != 0 {
+                    counts[usize::from(code) - 1] += n as usize;
+                    rejected += n as usize;
                 }
             }
         } else {
@@ -102,6 +124,44 @@ impl DomainChecks {
             }
         }
         rejected
+    }
+}
+
+/// Topology keys a class counts its feasible nodes by, at most (see [`FeasibleByValue`]).
+const KEYS_COUNTED: usize = 4;
+
+/// A class's feasible nodes counted by their value of one topology key (the last count for
+/// the nodes without the key): what a check by domain rejects among them is then counted
+/// per value, not node by node.
+#[derive(Debug)]
+pub(super) struct FeasibleByValue {
+    values: Arc<TopologyValues>,
+    counts: Vec<u32>,
+}
+
+impl FeasibleByValue {
+    /// The counts of the nodes with a total of 0 or more in `totals`.
+    fn new(values: &Arc<TopologyValues>, totals: &[Total]) -> Self {
+        let mut counts = vec![0u32; values.values.len() + 1];
+        let last = counts.len() - 1;
+        for (&id, &total) in values.ids.iter().zip(totals) {
+            counts[(id as usize).min(last)] += u32::from(total >= 0);
+        }
+        FeasibleByValue {
+            values: values.clone(),
+            counts,
+        }
+    }
+
+    /// Counts the node at `position` in (`feasible`) or out.
+    pub fn count(&mut self, position: usize, feasible: bool) {
+        let last = self.counts.len() - 1;
+        let at = (self.values.ids[position] as usize).min(last);
+        if feasible {
+            self.counts[at] += 1;
+        } else {
+            self.counts[at] -= 1;
+        }
     }
 }
 
@@ -179,6 +239,18 @@ pub(super) struct Pick<'a> {
     pub top_scores: usize,
 }
 
+/// The best of the feasible nodes that no score by domain sets apart, by their class
+/// totals alone.
+struct Others {
+    total: Total,
+    /// The one the tie-break by key picks among those with `total` (`usize::MAX`: none).
+    chosen: usize,
+    /// With the fixed order of names, all of those, for the tie-break by name.
+    ties: Vec<usize>,
+    /// The best rows among them, best first, ties in the order of examination.
+    top: Vec<(usize, i64)>,
+}
+
 /// A candidate for the choice: its position, total and place in the order of examination.
 #[derive(Clone, Copy)]
 struct Candidate {
@@ -188,6 +260,169 @@ struct Candidate {
 }
 
 impl Pick<'_> {
+    /// The spans of positions in the plain cycle's order of examination, from its start.
+    fn spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let n = self.class.totals.len();
+        [(self.start, n), (0, self.start)]
+            .into_iter()
+            .flat_map(|(from, to)| {
+                std::iter::successors(Some(from), move |&lo| {
+                    let hi = (lo / SPAN + 1) * SPAN;
+                    (hi < to).then_some(hi)
+                })
+                .take_while(move |&lo| lo < to)
+                .map(move |lo| (lo, ((lo / SPAN + 1) * SPAN).min(to)))
+            })
+    }
+
+    /// True when the node at `p` passes the checks by domain and is not `marks`ed.
+    #[inline]
+    fn passes(&self, p: usize, marks: &[u64]) -> bool {
+        marks[p / 64] & (1 << (p % 64)) == 0 && self.domains.code(p) == 0
+    }
+
+    /// The least tie key among the positions `lo..hi` whose class total is `total` and
+    /// that [`Pick::passes`]; `u64::MAX` when there is none. Without a branch per node
+    /// when one check by domain decides.
+    fn least_key(&self, lo: usize, hi: usize, total: Total, marks: &[u64]) -> u64 {
+        let totals = &self.class.totals[lo..hi];
+        let hashes = &self.snapshot.name_hashes()[lo..hi];
+        let key = |h: u64, out: bool| tie_key(h, self.pod_hash) | u64::from(out).wrapping_neg();
+        match self.domains.single() {
+            Some((ids, table)) => {
+                let last = table.len() - 1;
+                let at = |p: usize| {
+                    let code = table[(ids[p] as usize).min(last)];
+                    let marked = marks[p / 64] & (1 << (p % 64)) != 0;
+                    let k = p - lo;
+                    key(hashes[k], (totals[k] != total) | (code != 0) | marked)
+                };
+                // Four minimums apart, so that a node's comparison does not wait for the
+                // one before it.
+                let mut least = [u64::MAX; 4];
+                let mut p = lo;
+                while p + 4 <= hi {
+                    for (i, l) in least.iter_mut().enumerate() {
+                        *l = (*l).min(at(p + i));
+                    }
+                    p += 4;
+                }
+                (p..hi).fold(least.into_iter().min().unwrap_or(u64::MAX), |m, p| {
+                    m.min(at(p))
+                })
+            }
+            None => (lo..hi)
+                .zip(totals.iter().zip(hashes))
+                .filter(|&(p, (&t, _))| t == total && self.passes(p, marks))
+                .fold(u64::MAX, |least, (_, (_, &h))| least.min(key(h, false))),
+        }
+    }
+
+    /// [`Others`] when at least as many of them as the best rows take (one at least) have
+    /// the class's best total, which is then theirs: the best rows are the first of them
+    /// in the order of examination, and the tie-break reads only the spans holding it.
+    fn others_at_class_max(&self, marks: &[u64]) -> Option<Others> {
+        let totals = &self.class.totals;
+        let max = self
+            .class
+            .span_max
+            .iter()
+            .copied()
+            .max()
+            .filter(|&m| m >= 0)?;
+        let want = self.top_scores.max(1);
+        let mut first = Vec::with_capacity(want);
+        'spans: for (lo, hi) in self.spans() {
+            if self.class.span_max[lo / SPAN] != max {
+                continue;
+            }
+            for (p, &total) in (lo..hi).zip(&totals[lo..hi]) {
+                if total == max && self.passes(p, marks) {
+                    first.push((p, i64::from(max)));
+                    if first.len() == want {
+                        break 'spans;
+                    }
+                }
+            }
+        }
+        if first.len() < want {
+            return None;
+        }
+        first.truncate(self.top_scores);
+        let hashes = self.snapshot.name_hashes();
+        let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
+        let mut ties = Vec::new();
+        for (lo, hi) in self.spans() {
+            if self.class.span_max[lo / SPAN] != max {
+                continue;
+            }
+            if self.fixed_order {
+                ties.extend((lo..hi).filter(|&p| totals[p] == max && self.passes(p, marks)));
+                continue;
+            }
+            let key = self.least_key(lo, hi, max, marks);
+            if key < best_key || chosen == usize::MAX {
+                let holder = (lo..hi).find(|&p| {
+                    totals[p] == max
+                        && tie_key(hashes[p], self.pod_hash) == key
+                        && self.passes(p, marks)
+                });
+                if let Some(p) = holder {
+                    (best_key, chosen) = (key, p);
+                }
+            }
+        }
+        Some(Others {
+            total: max,
+            chosen,
+            ties,
+            top: first,
+        })
+    }
+
+    /// [`Others`] by a pass over every span that may hold one of them or a best row.
+    fn others_scanned(&self, marks: &[u64]) -> Others {
+        let totals = &self.class.totals;
+        let hashes = self.snapshot.name_hashes();
+        let mut top = TopK::new(self.top_scores);
+        let (mut best, mut best_key, mut chosen) = (-1, u64::MAX, usize::MAX);
+        let mut ties: Vec<usize> = Vec::new();
+        for (lo, hi) in self.spans() {
+            let span_max = self.class.span_max[lo / SPAN];
+            if span_max < best && !top.would_take(i64::from(span_max)) {
+                continue;
+            }
+            for p in lo..hi {
+                let t = totals[p];
+                if t < 0 || (t < best && !top.would_take(i64::from(t))) || !self.passes(p, marks) {
+                    continue;
+                }
+                top.offer(p, i64::from(t));
+                if t > best {
+                    (best, chosen) = (t, p);
+                    best_key = tie_key(hashes[p], self.pod_hash);
+                    ties.clear();
+                } else if t == best {
+                    let key = tie_key(hashes[p], self.pod_hash);
+                    if key < best_key {
+                        (best_key, chosen) = (key, p);
+                    }
+                } else {
+                    continue;
+                }
+                if self.fixed_order {
+                    ties.push(p);
+                }
+            }
+        }
+        Others {
+            total: best,
+            chosen,
+            ties,
+            top: top.into_best(),
+        }
+    }
+
     /// The node the plain cycle would choose among the `feasible` nodes (those the class
     /// and the checks by domain accept), and the positions of its best rows, best first;
     /// `None` when a plugin fails to normalize (the plain cycle then reports it).
@@ -251,58 +486,30 @@ impl Pick<'_> {
         let mut candidates = listed_rows.clone();
         // The other feasible nodes, by their class totals alone.
         let hashes = self.snapshot.name_hashes();
-        let mut top = TopK::new(self.top_scores);
-        let (mut best, mut best_key, mut chosen) = (-1, u64::MAX, usize::MAX);
-        let mut ties: Vec<usize> = Vec::new();
-        for (from, to) in [(self.start, n), (0, self.start)] {
-            let mut lo = from;
-            while lo < to && others > 0 {
-                let hi = ((lo / SPAN + 1) * SPAN).min(to);
-                let span_max = self.class.span_max[lo / SPAN];
-                if span_max >= best || top.would_take(i64::from(span_max)) {
-                    for p in lo..hi {
-                        let t = totals[p];
-                        if t < 0
-                            || (t < best && !top.would_take(i64::from(t)))
-                            || marks[p / 64] & (1 << (p % 64)) != 0
-                            || self.domains.code(p) != 0
-                        {
-                            continue;
-                        }
-                        top.offer(p, i64::from(t));
-                        if t > best {
-                            (best, chosen) = (t, p);
-                            best_key = tie_key(hashes[p], self.pod_hash);
-                            ties.clear();
-                            ties.push(p);
-                        } else if t == best {
-                            ties.push(p);
-                            let key = tie_key(hashes[p], self.pod_hash);
-                            if key < best_key {
-                                (best_key, chosen) = (key, p);
-                            }
-                        }
-                    }
-                }
-                lo = hi;
-            }
-        }
         let name = |p: usize| &*self.snapshot.nodes()[p].node.name;
-        if chosen != usize::MAX {
+        let mut top = Vec::new();
+        if others > 0 {
+            let best = self
+                .others_at_class_max(&marks)
+                .unwrap_or_else(|| self.others_scanned(&marks));
+            let mut chosen = best.chosen;
             if self.fixed_order {
                 chosen = select_host(
                     pod,
-                    ties.iter().map(|&p| (p, i64::from(best))),
+                    best.ties.iter().map(|&p| (p, i64::from(best.total))),
                     |p| hashes[p],
                     name,
                     true,
                 );
             }
-            candidates.push(Candidate {
-                position: chosen,
-                total: i64::from(best) + base,
-                rank: rank(chosen),
-            });
+            if chosen != usize::MAX {
+                candidates.push(Candidate {
+                    position: chosen,
+                    total: i64::from(best.total) + base,
+                    rank: rank(chosen),
+                });
+            }
+            top = best.top;
         }
         // The choice: the best total, then the tie-break, then the order of examination.
         let ahead = |a: &Candidate, b: &Candidate| {
@@ -319,7 +526,7 @@ impl Pick<'_> {
         // examination.
         let mut rows: Vec<Candidate> = listed_rows
             .into_iter()
-            .chain(top.into_best().into_iter().map(|(p, t)| Candidate {
+            .chain(top.into_iter().map(|(p, t)| Candidate {
                 position: p,
                 total: t + base,
                 rank: rank(p),
