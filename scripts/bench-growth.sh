@@ -63,12 +63,12 @@ for n in "${sizes[@]}"; do
         out=$("$gantry" bench --nodes "$n" --running-pods "$running" --pods "$pods" \
           --workload "$w" --percentage "$p" --threads "$t")
         load=$(cut -d' ' -f1 /proc/loadavg)
-        # The row: nodes running pods workload pct threads record pods/s us/pod cpu-us/pod
-        # first-cpu-ms scheduled pending; then "peak RSS (VmHWM): X MiB".
+        # The row: nodes running pods workload pct threads record questions pods/s us/pod
+        # cpu-us/pod first-cpu-ms scheduled pending; then "peak RSS (VmHWM): X MiB".
         row=$(awk '$1 ~ /^[0-9]+$/ {print; exit}' <<<"$out")
         rss=$(awk '/^peak RSS/ {print $4}' <<<"$out")
         [[ -n $row && -n $rss ]] || die "unexpected output of gantry bench: $out"
-        read -r rn rrun _ rw rp rt _ _ rwall rcpu rfirst rsched _ <<<"$row"
+        read -r rn rrun _ rw rp rt _ _ _ rwall rcpu rfirst rsched _ <<<"$row"
         echo "| $rn | $rrun | $rw | $rp | $rt | $rsched | $rcpu | $rfirst | $rwall | $rss | $load |"
       done
     done
