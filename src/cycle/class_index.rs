@@ -285,7 +285,7 @@ impl ClassIndex {
                 kept_filters.push(*f);
             } else {
                 let verdicts = f.plugin.verdict_by_domain(state, pod, snapshot);
-                if verdicts.and_then(|v| domains.add(f.name, v)).is_none() {
+                if verdicts.and_then(|v| domains.add(f.name, v, n)).is_none() {
                     return Outcome::Plain(None);
                 }
             }
@@ -467,11 +467,12 @@ impl ClassIndex {
                     Column::Kept(s, *weight)
                 }
                 None if plain_weight(*weight) => match s.score_by_domain(state, pod, snapshot) {
-                    Some(scores) => {
+                    // Values of the cycle's snapshot only: they are read by its positions.
+                    Some(scores) if scores.keys.iter().all(|(values, _)| values.ids.len() == n) => {
                         live.push(DomainColumn::new(scores, *weight));
                         Column::Domain(s, live.len() - 1)
                     }
-                    None => {
+                    _ => {
                         class.scored_by.clear();
                         return Outcome::Plain(Some(skipped));
                     }

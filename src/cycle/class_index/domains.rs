@@ -36,9 +36,18 @@ impl DomainChecks {
     }
 
     /// Adds `plugin`'s checks, after those added before; `None` when they name more
-    /// rejections than the codes can.
-    pub fn add(&mut self, plugin: &'static str, verdicts: Vec<DomainVerdict>) -> Option<()> {
+    /// rejections than the codes can, or hold values of another snapshot than the cycle's
+    /// (of `nodes` nodes).
+    pub fn add(
+        &mut self,
+        plugin: &'static str,
+        verdicts: Vec<DomainVerdict>,
+        nodes: usize,
+    ) -> Option<()> {
         for v in verdicts {
+            if v.values.ids.len() != nodes {
+                return None;
+            }
             let first = self.rejections.len();
             let named = v.rejections.len();
             self.rejections
