@@ -560,39 +560,34 @@ impl ClassIndex {
             let mut ties: Vec<usize> = Vec::new();
             let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
             let mut top = TopK::new(options.top_scores);
-            for (from, to) in [(start, n), (0, start)] {
-                let mut lo = from;
-                while lo < to {
-                    let hi = ((lo / SPAN + 1) * SPAN).min(to);
-                    let span_max = class.span_max[lo / SPAN];
-                    let totals = &class.totals[lo..hi];
-                    if span_max == max {
-                        if fixed_order {
-                            ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
-                        } else {
-                            // The span's least key first, without a branch per node (about
-                            // one node in two or three ties, which no branch predicts);
-                            // the node holding it is looked for only when it is the least
-                            // so far, a few times per cycle.
-                            let key = least_tied_key(totals, &hashes[lo..hi], max, pod_hash);
-                            if key < best_key || chosen == usize::MAX {
-                                let holder = (lo..hi).find(|&p| {
-                                    class.totals[p] == max && tie_key(hashes[p], pod_hash) == key
-                                });
-                                if let Some(p) = holder {
-                                    (best_key, chosen) = (key, p);
-                                }
+            for (lo, hi) in examination_spans(start, n) {
+                let span_max = class.span_max[lo / SPAN];
+                let totals = &class.totals[lo..hi];
+                if span_max == max {
+                    if fixed_order {
+                        ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                    } else {
+                        // The span's least key first, without a branch per node (about
+                        // one node in two or three ties, which no branch predicts);
+                        // the node holding it is looked for only when it is the least
+                        // so far, a few times per cycle.
+                        let key = least_tied_key(totals, &hashes[lo..hi], max, pod_hash);
+                        if key < best_key || chosen == usize::MAX {
+                            let holder = (lo..hi).find(|&p| {
+                                class.totals[p] == max && tie_key(hashes[p], pod_hash) == key
+                            });
+                            if let Some(p) = holder {
+                                (best_key, chosen) = (key, p);
                             }
                         }
                     }
-                    if span_max >= 0 && top.would_take(i64::from(span_max)) {
-                        for (p, &total) in (lo..hi).zip(totals) {
-                            if total >= 0 {
-                                top.offer(p, i64::from(total));
-                            }
+                }
+                if span_max >= 0 && top.would_take(i64::from(span_max)) {
+                    for (p, &total) in (lo..hi).zip(totals) {
+                        if total >= 0 {
+                            top.offer(p, i64::from(total));
                         }
                     }
-                    lo = hi;
                 }
             }
             if fixed_order || chosen == usize::MAX {
@@ -695,29 +690,52 @@ impl ClassIndex {
 /// hashes `hashes`, alike in length); `u64::MAX` when there is none.
 #[inline]
 fn least_tied_key(totals: &[Total], hashes: &[u64], max: Total, pod_hash: u64) -> u64 {
-    // All ones for a node that is not tied: a mask rather than a branch.
-    let key =
-        |total: Total, hash: u64| tie_key(hash, pod_hash) | u64::from(total != max).wrapping_neg();
-    least_of(totals, hashes, key)
-}
-
-/// The least `key(total, hash)` over `totals` and `hashes` taken in step (`u64::MAX` when
-/// they are empty), kept as four minimums apart so that a node's comparison does not wait
-/// for the one before it.
-#[inline]
-fn least_of(totals: &[Total], hashes: &[u64], key: impl Fn(Total, u64) -> u64) -> u64 {
+    // All ones for a node that is not tied: a mask rather than a branch. Read by chunks of
+    // the two slices rather than through [`least_of`]'s index, which costs the plain
+    // cycle's tie-break a bounds check per node.
+    let key = |t: Total, h: u64| tie_key(h, pod_hash) | u64::from(t != max).wrapping_neg();
     let (totals, totals_left) = totals.as_chunks::<4>();
     let (hashes, hashes_left) = hashes.as_chunks::<4>();
     let mut least = [u64::MAX; 4];
     for (t, h) in totals.iter().zip(hashes) {
-        for i in 0..4 {
-            least[i] = least[i].min(key(t[i], h[i]));
+        for (i, l) in least.iter_mut().enumerate() {
+            *l = (*l).min(key(t[i], h[i]));
         }
     }
     totals_left.iter().zip(hashes_left).fold(
         least.into_iter().min().unwrap_or(u64::MAX),
         |m, (&t, &h)| m.min(key(t, h)),
     )
+}
+
+/// The least of `key(i)` for `i` in `0..len` (`u64::MAX` when there is none), kept as four
+/// minimums apart so that one comparison does not wait for the one before it.
+#[inline]
+fn least_of(len: usize, key: impl Fn(usize) -> u64) -> u64 {
+    let mut least = [u64::MAX; 4];
+    let whole = len - len % 4;
+    for quad in 0..len / 4 {
+        for (k, l) in least.iter_mut().enumerate() {
+            *l = (*l).min(key(4 * quad + k));
+        }
+    }
+    (whole..len).fold(least.into_iter().min().unwrap_or(u64::MAX), |m, i| {
+        m.min(key(i))
+    })
+}
+
+/// The spans of positions `lo..hi` in the plain cycle's order of examination over `n`
+/// nodes from `start`: up to the end, then from the first node, each cut at a multiple
+/// of [`SPAN`] (the spans [`Class::span_max`] sums up).
+fn examination_spans(start: usize, n: usize) -> impl Iterator<Item = (usize, usize)> {
+    [(start, n), (0, start)].into_iter().flat_map(|(from, to)| {
+        std::iter::successors(Some(from), move |&lo| {
+            let hi = (lo / SPAN + 1) * SPAN;
+            (hi < to).then_some(hi)
+        })
+        .take_while(move |&lo| lo < to)
+        .map(move |lo| (lo, ((lo / SPAN + 1) * SPAN).min(to)))
+    })
 }
 
 /// The snapshot's nodes at `positions`.

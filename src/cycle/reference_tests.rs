@@ -50,6 +50,25 @@ fn failed(e: CycleError) -> Outcome {
 /// node in snapshot order with `filter`, then PreScore, `score` per node, normalization of
 /// every plugin (those that say they need none included), weights, and the same choice
 /// among the best.
+/// What the cycle under test decides for `pod`.
+fn outcome(
+    profile: &Profile,
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    memory: &mut CycleMemory,
+    options: &CycleOptions<'_>,
+) -> Outcome {
+    match schedule_one(profile, snapshot, pod, memory, options) {
+        Ok(placement) => Outcome {
+            node: Some(placement.node),
+            feasible: placement.feasible,
+            scores: placement.scores,
+            rejections: placement.rejections,
+        },
+        Err(e) => failed(e),
+    }
+}
+
 fn reference(profile: &Profile, snapshot: &Snapshot, pod: &PodInfo, top: usize) -> Outcome {
     let mut state = CycleState::new();
     let diagnosis = Diagnosis {
@@ -409,15 +428,7 @@ proptest! {
         for (i, spec) in incoming.iter().enumerate() {
             let p = build_pod(&format!("incoming-{i}"), spec).build();
             let expected = reference(profile, &snapshot, &p, options.top_scores);
-            let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
-                Ok(placement) => Outcome {
-                    node: Some(placement.node),
-                    feasible: placement.feasible,
-                    scores: placement.scores,
-                    rejections: placement.rejections,
-                },
-                Err(e) => failed(e),
-            };
+            let got = outcome(profile, &snapshot, &p, &mut memory, &options);
             prop_assert_eq!(got, expected);
         }
     }
@@ -485,15 +496,7 @@ fn stream_matches(
             Step::Pod(class) => {
                 let p = build_pod(&format!("stream-{k}"), &classes[class]).build();
                 let expected = reference(profile, &snapshot, &p, options.top_scores);
-                let got = match schedule_one(profile, &snapshot, &p, &mut memory, &options) {
-                    Ok(placement) => Outcome {
-                        node: Some(placement.node),
-                        feasible: placement.feasible,
-                        scores: placement.scores,
-                        rejections: placement.rejections,
-                    },
-                    Err(e) => failed(e),
-                };
+                let got = outcome(profile, &snapshot, &p, &mut memory, &options);
                 prop_assert_eq!(&got, &expected, "pod {} of class {}", k, class);
                 if let Some(node) = got.node {
                     let p = build_pod(&format!("stream-{k}"), &classes[class])

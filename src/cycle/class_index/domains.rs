@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Class, SPAN, Total};
+use super::{Class, SPAN, Total, examination_spans, least_of};
 use crate::cache::{Snapshot, TopologyValues};
 use crate::cycle::{TopK, select_host, tie_key};
 use crate::framework::{
@@ -270,18 +270,8 @@ struct Candidate {
 
 impl Pick<'_> {
     /// The spans of positions in the plain cycle's order of examination, from its start.
-    fn spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let n = self.class.totals.len();
-        [(self.start, n), (0, self.start)]
-            .into_iter()
-            .flat_map(|(from, to)| {
-                std::iter::successors(Some(from), move |&lo| {
-                    let hi = (lo / SPAN + 1) * SPAN;
-                    (hi < to).then_some(hi)
-                })
-                .take_while(move |&lo| lo < to)
-                .map(move |lo| (lo, ((lo / SPAN + 1) * SPAN).min(to)))
-            })
+    fn spans(&self) -> impl Iterator<Item = (usize, usize)> + use<> {
+        examination_spans(self.start, self.class.totals.len())
     }
 
     /// True when the node at `p` passes the checks by domain and is not `marks`ed.
@@ -300,24 +290,11 @@ impl Pick<'_> {
         match self.domains.single() {
             Some((ids, table)) => {
                 let last = table.len() - 1;
-                let at = |p: usize| {
+                least_of(hi - lo, |k| {
+                    let p = lo + k;
                     let code = table[(ids[p] as usize).min(last)];
                     let marked = marks[p / 64] & (1 << (p % 64)) != 0;
-                    let k = p - lo;
                     key(hashes[k], (totals[k] != total) | (code != 0) | marked)
-                };
-                // Four minimums apart, so that a node's comparison does not wait for the
-                // one before it.
-                let mut least = [u64::MAX; 4];
-                let mut p = lo;
-                while p + 4 <= hi {
-                    for (i, l) in least.iter_mut().enumerate() {
-                        *l = (*l).min(at(p + i));
-                    }
-                    p += 4;
-                }
-                (p..hi).fold(least.into_iter().min().unwrap_or(u64::MAX), |m, p| {
-                    m.min(at(p))
                 })
             }
             None => (lo..hi)
