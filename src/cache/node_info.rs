@@ -1,5 +1,6 @@
 //! A node together with the pods on it and their aggregated requests.
 
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::model::gpu::{
@@ -197,13 +198,17 @@ pub struct NodeRow {
     pub pods: i64,
     /// [`crate::model::NodeModel::name_hash`], for telling equal scores apart.
     pub name_hash: u64,
+    /// A hash of the amounts [`NodeRow::same_amounts`] compares, never 0; 0 when the node has extended or hugepages
+    /// resources, allocatable or requested, amounts the row leaves out. Kept with the row
+    /// so that grouping the nodes by amounts does not hash every row again.
+    pub amounts_hash: u64,
 }
 
 impl NodeRow {
     /// The row of `info`.
     pub fn of(info: &NodeInfo) -> Self {
         let allocatable = &info.node.allocatable;
-        NodeRow {
+        let mut row = NodeRow {
             allocatable_cpu: allocatable.milli_cpu,
             allocatable_memory: allocatable.memory,
             allocatable_ephemeral_storage: allocatable.ephemeral_storage,
@@ -215,6 +220,47 @@ impl NodeRow {
             non_zero_memory: info.non_zero_memory,
             pods: info.pods.len() as i64,
             name_hash: info.node.name_hash,
+            amounts_hash: 0,
+        };
+        if allocatable.scalar.is_empty() && info.requested.scalar.is_empty() {
+            let mut h = rustc_hash::FxHasher::default();
+            row.amounts_fields().hash(&mut h);
+            row.amounts_hash = h.finish() | 1;
         }
+        row
+    }
+
+    /// True when both rows hold every resource amount of their nodes (allocatable,
+    /// requested, and requested with the non-zero defaults: the nodes have no extended
+    /// resources) and their pod counts, and those are equal: the two nodes get the same
+    /// answers from a plugin that reads nothing else of a node (see
+    /// [`FilterPlugin::verdict_by_requests`](crate::framework::FilterPlugin::verdict_by_requests)).
+    #[inline]
+    pub fn same_amounts(&self, other: &NodeRow) -> bool {
+        self.amounts_hash != 0
+            && self.amounts_hash == other.amounts_hash
+            && self
+                .amounts_fields()
+                .iter()
+                .zip(other.amounts_fields())
+                .fold(0, |differ, (a, b)| differ | (a ^ b))
+                == 0
+    }
+
+    /// The amounts [`NodeRow::same_amounts`] compares.
+    #[inline]
+    fn amounts_fields(&self) -> [i64; 10] {
+        [
+            self.allocatable_cpu,
+            self.allocatable_memory,
+            self.allocatable_ephemeral_storage,
+            self.allowed_pods,
+            self.requested_cpu,
+            self.requested_memory,
+            self.requested_ephemeral_storage,
+            self.non_zero_cpu,
+            self.non_zero_memory,
+            self.pods,
+        ]
     }
 }

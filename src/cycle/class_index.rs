@@ -15,6 +15,7 @@ use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
+use alike::Alike;
 use domains::{DomainChecks, DomainColumn, FeasibleByValue, Pick};
 
 use super::{
@@ -65,8 +66,6 @@ struct Scratch {
     changed: Vec<usize>,
     /// The feasible ones among them (or all feasible nodes), to score.
     to_score: Vec<usize>,
-    /// The spans they fall in.
-    touched: Vec<usize>,
     statuses: Vec<Status>,
     /// The class's entries for a block of changed positions, before the block's verdicts.
     olds: Vec<Total>,
@@ -80,6 +79,8 @@ struct Scratch {
     listed: Vec<usize>,
     /// One bit per position, for reading the changed positions off in order.
     seen: Vec<u64>,
+    /// The nodes alike to the class's plugins, in a pass over every node.
+    alike: Alike,
 }
 
 impl Default for ClassIndex {
@@ -137,6 +138,9 @@ struct Class {
     /// The largest of each [`SPAN`] consecutive totals: the choice looks only into the
     /// spans that hold the best total (or one of the best few).
     span_max: Vec<Total>,
+    /// For each span, one bit per position whose total is the span's largest: the
+    /// tie-break reads these and the name hashes, not the totals.
+    span_ties: Vec<u64>,
     /// The Score plugins the totals of feasible nodes sum, in order; empty when the totals
     /// of feasible nodes are not up to date (they are rescored whole at the next use).
     scored_by: Vec<&'static str>,
@@ -184,6 +188,34 @@ impl Class {
                 .map(|(_, n)| n)
                 .sum();
             left = left.saturating_sub(rejected);
+        }
+    }
+
+    /// Sums span `b` up afresh: its largest total and the positions holding it.
+    fn sum_up_span(&mut self, b: usize) {
+        let lo = b * SPAN;
+        let totals = &self.totals[lo..(lo + SPAN).min(self.totals.len())];
+        let max = totals.iter().copied().max().unwrap_or(-1);
+        self.span_max[b] = max;
+        self.span_ties[b] = totals
+            .iter()
+            .enumerate()
+            .fold(0, |ties, (i, &t)| ties | (u64::from(t == max) << i));
+    }
+
+    /// Keeps the summary of the span holding `position` in step with its new total.
+    fn note_total(&mut self, position: usize) {
+        let (b, bit) = (position / SPAN, 1 << (position % SPAN));
+        let (total, max) = (self.totals[position], self.span_max[b]);
+        if total > max {
+            (self.span_max[b], self.span_ties[b]) = (total, bit);
+        } else if total == max {
+            self.span_ties[b] |= bit;
+        } else {
+            self.span_ties[b] &= !bit;
+            if self.span_ties[b] == 0 {
+                self.sum_up_span(b);
+            }
         }
     }
 
@@ -311,6 +343,7 @@ impl ClassIndex {
             totals: Vec::new(),
             rejected: Vec::new(),
             span_max: Vec::new(),
+            span_ties: Vec::new(),
             scored_by: Vec::new(),
             by_value: Vec::new(),
             used: 0,
@@ -328,7 +361,6 @@ impl ClassIndex {
         let Scratch {
             changed,
             to_score,
-            touched,
             statuses,
             olds,
             cells,
@@ -336,8 +368,13 @@ impl ClassIndex {
             domain_counts,
             listed,
             seen,
+            alike,
         } = &mut self.scratch;
         changed.clear();
+        alike.followers.clear();
+        // Whether every node is examined: the changed positions are then one node of each
+        // set of amounts, and the alike ones take its verdict.
+        let mut fresh = false;
         match snapshot.changes().since(class.layout, class.synced) {
             Some(since) if class.filters == names && class.totals.len() == n => {
                 // Each position once, in order: marked in a bitmap, then read off it,
@@ -349,11 +386,7 @@ impl ClassIndex {
                     seen[p / 64] |= 1 << (p % 64);
                 }
                 for (w, &word) in seen.iter().enumerate() {
-                    let mut bits = word;
-                    while bits != 0 {
-                        changed.push(w * 64 + bits.trailing_zeros() as usize);
-                        bits &= bits - 1;
-                    }
+                    changed.extend(bit_positions(word).map(|i| w * 64 + i));
                 }
             }
             _ => {
@@ -363,7 +396,8 @@ impl ClassIndex {
                 class.rejected.clear();
                 class.scored_by.clear();
                 class.by_value.clear();
-                changed.extend(0..n);
+                alike.split(snapshot.rows(), 0..n, changed);
+                fresh = true;
             }
         }
         class.layout = snapshot.changes().layout();
@@ -398,6 +432,14 @@ impl ClassIndex {
                         return Outcome::Plain(None);
                     }
                 }
+            }
+        }
+        // A fresh class's entries were all feasible and uncounted before.
+        for &(p, first) in &alike.followers {
+            let entry = class.totals[first];
+            class.totals[p] = entry;
+            if entry < 0 {
+                class.rejected[(-entry - 1) as usize].1 += 1;
             }
         }
         let start = *next_start % n;
@@ -503,15 +545,18 @@ impl ClassIndex {
             return Outcome::Plain(Some(skipped));
         }
         let spans = n.div_ceil(SPAN);
-        let whole = class.scored_by != kept || class.span_max.len() != spans;
-        touched.clear();
+        let whole = fresh || class.scored_by != kept || class.span_max.len() != spans;
         to_score.clear();
-        if whole {
-            touched.extend(0..spans);
-            to_score.extend((0..n).filter(|&p| class.totals[p] >= 0));
+        if fresh {
+            // One node of each set of amounts was filtered: the feasible ones are scored.
+            to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
+            alike
+                .followers
+                .retain(|&(_, first)| class.totals[first] >= 0);
+        } else if whole {
+            let feasible = (0..n).filter(|&p| class.totals[p] >= 0);
+            alike.split(snapshot.rows(), feasible, to_score);
         } else {
-            touched.extend(changed.iter().map(|p| p / SPAN));
-            touched.dedup();
             to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
         }
         class.scored_by.clear();
@@ -526,18 +571,22 @@ impl ClassIndex {
                 class.totals[p] = Total::try_from(sum).unwrap_or(Total::MAX);
             }
         }
+        for &(p, first) in &alike.followers {
+            class.totals[p] = class.totals[first];
+        }
         class.scored_by = kept;
         if whole {
             class.span_max.clear();
             class.span_max.resize(spans, 0);
-        }
-        for &b in touched.iter() {
-            let end = ((b + 1) * SPAN).min(n);
-            class.span_max[b] = class.totals[b * SPAN..end]
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(-1);
+            class.span_ties.clear();
+            class.span_ties.resize(spans, 0);
+            for b in 0..spans {
+                class.sum_up_span(b);
+            }
+        } else {
+            for &p in changed.iter() {
+                class.note_total(p);
+            }
         }
 
         // The choice, and the best rows, over the feasible nodes in the plain cycle's
@@ -561,21 +610,23 @@ impl ClassIndex {
             let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
             let mut top = TopK::new(options.top_scores);
             for (lo, hi) in examination_spans(start, n) {
-                let span_max = class.span_max[lo / SPAN];
-                let totals = &class.totals[lo..hi];
+                let b = lo / SPAN;
+                let span_max = class.span_max[b];
                 if span_max == max {
+                    // The tied positions of `lo..hi`, one bit each from `lo`.
+                    let tied = (class.span_ties[b] >> (lo % SPAN)) & low_bits(hi - lo);
+                    let tied_positions = || bit_positions(tied).map(|i| lo + i);
                     if fixed_order {
-                        ties.extend((lo..hi).filter(|&p| class.totals[p] == max));
+                        ties.extend(tied_positions());
                     } else {
                         // The span's least key first, without a branch per node (about
                         // one node in two or three ties, which no branch predicts);
                         // the node holding it is looked for only when it is the least
                         // so far, a few times per cycle.
-                        let key = least_tied_key(totals, &hashes[lo..hi], max, pod_hash);
+                        let key = least_tied_key(&hashes[lo..hi], tied, pod_hash);
                         if key < best_key || chosen == usize::MAX {
-                            let holder = (lo..hi).find(|&p| {
-                                class.totals[p] == max && tie_key(hashes[p], pod_hash) == key
-                            });
+                            let holder =
+                                tied_positions().find(|&p| tie_key(hashes[p], pod_hash) == key);
                             if let Some(p) = holder {
                                 (best_key, chosen) = (key, p);
                             }
@@ -583,7 +634,7 @@ impl ClassIndex {
                     }
                 }
                 if span_max >= 0 && top.would_take(i64::from(span_max)) {
-                    for (p, &total) in (lo..hi).zip(totals) {
+                    for (p, &total) in (lo..hi).zip(&class.totals[lo..hi]) {
                         if total >= 0 {
                             top.offer(p, i64::from(total));
                         }
@@ -686,26 +737,52 @@ impl ClassIndex {
     }
 }
 
-/// The least [`tie_key`] among the nodes whose total is `max` (`totals` and their name
-/// hashes `hashes`, alike in length); `u64::MAX` when there is none.
-#[inline]
-fn least_tied_key(totals: &[Total], hashes: &[u64], max: Total, pod_hash: u64) -> u64 {
-    // All ones for a node that is not tied: a mask rather than a branch. Read by chunks of
-    // the two slices rather than through [`least_of`]'s index, which costs the plain
-    // cycle's tie-break a bounds check per node.
-    let key = |t: Total, h: u64| tie_key(h, pod_hash) | u64::from(t != max).wrapping_neg();
-    let (totals, totals_left) = totals.as_chunks::<4>();
-    let (hashes, hashes_left) = hashes.as_chunks::<4>();
-    let mut least = [u64::MAX; 4];
-    for (t, h) in totals.iter().zip(hashes) {
+/// The least [`tie_key`] among the nodes whose bit is set in `tied` (bit `i` for
+/// `hashes[i]`, their name hashes; at most 64); `u64::MAX` when there is none.
+///
+/// The plain choice reads every node holding the class's best total, thousands per cycle
+/// in a large cluster of empty nodes, so this is built for the vector units the CPU has
+/// (chosen when the program starts): eight nodes at a time, 64-bit multiplications and
+/// all, where the baseline x86-64 instruction set has no 64-bit vector multiplication and
+/// does one node at a time.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
+fn least_tied_key(hashes: &[u64], tied: u64, pod_hash: u64) -> u64 {
+    // All ones for a node that is not tied: a mask rather than a branch. Eight minimums
+    // apart, each lane shifting its bit out by a constant, which the compiler turns into
+    // vector lanes.
+    let key = |h: u64, bit: u64| tie_key(h, pod_hash) | (bit & 1 ^ 1).wrapping_neg();
+    let (hashes, left) = hashes.as_chunks::<8>();
+    let mut least = [u64::MAX; 8];
+    let mut bits = tied;
+    for h in hashes {
         for (i, l) in least.iter_mut().enumerate() {
-            *l = (*l).min(key(t[i], h[i]));
+            *l = (*l).min(key(h[i], bits >> i));
         }
+        bits = bits.checked_shr(8).unwrap_or(0);
     }
-    totals_left.iter().zip(hashes_left).fold(
-        least.into_iter().min().unwrap_or(u64::MAX),
-        |m, (&t, &h)| m.min(key(t, h)),
-    )
+    left.iter()
+        .enumerate()
+        .fold(least.into_iter().min().unwrap_or(u64::MAX), |m, (i, &h)| {
+            m.min(key(h, bits >> i))
+        })
+}
+
+/// The lowest `len` bits set (all 64 for 64).
+fn low_bits(len: usize) -> u64 {
+    u64::MAX
+        .checked_shr(64u32.saturating_sub(len as u32))
+        .unwrap_or(0)
+}
+
+/// The positions of the bits set in `bits`, lowest first.
+fn bit_positions(mut bits: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (bits != 0).then(|| {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            i
+        })
+    })
 }
 
 /// The least of `key(i)` for `i` in `0..len` (`u64::MAX` when there is none), kept as four
@@ -820,6 +897,7 @@ fn weighted_columns(
         .collect()
 }
 
+mod alike;
 mod domains;
 #[cfg(test)]
 mod tests;

@@ -184,6 +184,8 @@ struct NodeSpec {
     zone: Option<u8>,
     cordoned: bool,
     taint: Option<(&'static str, &'static str)>,
+    /// Extended resources: nodes that have them are alike to no other.
+    dongles: u8,
 }
 
 fn node_spec() -> impl Strategy<Value = NodeSpec> {
@@ -200,14 +202,18 @@ fn node_spec() -> impl Strategy<Value = NodeSpec> {
                 Just(("flaky", "NoExecute")),
             ],
         ),
+        prop_oneof![6 => Just(0u8), 1 => 1u8..3],
     )
-        .prop_map(|(cpu, memory_gi, zone, cordoned, taint)| NodeSpec {
-            cpu,
-            memory_gi,
-            zone,
-            cordoned,
-            taint,
-        })
+        .prop_map(
+            |(cpu, memory_gi, zone, cordoned, taint, dongles)| NodeSpec {
+                cpu,
+                memory_gi,
+                zone,
+                cordoned,
+                taint,
+                dongles,
+            },
+        )
 }
 
 /// One random pod: requests, app label, and the constraints of the constrained workload.
@@ -220,6 +226,7 @@ struct PodSpec {
     anti_affinity: bool,
     tolerates: bool,
     zone_selector: Option<u8>,
+    dongles: u8,
 }
 
 fn pod_spec() -> impl Strategy<Value = PodSpec> {
@@ -231,9 +238,19 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
         prop::bool::weighted(0.4),
         prop::bool::weighted(0.3),
         prop::option::weighted(0.1, 0u8..3),
+        prop_oneof![8 => Just(0u8), 1 => Just(1u8)],
     )
         .prop_map(
-            |(milli_cpu, memory_mi, app, spread, anti_affinity, tolerates, zone_selector)| {
+            |(
+                milli_cpu,
+                memory_mi,
+                app,
+                spread,
+                anti_affinity,
+                tolerates,
+                zone_selector,
+                dongles,
+            )| {
                 PodSpec {
                     milli_cpu,
                     memory_mi,
@@ -242,12 +259,14 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                     anti_affinity,
                     tolerates,
                     zone_selector,
+                    dongles,
                 }
             },
         )
 }
 
 const ZONE: &str = "topology.kubernetes.io/zone";
+const DONGLE: &str = "example.com/dongle";
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
 fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
@@ -258,6 +277,9 @@ fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
     }
     if spec.memory_mi > 0 {
         b = b.req("memory", &format!("{}Mi", spec.memory_mi));
+    }
+    if spec.dongles > 0 {
+        b = b.req(DONGLE, &spec.dongles.to_string());
     }
     if spec.tolerates {
         b = b.toleration("spot", "Exists", "", "PreferNoSchedule");
@@ -296,6 +318,9 @@ fn build_node(i: usize, n: &NodeSpec) -> crate::model::NodeModel {
     }
     if let Some((key, effect)) = n.taint {
         b = b.taint(key, "true", effect);
+    }
+    if n.dongles > 0 {
+        b = b.alloc(DONGLE, &n.dongles.to_string());
     }
     b.build()
 }
@@ -358,6 +383,7 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
                 anti_affinity: false,
                 tolerates: false,
                 zone_selector: None,
+                dongles: 0,
             }),
         1 => pod_spec(),
         // Pods whose other plugins answer by domain: spread over zones, anti-affinity by
@@ -381,6 +407,7 @@ fn like_node() -> impl Strategy<Value = NodeSpec> {
         zone,
         cordoned: false,
         taint: None,
+        dongles: 0,
     })
 }
 
@@ -402,6 +429,7 @@ fn spread_class() -> impl Strategy<Value = PodSpec> {
             anti_affinity,
             tolerates: false,
             zone_selector: None,
+            dongles: 0,
         })
 }
 

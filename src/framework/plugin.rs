@@ -243,9 +243,11 @@ pub trait FilterPlugin: Send + Sync {
 
     /// True when, for `pod` (after PreFilter), `filter`'s verdict on a node depends on
     /// nothing of the pod but its resource requests (`requests` and the non-zero cpu and
-    /// memory) and nothing of the cluster but that node: the cycle may then keep the
-    /// verdict between cycles and give it to a pod asking the same resources, for as long
-    /// as the node does not change (see the cycle's class index).
+    /// memory) and nothing of the cluster but that node's resource amounts (allocatable
+    /// and requested, with the non-zero cpu and memory) and pod count: the cycle may then
+    /// keep the verdict between cycles and give it to a pod asking the same resources, for
+    /// as long as the node does not change, and give one node's verdict to the nodes with
+    /// the same amounts ([`NodeRow::same_amounts`]; see the cycle's class index).
     fn verdict_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
         false
     }
@@ -513,8 +515,8 @@ pub trait ScorePlugin: Send + Sync {
     }
 
     /// True when, for `pod` (after PreScore), the raw score of a node depends on nothing of
-    /// the pod but its resource requests and nothing of the cluster but that node, as
-    /// [`FilterPlugin::verdict_by_requests`] says of verdicts. Only a plugin that does not
+    /// the pod but its resource requests and nothing of the cluster but that node's resource
+    /// amounts and pod count, as [`FilterPlugin::verdict_by_requests`] says of verdicts. Only a plugin that does not
     /// normalize may answer true.
     fn score_by_requests(&self, _state: &CycleState, _pod: &PodInfo) -> bool {
         false

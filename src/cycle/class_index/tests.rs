@@ -189,3 +189,88 @@ profiles:
             .all(|c| c.scored_by.is_empty())
     );
 }
+
+#[test]
+fn the_tie_break_reads_the_tied_nodes_alone() {
+    // Every length a span's part can have, with tied nodes scattered and at both ends, and
+    // the vector kernel's remainder (lengths not a multiple of eight) among them.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for len in 0..=SPAN {
+        for _ in 0..20 {
+            let hashes: Vec<u64> = (0..len).map(|_| next()).collect();
+            let (tied, pod_hash) = (next() & low_bits(len), next());
+            let plain = (0..len)
+                .filter(|&i| tied & (1 << i) != 0)
+                .map(|i| tie_key(hashes[i], pod_hash))
+                .min()
+                .unwrap_or(u64::MAX);
+            assert_eq!(
+                least_tied_key(&hashes, tied, pod_hash),
+                plain,
+                "{len} nodes"
+            );
+            assert_eq!(
+                bit_positions(tied).collect::<Vec<_>>(),
+                (0..len)
+                    .filter(|&i| tied & (1 << i) != 0)
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+    assert_eq!(low_bits(0), 0);
+    assert_eq!(low_bits(3), 0b111);
+    assert_eq!(low_bits(64), u64::MAX);
+}
+
+#[test]
+fn a_span_keeps_its_largest_total_and_the_positions_holding_it() {
+    let (_cache, snapshot) = cluster(2 * SPAN + 5);
+    let mut memory = CycleMemory::default();
+    let p = pod("p").req("cpu", "1").build();
+    schedule_one(profile(), &snapshot, &p, &mut memory, &OPTIONS).expect("placed");
+    let class = memory.classes.classes.values_mut().next().expect("a class");
+    let summed_up = |class: &Class| {
+        (0..class.span_max.len())
+            .map(|b| {
+                let totals = &class.totals[b * SPAN..((b + 1) * SPAN).min(class.totals.len())];
+                let max = totals.iter().copied().max().unwrap_or(-1);
+                let ties = (0..totals.len())
+                    .filter(|&i| totals[i] == max)
+                    .fold(0u64, |m, i| m | 1 << i);
+                (max, ties)
+            })
+            .collect::<Vec<_>>()
+    };
+    let kept = |class: &Class| {
+        class
+            .span_max
+            .iter()
+            .copied()
+            .zip(class.span_ties.iter().copied())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(kept(class), summed_up(class));
+    // Raised, lowered to below the rest, lowered back to a tie, and every node of the
+    // last span lowered one by one: the span is summed up again when its last best goes.
+    let best = class.span_max[0];
+    for (position, total) in [(3, best + 7), (3, best - 5), (3, best), (SPAN, best - 1)] {
+        class.totals[position] = total;
+        class.note_total(position);
+        assert_eq!(
+            kept(class),
+            summed_up(class),
+            "position {position} to {total}"
+        );
+    }
+    for position in 2 * SPAN..2 * SPAN + 5 {
+        class.totals[position] = best - 1 - position as Total;
+        class.note_total(position);
+        assert_eq!(kept(class), summed_up(class), "position {position}");
+    }
+}
