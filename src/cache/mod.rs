@@ -802,7 +802,10 @@ impl Cache {
     }
 
     fn rebuild(&mut self, snapshot: &mut Snapshot) {
-        self.dirty.clear();
+        // Every node was marked when the cluster was listed: the set is given back, not
+        // kept at that size, since the refreshes that follow each empty it (and an empty
+        // set of thousands of buckets is cleared bucket by bucket every time).
+        self.dirty = HashSet::new();
         self.list_changed = false;
         snapshot.nodes = zone_interleaved(&self.order, |n| &self.nodes[n].info.node.labels)
             .into_iter()
