@@ -564,6 +564,11 @@ fn translate_config(config: Option<&Value>, node_count: usize) -> Result<Value, 
             _ => return Err(format!("{key}: not translated")),
         }
     }
+    // gantry scores every node unless told otherwise, 1.20 an adaptive share; below 100
+    // nodes both examine every node, and the translation says what gantry does.
+    if config.get("percentageOfNodesToScore").is_none() {
+        out["percentageOfNodesToScore"] = json!(100);
+    }
     let default_profile = vec![json!({"schedulerName": "default-scheduler"})];
     let profiles = config["profiles"]
         .as_array()

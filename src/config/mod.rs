@@ -142,6 +142,11 @@ pub fn read_configuration(text: &str) -> Result<KubeSchedulerConfiguration, Conf
 
 /// `leaderElection.leaderElect` when not given.
 pub const DEFAULT_LEADER_ELECT: bool = true;
+/// `percentageOfNodesToScore` when the file does not set it: every node, where
+/// kube-scheduler's default (0) is its adaptive share. Examining every node finds the best
+/// node rather than the best of a sample, and the class index makes it about as cheap as
+/// the sample (BENCHMARKS.md, issue 24); an explicit 0 keeps kube-scheduler's rule.
+pub const DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE: u32 = 100;
 /// `leaderElection.leaseDuration` when not given.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// `leaderElection.renewDeadline` when not given.
@@ -217,7 +222,8 @@ pub struct Config {
     pub profiles: Vec<Profile>,
     /// Threads for filtering and scoring.
     pub parallelism: usize,
-    /// Global share of nodes to score (0 = adaptive).
+    /// Global share of nodes to score (0 = kube-scheduler's adaptive share;
+    /// [`DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE`] when the file does not say).
     pub percentage_of_nodes_to_score: u32,
     /// First backoff after a failed attempt.
     pub pod_initial_backoff: Duration,
@@ -273,7 +279,7 @@ impl Config {
             file.percentage_of_nodes_to_score,
             "percentageOfNodesToScore",
         )?
-        .unwrap_or(0);
+        .unwrap_or(DEFAULT_PERCENTAGE_OF_NODES_TO_SCORE);
         let initial = file.pod_initial_backoff_seconds.unwrap_or(1);
         if initial <= 0 {
             return Err(ConfigError::field(

@@ -22,7 +22,8 @@ const HEADER: &str =
 fn defaults_match_kube_scheduler() {
     let c = Config::default_with(&registry()).unwrap();
     assert_eq!(c.parallelism, 16);
-    assert_eq!(c.percentage_of_nodes_to_score, 0);
+    // gantry's own default: every node (kube-scheduler's adaptive share with an explicit 0).
+    assert_eq!(c.percentage_of_nodes_to_score, 100);
     assert_eq!(c.pod_initial_backoff, Duration::from_secs(1));
     assert_eq!(c.pod_max_backoff, Duration::from_secs(10));
     assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
@@ -63,6 +64,12 @@ fn defaults_match_kube_scheduler() {
         ]
     );
     assert_eq!(names(&p.bind), ["DefaultBinder"]);
+}
+
+#[test]
+fn an_explicit_zero_keeps_kube_schedulers_adaptive_share() {
+    let c = parse(&format!("{HEADER}percentageOfNodesToScore: 0\n")).unwrap();
+    assert_eq!(c.percentage_of_nodes_to_score, 0);
 }
 
 #[test]
@@ -681,6 +688,7 @@ fn kube_schedulers_written_defaults_are_refused_only_for_the_plugins_gantry_lack
     );
     assert_eq!(layout(&config.profiles[0]), layout(&expected));
     assert_eq!(config.parallelism, 16);
+    // kube-scheduler writes its adaptive 0 out: an explicit 0 stays adaptive.
     assert_eq!(config.percentage_of_nodes_to_score, 0);
     assert_eq!(config.pod_max_backoff, Duration::from_secs(10));
     assert_eq!(

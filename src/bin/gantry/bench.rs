@@ -33,7 +33,8 @@ pub struct Args {
     /// Scheduling threads: 1 runs filtering and scoring on the calling thread.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     pub(crate) threads: Vec<usize>,
-    /// percentageOfNodesToScore values: 0 is kube-scheduler's adaptive default.
+    /// percentageOfNodesToScore values: 0 is kube-scheduler's adaptive share (its default),
+    /// 100 every node (gantry's default).
     #[arg(long, value_delimiter = ',', default_value = "0,100")]
     pub(crate) percentage: Vec<u32>,
     /// Decision recording: `on` records every attempt into an in-memory store as `gantry run`
