@@ -233,8 +233,8 @@ impl NodeRow {
     /// True when both rows hold every resource amount of their nodes (allocatable,
     /// requested, and requested with the non-zero defaults: the nodes have no extended
     /// resources) and their pod counts, and those are equal: the two nodes get the same
-    /// answers from a plugin that reads nothing else of a node (see
-    /// [`FilterPlugin::verdict_by_requests`](crate::framework::FilterPlugin::verdict_by_requests)).
+    /// answers from a plugin that reads nothing else of a node (the Filter and Score
+    /// plugins' `verdict_by_requests` and `score_by_requests`).
     #[inline]
     pub fn same_amounts(&self, other: &NodeRow) -> bool {
         self.amounts_hash != 0
