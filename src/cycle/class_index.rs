@@ -41,8 +41,9 @@ type Total = i32;
 const SEEN_SLOTS: usize = 4096;
 /// Nodes handed to a plugin at once.
 const BLOCK: usize = 256;
-/// Positions summed up by one entry of [`Class::span_max`].
-const SPAN: usize = 64;
+/// Positions summed up by one entry of [`Class::span_max`]: as many as the bits of a
+/// word, so that a span's positions are one word of a bitmap of all positions.
+const SPAN: usize = u64::BITS as usize;
 
 /// The classes kept, by hash of their key.
 #[derive(Debug)]
@@ -782,22 +783,6 @@ fn bit_positions(mut bits: u64) -> impl Iterator<Item = usize> {
             bits &= bits - 1;
             i
         })
-    })
-}
-
-/// The least of `key(i)` for `i` in `0..len` (`u64::MAX` when there is none), kept as four
-/// minimums apart so that one comparison does not wait for the one before it.
-#[inline]
-fn least_of(len: usize, key: impl Fn(usize) -> u64) -> u64 {
-    let mut least = [u64::MAX; 4];
-    let whole = len - len % 4;
-    for quad in 0..len / 4 {
-        for (k, l) in least.iter_mut().enumerate() {
-            *l = (*l).min(key(4 * quad + k));
-        }
-    }
-    (whole..len).fold(least.into_iter().min().unwrap_or(u64::MAX), |m, i| {
-        m.min(key(i))
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Class, SPAN, Total, examination_spans, least_of};
+use super::{Class, SPAN, Total, bit_positions, examination_spans, least_tied_key, low_bits};
 use crate::cache::{Snapshot, TopologyValues};
 use crate::cycle::{TopK, select_host, tie_key};
 use crate::framework::{
@@ -280,35 +280,35 @@ impl Pick<'_> {
         marks[p / 64] & (1 << (p % 64)) == 0 && self.domains.code(p) == 0
     }
 
-    /// The least tie key among the positions `lo..hi` whose class total is `total` and
-    /// that [`Pick::passes`]; `u64::MAX` when there is none. Without a branch per node
-    /// when one check by domain decides.
-    fn least_key(&self, lo: usize, hi: usize, total: Total, marks: &[u64]) -> u64 {
-        let totals = &self.class.totals[lo..hi];
-        let hashes = &self.snapshot.name_hashes()[lo..hi];
-        let key = |h: u64, out: bool| tie_key(h, self.pod_hash) | u64::from(out).wrapping_neg();
+    /// One bit per position (word `w` for the positions of span `w`), set for the nodes
+    /// that pass the checks by domain and are not `marks`ed: what [`Pick::passes`] says
+    /// of each, for a whole span at once.
+    fn passing(&self, marks: &[u64]) -> Vec<u64> {
+        let n = self.class.totals.len();
+        let mut bits = vec![0u64; n.div_ceil(64)];
         match self.domains.single() {
             Some((ids, table)) => {
                 let last = table.len() - 1;
-                least_of(hi - lo, |k| {
-                    let p = lo + k;
-                    let code = table[(ids[p] as usize).min(last)];
-                    let marked = marks[p / 64] & (1 << (p % 64)) != 0;
-                    key(hashes[k], (totals[k] != total) | (code != 0) | marked)
-                })
+                for ((word, ids), &marked) in bits.iter_mut().zip(ids.chunks(64)).zip(marks) {
+                    let passes = ids.iter().enumerate().fold(0, |bits, (i, &id)| {
+                        bits | u64::from(table[(id as usize).min(last)] == 0) << i
+                    });
+                    *word = passes & !marked;
+                }
             }
-            None => (lo..hi)
-                .zip(totals.iter().zip(hashes))
-                .filter(|&(p, (&t, _))| t == total && self.passes(p, marks))
-                .fold(u64::MAX, |least, (_, (_, &h))| least.min(key(h, false))),
+            None => {
+                for p in (0..n).filter(|&p| self.passes(p, marks)) {
+                    bits[p / 64] |= 1 << (p % 64);
+                }
+            }
         }
+        bits
     }
 
     /// [`Others`] when at least as many of them as the best rows take (one at least) have
     /// the class's best total, which is then theirs: the best rows are the first of them
     /// in the order of examination, and the tie-break reads only the spans holding it.
     fn others_at_class_max(&self, marks: &[u64]) -> Option<Others> {
-        let totals = &self.class.totals;
         let max = self
             .class
             .span_max
@@ -316,19 +316,27 @@ impl Pick<'_> {
             .copied()
             .max()
             .filter(|&m| m >= 0)?;
+        let passing = self.passing(marks);
+        // The positions of `lo..hi` with the class's best total that pass, one bit each
+        // from `lo` (a span of the order of examination lies within one span of the class).
+        let candidates = |lo: usize, hi: usize| {
+            let b = lo / SPAN;
+            if self.class.span_max[b] != max {
+                return 0;
+            }
+            (self.class.span_ties[b] & passing[b]) >> (lo % SPAN) & low_bits(hi - lo)
+        };
         let want = self.top_scores.max(1);
         let mut first = Vec::with_capacity(want);
-        'spans: for (lo, hi) in self.spans() {
-            if self.class.span_max[lo / SPAN] != max {
-                continue;
-            }
-            for (p, &total) in (lo..hi).zip(&totals[lo..hi]) {
-                if total == max && self.passes(p, marks) {
-                    first.push((p, i64::from(max)));
-                    if first.len() == want {
-                        break 'spans;
-                    }
-                }
+        for (lo, hi) in self.spans() {
+            let room = want - first.len();
+            first.extend(
+                bit_positions(candidates(lo, hi))
+                    .take(room)
+                    .map(|i| (lo + i, i64::from(max))),
+            );
+            if first.len() == want {
+                break;
             }
         }
         if first.len() < want {
@@ -339,20 +347,16 @@ impl Pick<'_> {
         let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
         let mut ties = Vec::new();
         for (lo, hi) in self.spans() {
-            if self.class.span_max[lo / SPAN] != max {
-                continue;
-            }
+            let tied = candidates(lo, hi);
             if self.fixed_order {
-                ties.extend((lo..hi).filter(|&p| totals[p] == max && self.passes(p, marks)));
+                ties.extend(bit_positions(tied).map(|i| lo + i));
                 continue;
             }
-            let key = self.least_key(lo, hi, max, marks);
+            let key = least_tied_key(&hashes[lo..hi], tied, self.pod_hash);
             if key < best_key || chosen == usize::MAX {
-                let holder = (lo..hi).find(|&p| {
-                    totals[p] == max
-                        && tie_key(hashes[p], self.pod_hash) == key
-                        && self.passes(p, marks)
-                });
+                let holder = bit_positions(tied)
+                    .map(|i| lo + i)
+                    .find(|&p| tie_key(hashes[p], self.pod_hash) == key);
                 if let Some(p) = holder {
                     (best_key, chosen) = (key, p);
                 }
