@@ -548,17 +548,16 @@ impl ClassIndex {
         let spans = n.div_ceil(SPAN);
         let whole = fresh || class.scored_by != kept || class.span_max.len() != spans;
         to_score.clear();
-        if fresh {
-            // One node of each set of amounts was filtered: the feasible ones are scored.
+        if whole && !fresh {
+            let feasible = (0..n).filter(|&p| class.totals[p] >= 0);
+            alike.split(snapshot.rows(), feasible, to_score);
+        } else {
+            // The changed nodes (of a fresh class, one of each set of amounts): the feasible
+            // ones are scored, and the alike ones of those take their totals.
             to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
             alike
                 .followers
                 .retain(|&(_, first)| class.totals[first] >= 0);
-        } else if whole {
-            let feasible = (0..n).filter(|&p| class.totals[p] >= 0);
-            alike.split(snapshot.rows(), feasible, to_score);
-        } else {
-            to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
         }
         class.scored_by.clear();
         for positions in to_score.chunks(BLOCK) {
@@ -606,9 +605,8 @@ impl ClassIndex {
             *next_start = start;
             let max = class.span_max.iter().copied().max().unwrap_or(0);
             let hashes = snapshot.name_hashes();
-            let pod_hash = pod_tie_hash(pod);
             let mut ties: Vec<usize> = Vec::new();
-            let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
+            let mut least = LeastKey::new(hashes, pod_tie_hash(pod));
             let mut top = TopK::new(options.top_scores);
             for (lo, hi) in examination_spans(start, n) {
                 let b = lo / SPAN;
@@ -616,22 +614,10 @@ impl ClassIndex {
                 if span_max == max {
                     // The tied positions of `lo..hi`, one bit each from `lo`.
                     let tied = (class.span_ties[b] >> (lo % SPAN)) & low_bits(hi - lo);
-                    let tied_positions = || bit_positions(tied).map(|i| lo + i);
                     if fixed_order {
-                        ties.extend(tied_positions());
+                        ties.extend(bit_positions(tied).map(|i| lo + i));
                     } else {
-                        // The span's least key first, without a branch per node (about
-                        // one node in two or three ties, which no branch predicts);
-                        // the node holding it is looked for only when it is the least
-                        // so far, a few times per cycle.
-                        let key = least_tied_key(&hashes[lo..hi], tied, pod_hash);
-                        if key < best_key || chosen == usize::MAX {
-                            let holder =
-                                tied_positions().find(|&p| tie_key(hashes[p], pod_hash) == key);
-                            if let Some(p) = holder {
-                                (best_key, chosen) = (key, p);
-                            }
-                        }
+                        least.offer(lo, hi, tied);
                     }
                 }
                 if span_max >= 0 && top.would_take(i64::from(span_max)) {
@@ -642,6 +628,7 @@ impl ClassIndex {
                     }
                 }
             }
+            let mut chosen = least.chosen;
             if fixed_order || chosen == usize::MAX {
                 chosen = select_host(
                     pod,
@@ -766,6 +753,45 @@ fn least_tied_key(hashes: &[u64], tied: u64, pod_hash: u64) -> u64 {
         .fold(least.into_iter().min().unwrap_or(u64::MAX), |m, (i, &h)| {
             m.min(key(h, bits >> i))
         })
+}
+
+/// The tie-break by key over the tied positions of spans offered in the order of
+/// examination: the least key so far and the position holding it (the first offered of
+/// equal keys; `usize::MAX` before any).
+pub(super) struct LeastKey<'h> {
+    hashes: &'h [u64],
+    pod_hash: u64,
+    key: u64,
+    pub chosen: usize,
+}
+
+impl<'h> LeastKey<'h> {
+    /// Over the nodes of name hashes `hashes` (by position), for the pod of `pod_hash`.
+    pub fn new(hashes: &'h [u64], pod_hash: u64) -> Self {
+        LeastKey {
+            hashes,
+            pod_hash,
+            key: u64::MAX,
+            chosen: usize::MAX,
+        }
+    }
+
+    /// Offers the positions of `lo..hi` whose bit (from `lo`) is set in `tied`: the span's
+    /// least key first, without a branch per node (about one node in two or three ties,
+    /// which no branch predicts); the node holding it is looked for only when it is the
+    /// least so far, a few times per cycle.
+    pub fn offer(&mut self, lo: usize, hi: usize, tied: u64) {
+        let (hashes, pod_hash) = (self.hashes, self.pod_hash);
+        let key = least_tied_key(&hashes[lo..hi], tied, pod_hash);
+        if key < self.key || self.chosen == usize::MAX {
+            let holder = bit_positions(tied)
+                .map(|i| lo + i)
+                .find(|&p| tie_key(hashes[p], pod_hash) == key);
+            if let Some(p) = holder {
+                (self.key, self.chosen) = (key, p);
+            }
+        }
+    }
 }
 
 /// The lowest `len` bits set (all 64 for 64).

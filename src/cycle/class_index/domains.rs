@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Class, SPAN, Total, bit_positions, examination_spans, least_tied_key, low_bits};
+use super::{Class, LeastKey, SPAN, Total, bit_positions, examination_spans, low_bits};
 use crate::cache::{Snapshot, TopologyValues};
 use crate::cycle::{TopK, select_host, tie_key};
 use crate::framework::{
@@ -343,28 +343,19 @@ impl Pick<'_> {
             return None;
         }
         first.truncate(self.top_scores);
-        let hashes = self.snapshot.name_hashes();
-        let (mut best_key, mut chosen) = (u64::MAX, usize::MAX);
+        let mut least = LeastKey::new(self.snapshot.name_hashes(), self.pod_hash);
         let mut ties = Vec::new();
         for (lo, hi) in self.spans() {
             let tied = candidates(lo, hi);
             if self.fixed_order {
                 ties.extend(bit_positions(tied).map(|i| lo + i));
-                continue;
-            }
-            let key = least_tied_key(&hashes[lo..hi], tied, self.pod_hash);
-            if key < best_key || chosen == usize::MAX {
-                let holder = bit_positions(tied)
-                    .map(|i| lo + i)
-                    .find(|&p| tie_key(hashes[p], self.pod_hash) == key);
-                if let Some(p) = holder {
-                    (best_key, chosen) = (key, p);
-                }
+            } else {
+                least.offer(lo, hi, tied);
             }
         }
         Some(Others {
             total: max,
-            chosen,
+            chosen: least.chosen,
             ties,
             top: first,
         })
