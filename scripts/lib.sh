@@ -158,7 +158,8 @@ bench_wait_quiet() {
 # bench_binaries: the Kubernetes binaries (scripts/install-kube.sh prints the folder it fills
 # and is quiet once everything is in place; binaries already in KUBEBUILDER_ASSETS win, which
 # is exported) and, unless BUILD is empty, gantry and cluster-bench built (release, once the
-# machine is quiet). Sets KUBE_SCHEDULER, GANTRY and BENCH.
+# machine is quiet). Sets KUBE_SCHEDULER, GANTRY and BENCH; GANTRY set in the environment runs
+# that gantry binary instead (to compare two builds on the same benchmark).
 # shellcheck disable=SC2034  # the variables it sets are the caller's
 bench_binaries() {
   local kube_bin_dir
@@ -170,7 +171,7 @@ bench_binaries() {
     log "building gantry and cluster-bench (release)"
     cargo build --release --locked --quiet --bin gantry --bin cluster-bench
   fi
-  GANTRY="${GANTRY_ROOT}/target/release/gantry"
+  GANTRY="${GANTRY:-${GANTRY_ROOT}/target/release/gantry}"
   BENCH="${GANTRY_ROOT}/target/release/cluster-bench"
   [[ -x "${GANTRY}" && -x "${BENCH}" ]] || die "build gantry and cluster-bench first (cargo build --release)"
 }

@@ -8,7 +8,9 @@
 
 use std::sync::Arc;
 
-use imbl::{HashMap, OrdSet};
+use imbl::OrdSet;
+
+use super::SharedMap;
 
 use crate::model::volume::{
     ClaimModel, ClaimRef, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel,
@@ -49,23 +51,25 @@ pub enum VolumeDecision {
 /// The storage objects the cache holds.
 #[derive(Debug, Clone, Default)]
 pub struct Storage {
-    claims: HashMap<ClaimKey, Arc<ClaimModel>>,
-    volumes: HashMap<String, Arc<VolumeModel>>,
-    classes: HashMap<String, Arc<StorageClassModel>>,
-    csi_nodes: HashMap<String, Arc<CsiNodeModel>>,
-    csi_drivers: HashMap<String, Arc<CsiDriverModel>>,
+    claims: SharedMap<ClaimKey, Arc<ClaimModel>>,
+    volumes: SharedMap<String, Arc<VolumeModel>>,
+    classes: SharedMap<String, Arc<StorageClassModel>>,
+    csi_nodes: SharedMap<String, Arc<CsiNodeModel>>,
+    /// How many of `csi_nodes` set an attach limit for some driver.
+    limited_csi_nodes: usize,
+    csi_drivers: SharedMap<String, Arc<CsiDriverModel>>,
     /// CSIStorageCapacities by storage class, then by namespace and name.
-    capacities: HashMap<String, HashMap<(String, String), Arc<StorageCapacityModel>>>,
+    capacities: SharedMap<String, SharedMap<(String, String), Arc<StorageCapacityModel>>>,
     /// The API server does not serve CSIStorageCapacity: no capacity is known to check.
     capacities_not_served: bool,
     /// Volume names by storage class, for matching claims to volumes.
-    volumes_by_class: HashMap<String, OrdSet<String>>,
+    volumes_by_class: SharedMap<String, OrdSet<String>>,
     /// Claims used by placed (bound or assumed) pods, with the number of such pods.
-    claims_in_use: HashMap<ClaimKey, u32>,
+    claims_in_use: SharedMap<ClaimKey, u32>,
     /// Volumes as the scheduler assumed them (reserved for a claim), over the API's.
-    assumed_volumes: HashMap<String, Arc<VolumeModel>>,
+    assumed_volumes: SharedMap<String, Arc<VolumeModel>>,
     /// Claims as the scheduler assumed them (a node selected), over the API's.
-    assumed_claims: HashMap<ClaimKey, Arc<ClaimModel>>,
+    assumed_claims: SharedMap<ClaimKey, Arc<ClaimModel>>,
 }
 
 impl Storage {
@@ -102,6 +106,12 @@ impl Storage {
     /// The CSINode of node `name`.
     pub fn csi_node(&self, name: &str) -> Option<&Arc<CsiNodeModel>> {
         self.csi_nodes.get(name)
+    }
+
+    /// True when some CSINode sets an attach limit: without one, no node limits the
+    /// volumes it attaches.
+    pub fn any_attach_limit(&self) -> bool {
+        self.limited_csi_nodes > 0
     }
 
     /// The CSIDriver `name`.
@@ -264,11 +274,16 @@ impl Storage {
     }
 
     pub(super) fn upsert_csi_node(&mut self, node: CsiNodeModel) {
-        self.csi_nodes.insert(node.name.clone(), Arc::new(node));
+        self.limited_csi_nodes += usize::from(node.has_limit());
+        if let Some(old) = self.csi_nodes.insert(node.name.clone(), Arc::new(node)) {
+            self.limited_csi_nodes -= usize::from(old.has_limit());
+        }
     }
 
     pub(super) fn remove_csi_node(&mut self, name: &str) {
-        self.csi_nodes.remove(name);
+        if let Some(old) = self.csi_nodes.remove(name) {
+            self.limited_csi_nodes -= usize::from(old.has_limit());
+        }
     }
 
     pub(super) fn upsert_csi_driver(&mut self, driver: CsiDriverModel) {

@@ -227,6 +227,8 @@ struct PodSpec {
     tolerates: bool,
     zone_selector: Option<u8>,
     dongles: u8,
+    /// The claim `c<n>` of [`add_storage`], if any.
+    volume: Option<u8>,
 }
 
 fn pod_spec() -> impl Strategy<Value = PodSpec> {
@@ -239,6 +241,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
         prop::bool::weighted(0.3),
         prop::option::weighted(0.1, 0u8..3),
         prop_oneof![8 => Just(0u8), 1 => Just(1u8)],
+        prop::option::weighted(0.2, 0u8..3),
     )
         .prop_map(
             |(
@@ -250,6 +253,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                 tolerates,
                 zone_selector,
                 dongles,
+                volume,
             )| {
                 PodSpec {
                     milli_cpu,
@@ -260,6 +264,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                     tolerates,
                     zone_selector,
                     dongles,
+                    volume,
                 }
             },
         )
@@ -291,6 +296,11 @@ fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
     if let Some(skew) = spec.spread {
         yaml.push_str(&format!(
             "topologySpreadConstraints:\n- maxSkew: {skew}\n  topologyKey: {ZONE}\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector: {{matchLabels: {{app: {app}}}}}\n"
+        ));
+    }
+    if let Some(v) = spec.volume {
+        yaml.push_str(&format!(
+            "volumes: [{{name: data, persistentVolumeClaim: {{claimName: c{v}}}}}]\n"
         ));
     }
     if spec.anti_affinity {
@@ -325,11 +335,49 @@ fn build_node(i: usize, n: &NodeSpec) -> crate::model::NodeModel {
     b.build()
 }
 
-fn cluster_cache(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Cache {
+/// Claims `c0` to `c2` (namespace default), bound: `c0` to a CSI volume of the EBS driver
+/// that any node can reach, `c1` to one reachable from zone-0 only, `c2` to an in-tree AWS
+/// EBS volume. With `csi_limits`, every fifth node has a CSINode limiting the EBS driver to
+/// 0, 1 or 2 volumes (and the in-tree one migrated there).
+fn add_storage(cache: &mut Cache, nodes: usize, csi_limits: bool) {
+    use crate::model::volume::{ClaimModel, CsiNodeModel, VolumeModel};
+    let sources = [
+        "csi: {driver: ebs.csi.aws.com, volumeHandle: h0}".to_string(),
+        format!(
+            "csi: {{driver: ebs.csi.aws.com, volumeHandle: h1}}, nodeAffinity: {{required: {{nodeSelectorTerms: [{{matchExpressions: [{{key: {ZONE}, operator: In, values: [zone-0]}}]}}]}}}}"
+        ),
+        "awsElasticBlockStore: {volumeID: h2}".to_string(),
+    ];
+    for (i, source) in sources.iter().enumerate() {
+        let claim = format!(
+            "{{metadata: {{name: c{i}, namespace: default, annotations: {{pv.kubernetes.io/bind-completed: 'yes'}}}}, spec: {{volumeName: pv-c{i}}}, status: {{phase: Bound}}}}"
+        );
+        let claim = serde_yaml::from_str(&claim).expect("a claim");
+        cache.upsert_claim(ClaimModel::from_api(&claim).expect("a claim"));
+        let volume = format!(
+            "{{metadata: {{name: pv-c{i}}}, spec: {{{source}, claimRef: {{namespace: default, name: c{i}}}}}, status: {{phase: Bound}}}}"
+        );
+        let volume = serde_yaml::from_str(&volume).expect("a volume");
+        cache.upsert_volume(VolumeModel::from_api(&volume).expect("a volume"));
+    }
+    if csi_limits {
+        for i in (0..nodes).step_by(5) {
+            let csi_node = format!(
+                "{{metadata: {{name: node-{i:04}}}, spec: {{drivers: [{{name: ebs.csi.aws.com, nodeID: n, allocatable: {{count: {}}}}}]}}}}",
+                i / 5 % 3
+            );
+            let csi_node = serde_yaml::from_str(&csi_node).expect("a CSINode");
+            cache.upsert_csi_node(CsiNodeModel::from_api(&csi_node));
+        }
+    }
+}
+
+fn cluster_cache(nodes: &[NodeSpec], placed: &[(usize, PodSpec)], csi_limits: bool) -> Cache {
     let mut cache = Cache::new();
     for (i, n) in nodes.iter().enumerate() {
         cache.upsert_node(build_node(i, n));
     }
+    add_storage(&mut cache, nodes.len(), csi_limits);
     for (k, (at, spec)) in placed.iter().enumerate() {
         let name = format!("node-{:04}", at % nodes.len());
         let p = build_pod(&format!("placed-{k}"), spec).on(&name).build();
@@ -338,9 +386,9 @@ fn cluster_cache(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Cache {
     cache
 }
 
-fn cluster(nodes: &[NodeSpec], placed: &[(usize, PodSpec)]) -> Snapshot {
+fn cluster(nodes: &[NodeSpec], placed: &[(usize, PodSpec)], csi_limits: bool) -> Snapshot {
     let mut snapshot = Snapshot::default();
-    cluster_cache(nodes, placed).update_snapshot(&mut snapshot);
+    cluster_cache(nodes, placed, csi_limits).update_snapshot(&mut snapshot);
     snapshot
 }
 
@@ -384,6 +432,7 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
                 tolerates: false,
                 zone_selector: None,
                 dongles: 0,
+                volume: None,
             }),
         1 => pod_spec(),
         // Pods whose other plugins answer by domain: spread over zones, anti-affinity by
@@ -430,6 +479,7 @@ fn spread_class() -> impl Strategy<Value = PodSpec> {
             tolerates: false,
             zone_selector: None,
             dongles: 0,
+            volume: None,
         })
 }
 
@@ -441,8 +491,9 @@ proptest! {
         nodes in prop::collection::vec(node_spec(), 1..600),
         placed in prop::collection::vec((0usize..600, pod_spec()), 0..400),
         incoming in prop::collection::vec(pod_spec(), 1..4),
+        csi_limits in prop::bool::ANY,
     ) {
-        let snapshot = cluster(&nodes, &placed);
+        let snapshot = cluster(&nodes, &placed, csi_limits);
         let profile = default_profile();
         let options = CycleOptions {
             pool: None,
@@ -474,8 +525,9 @@ proptest! {
         plain_nodes in prop::bool::weighted(0.7),
         classes in prop::collection::vec(stream_class(), 6),
         steps in prop::collection::vec(step(), 1..80),
+        csi_limits in prop::bool::ANY,
     ) {
-        stream_matches(nodes, plain_nodes, classes, steps)?;
+        stream_matches(nodes, plain_nodes, classes, steps, csi_limits)?;
     }
 
     #[test]
@@ -484,7 +536,7 @@ proptest! {
         classes in prop::collection::vec(spread_class(), 6),
         steps in prop::collection::vec(step(), 1..120),
     ) {
-        stream_matches(nodes, true, classes, steps)?;
+        stream_matches(nodes, true, classes, steps, false)?;
     }
 }
 
@@ -496,6 +548,7 @@ fn stream_matches(
     plain_nodes: bool,
     classes: Vec<PodSpec>,
     steps: Vec<Step>,
+    csi_limits: bool,
 ) -> Result<(), TestCaseError> {
     let strip = |mut n: NodeSpec| {
         if plain_nodes {
@@ -505,7 +558,7 @@ fn stream_matches(
         n
     };
     let mut specs: Vec<NodeSpec> = nodes.into_iter().map(strip).collect();
-    let mut cache = cluster_cache(&specs, &[]);
+    let mut cache = cluster_cache(&specs, &[], csi_limits);
     let mut snapshot = Snapshot::default();
     cache.update_snapshot(&mut snapshot);
     let profile = default_profile();

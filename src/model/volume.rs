@@ -739,6 +739,11 @@ impl CsiNodeModel {
         }
     }
 
+    /// True when some driver of the node has an attach limit.
+    pub fn has_limit(&self) -> bool {
+        self.drivers.iter().any(|(_, c)| c.is_some())
+    }
+
     /// The attach limit of `driver` on this node, if it has one.
     pub fn limit(&self, driver: &str) -> Option<u32> {
         self.drivers

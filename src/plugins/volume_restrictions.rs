@@ -200,6 +200,15 @@ impl PreFilterPlugin for VolumeRestrictions {
 }
 
 impl FilterPlugin for VolumeRestrictions {
+    /// Every node passes, whatever it holds, when the pod has no inline disk and no other
+    /// pod uses its `ReadWriteOncePod` claims: the verdict reads nothing of the node then.
+    fn verdict_by_requests(&self, state: &CycleState, pod: &PodInfo) -> bool {
+        pod.volumes.disks.is_empty()
+            && state
+                .get::<VolumeRestrictionsState>()
+                .is_some_and(|found| found.claims_in_use == 0)
+    }
+
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(found) = state.get::<VolumeRestrictionsState>() else {
             return Status::error(ERR_MISSING_STATE);

@@ -66,6 +66,16 @@ pub enum NodeVolumes {
 }
 
 impl PodClaims {
+    /// True when [`PodClaims::check`] passes every node: no claim waits for its first
+    /// consumer, and each is bound to a known volume without node affinity.
+    pub fn fit_every_node(&self) -> bool {
+        self.delayed.is_empty()
+            && self
+                .bound
+                .iter()
+                .all(|b| b.volume.as_ref().is_some_and(|v| v.node_affinity.is_none()))
+    }
+
     /// Checks the node `name` with `labels`.
     pub fn check(&self, name: &str, labels: &Labels) -> NodeVolumes {
         let mut bound_fit = true;

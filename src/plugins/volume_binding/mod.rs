@@ -284,6 +284,14 @@ impl PreFilterPlugin for VolumeBinding {
 }
 
 impl FilterPlugin for VolumeBinding {
+    /// Every node passes when each claim of the pod is bound to a known volume without node
+    /// affinity: the verdict reads nothing of the node then.
+    fn verdict_by_requests(&self, state: &CycleState, _pod: &PodInfo) -> bool {
+        state
+            .get::<VolumeBindingState>()
+            .is_some_and(|s| s.claims.fit_every_node())
+    }
+
     fn filter(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.get::<VolumeBindingState>() else {
             return Status::error(ERR_MISSING_STATE);
