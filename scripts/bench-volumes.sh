@@ -68,7 +68,10 @@
 #                  (not by default: the claims are bound already, so it measures only the
 #                  API server's ceiling, as in bench-cluster.sh).
 # Results (one JSON per run, logs, report.md) go to DIR, default
-# target/bench-volumes/<date>. --perf records gantry with `perf record` (DIR/<run>/perf.data).
+# target/bench-volumes/<date>. --perf records gantry with `perf record` (DIR/<run>/perf.data),
+# with the options of `perf record` in PERF_OPTIONS if set (default `-e cpu-clock -g`;
+# `-e cpu-clock --call-graph dwarf` gives call chains from the release build, which has no
+# frame pointers).
 # --no-build uses the release binaries as they are. On a shared machine, set
 # BENCH_HOLD_FILE to a path: while that file exists, every run waits.
 set -euo pipefail
@@ -202,6 +205,7 @@ for w in "${WORKLOAD_LIST[@]}"; do
           command=("${GANTRY}" run --config "${RUN}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
             --address "127.0.0.1:${port}" --secure-port 0)
           [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
+          [[ -z "${PERF}" || -z "${PERF_OPTIONS:-}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")
           ;;
         kube-scheduler)
           bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"

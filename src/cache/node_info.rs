@@ -30,6 +30,13 @@ pub struct NodeInfo {
     pub pods_with_affinity: usize,
     /// Number of pods with required anti-affinity terms.
     pub pods_with_required_anti_affinity: usize,
+    /// The claims and inline migrated volumes the pods name, each pod's counted apart: at
+    /// least as many as the volumes attached for them, whatever the claims resolve to
+    /// (NodeVolumeLimits' bound that needs no claim looked up).
+    pub volumes_named: usize,
+    /// Number of pods with an ephemeral volume, whose claim the full count of NodeVolumeLimits
+    /// must check.
+    pub pods_with_ephemeral_volumes: usize,
     /// Milli of each GPU device held by the pods, from their assignments (see
     /// [`crate::model::gpu::device_usage`]); one entry per device of the node.
     pub gpu_used: Vec<u32>,
@@ -54,6 +61,8 @@ impl NodeInfo {
             used_ports: Vec::new(),
             pods_with_affinity: 0,
             pods_with_required_anti_affinity: 0,
+            volumes_named: 0,
+            pods_with_ephemeral_volumes: 0,
             gpu_used: vec![0; node.gpu.count],
             gpu_hami_used: vec![
                 DeviceUse::default();
@@ -126,6 +135,8 @@ impl NodeInfo {
         if !pod.affinity.required_anti.is_empty() {
             self.pods_with_required_anti_affinity += 1;
         }
+        self.volumes_named += named_volumes(&pod);
+        self.pods_with_ephemeral_volumes += usize::from(has_ephemeral_volume(&pod));
         let holds_gpu = holds_gpu(&pod);
         self.pods.push(pod);
         if holds_gpu {
@@ -154,11 +165,24 @@ impl NodeInfo {
         if !pod.affinity.required_anti.is_empty() {
             self.pods_with_required_anti_affinity -= 1;
         }
+        self.volumes_named -= named_volumes(&pod);
+        self.pods_with_ephemeral_volumes -= usize::from(has_ephemeral_volume(&pod));
         if holds_gpu(&pod) {
             self.recount_gpus();
         }
         Some(pod)
     }
+}
+
+/// The volumes of `pod` that may count against an attach limit, unresolved: its claims and
+/// its inline migrated volumes.
+fn named_volumes(pod: &PodInfo) -> usize {
+    pod.volumes.claims.len() + pod.volumes.inline.len()
+}
+
+/// True when `pod` has an ephemeral volume (a claim made for it).
+fn has_ephemeral_volume(pod: &PodInfo) -> bool {
+    pod.volumes.claims.iter().any(|c| c.ephemeral)
 }
 
 /// True when the pod asks for or holds GPU devices.
@@ -198,6 +222,10 @@ pub struct NodeRow {
     pub pods: i64,
     /// [`crate::model::NodeModel::name_hash`], for telling equal scores apart.
     pub name_hash: u64,
+    /// [`NodeInfo::volumes_named`], or `u32::MAX` when a pod has an ephemeral volume (or
+    /// the count does not fit): the volumes NodeVolumeLimits may count on the node without
+    /// looking a claim up.
+    pub volumes_named: u32,
     /// A hash of the amounts [`NodeRow::same_amounts`] compares, never 0; 0 when the node has extended or hugepages
     /// resources, allocatable or requested, amounts the row leaves out. Kept with the row
     /// so that grouping the nodes by amounts does not hash every row again.
@@ -220,6 +248,10 @@ impl NodeRow {
             non_zero_memory: info.non_zero_memory,
             pods: info.pods.len() as i64,
             name_hash: info.node.name_hash,
+            volumes_named: match info.pods_with_ephemeral_volumes {
+                0 => u32::try_from(info.volumes_named).unwrap_or(u32::MAX),
+                _ => u32::MAX,
+            },
             amounts_hash: 0,
         };
         if allocatable.scalar.is_empty() && info.requested.scalar.is_empty() {

@@ -14,7 +14,7 @@ use crate::model::taint::TaintEffect;
 use super::node_info::{NodeInfo, NodeRow};
 use super::pod_groups::PodGroups;
 use super::pod_index::{Matched, Namespaces, PodIndex};
-use super::storage::Storage;
+use super::storage::{CsiNodes, Storage};
 use super::tracked::{Tracked, TrackedSet};
 use super::workloads::Workloads;
 
@@ -234,6 +234,33 @@ impl Snapshot {
         })
     }
 
+    /// The lowest attach limit of each node's CSINode among its drivers, by position:
+    /// `u32::MAX` for a node without a CSINode or without a limit. Computed once per node set
+    /// and change of the CSINodes, then shared by the cycles, so that NodeVolumeLimits need
+    /// not look every node's CSINode up by name for every pod.
+    pub fn attach_limits(&self) -> Arc<[u32]> {
+        self.reads(Tracked::Volumes);
+        let csi_nodes = self.storage.csi_node_map();
+        let mut cache = self.domains.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, limits)) = &cache.attach_limits
+            && seen.ptr_eq(csi_nodes)
+        {
+            return limits.clone();
+        }
+        let limits: Arc<[u32]> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                csi_nodes
+                    .get(&*n.node.name)
+                    .and_then(|c| c.lowest_limit())
+                    .unwrap_or(u32::MAX)
+            })
+            .collect();
+        cache.attach_limits = Some((csi_nodes.clone(), limits.clone()));
+        limits
+    }
+
     /// Labels of a namespace (empty when the namespace is unknown).
     pub fn namespace_labels(&self, namespace: &str) -> &Labels {
         self.reads(Tracked::NamespaceLabels);
@@ -374,6 +401,8 @@ pub(super) struct DomainCache {
     domains: Vec<(Vec<String>, Arc<TopologyDomains>)>,
     values: Vec<(String, Arc<TopologyValues>)>,
     traits: Option<NodeTraits>,
+    /// [`Snapshot::attach_limits`], with the CSINodes it was computed from.
+    attach_limits: Option<(CsiNodes, Arc<[u32]>)>,
 }
 
 /// How many nodes of a snapshot carry what some filters and scores look for on every node:

@@ -48,13 +48,16 @@ pub enum VolumeDecision {
     },
 }
 
+/// CSINodes by node name.
+pub(super) type CsiNodes = SharedMap<String, Arc<CsiNodeModel>>;
+
 /// The storage objects the cache holds.
 #[derive(Debug, Clone, Default)]
 pub struct Storage {
     claims: SharedMap<ClaimKey, Arc<ClaimModel>>,
     volumes: SharedMap<String, Arc<VolumeModel>>,
     classes: SharedMap<String, Arc<StorageClassModel>>,
-    csi_nodes: SharedMap<String, Arc<CsiNodeModel>>,
+    csi_nodes: CsiNodes,
     /// How many of `csi_nodes` set an attach limit for some driver.
     limited_csi_nodes: usize,
     csi_drivers: SharedMap<String, Arc<CsiDriverModel>>,
@@ -106,6 +109,11 @@ impl Storage {
     /// The CSINode of node `name`.
     pub fn csi_node(&self, name: &str) -> Option<&Arc<CsiNodeModel>> {
         self.csi_nodes.get(name)
+    }
+
+    /// The CSINodes, for a snapshot to tell whether they changed.
+    pub(super) fn csi_node_map(&self) -> &CsiNodes {
+        &self.csi_nodes
     }
 
     /// True when some CSINode sets an attach limit: without one, no node limits the

@@ -493,3 +493,71 @@ fn topology_values_list_the_positions_of_each_value() {
         .sum();
     assert_eq!(listed, 3, "a node without the key is listed under no value");
 }
+
+#[test]
+fn volume_counts_and_attach_limits_follow_pods_and_csi_nodes() {
+    use crate::model::volume::CsiNodeModel;
+    let csi_node = |name: &str, drivers: &[(&str, Option<u32>)]| CsiNodeModel {
+        name: name.to_string(),
+        drivers: drivers.iter().map(|(d, c)| (d.to_string(), *c)).collect(),
+        migrated: Default::default(),
+    };
+    let mut cache = Cache::new();
+    cache.upsert_node(node("a").build());
+    cache.upsert_node(node("b").build());
+    cache.upsert_csi_node(csi_node(
+        "a",
+        &[("x", Some(5)), ("y", Some(3)), ("z", None)],
+    ));
+    cache.upsert_csi_node(csi_node("b", &[("x", None)]));
+    let mut snapshot = Snapshot::default();
+    cache.update_snapshot(&mut snapshot);
+    let (a, b) = (
+        snapshot.position("a").unwrap(),
+        snapshot.position("b").unwrap(),
+    );
+    let limits = snapshot.attach_limits();
+    assert_eq!((limits[a], limits[b]), (3, u32::MAX));
+    assert!(
+        Arc::ptr_eq(&limits, &snapshot.attach_limits()),
+        "computed once while the CSINodes stay"
+    );
+
+    let claims = |name: &str, volumes: &str| {
+        pod(name)
+            .spec_yaml(&format!("volumes: [{volumes}]"))
+            .on("a")
+            .build()
+    };
+    let two = "{name: c, persistentVolumeClaim: {claimName: c}}, {name: d, persistentVolumeClaim: {claimName: d}}";
+    cache.add_bound_pod(claims("p", two)).unwrap();
+    cache
+        .add_bound_pod(claims(
+            "q",
+            "{name: s, ephemeral: {volumeClaimTemplate: {spec: {}}}}",
+        ))
+        .unwrap();
+    cache.update_snapshot(&mut snapshot);
+    let info = cache.node("a").unwrap();
+    assert_eq!(
+        (info.volumes_named, info.pods_with_ephemeral_volumes),
+        (3, 1)
+    );
+    assert_eq!(
+        snapshot.rows()[a].volumes_named,
+        u32::MAX,
+        "a pod's ephemeral volume leaves the count to the full one"
+    );
+    cache.remove_pod("default", "q").unwrap();
+    cache.update_snapshot(&mut snapshot);
+    assert_eq!(snapshot.rows()[a].volumes_named, 2);
+    assert_eq!(snapshot.rows()[b].volumes_named, 0);
+
+    cache.upsert_csi_node(csi_node("b", &[("x", Some(7))]));
+    cache.update_snapshot(&mut snapshot);
+    let limits = snapshot.attach_limits();
+    assert_eq!((limits[a], limits[b]), (3, 7));
+    cache.remove_csi_node("a");
+    cache.update_snapshot(&mut snapshot);
+    assert_eq!(snapshot.attach_limits()[a], u32::MAX);
+}

@@ -744,6 +744,11 @@ impl CsiNodeModel {
         self.drivers.iter().any(|(_, c)| c.is_some())
     }
 
+    /// The lowest attach limit among the node's drivers, if any has one.
+    pub fn lowest_limit(&self) -> Option<u32> {
+        self.drivers.iter().filter_map(|(_, c)| *c).min()
+    }
+
     /// The attach limit of `driver` on this node, if it has one.
     pub fn limit(&self, driver: &str) -> Option<u32> {
         self.drivers

@@ -201,8 +201,8 @@ impl PreFilterPlugin for VolumeRestrictions {
 
 impl FilterPlugin for VolumeRestrictions {
     /// Every node passes, whatever it holds, when the pod has no inline disk and no other
-    /// pod uses its `ReadWriteOncePod` claims: the verdict reads nothing of the node then.
-    fn verdict_by_requests(&self, state: &CycleState, pod: &PodInfo) -> bool {
+    /// pod uses its `ReadWriteOncePod` claims.
+    fn passes_all(&self, state: &CycleState, pod: &PodInfo, _snapshot: &Snapshot) -> bool {
         pod.volumes.disks.is_empty()
             && state
                 .get::<VolumeRestrictionsState>()

@@ -285,8 +285,8 @@ impl PreFilterPlugin for VolumeBinding {
 
 impl FilterPlugin for VolumeBinding {
     /// Every node passes when each claim of the pod is bound to a known volume without node
-    /// affinity: the verdict reads nothing of the node then.
-    fn verdict_by_requests(&self, state: &CycleState, _pod: &PodInfo) -> bool {
+    /// affinity.
+    fn passes_all(&self, state: &CycleState, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
         state
             .get::<VolumeBindingState>()
             .is_some_and(|s| s.claims.fit_every_node())
