@@ -341,9 +341,7 @@ impl Cache {
                 self.detach(&key, &node);
                 Ok(())
             }
-            _ => Err(CacheError::NotAssumed(
-                PodKey::new(namespace, name).to_string(),
-            )),
+            _ => Err(CacheError::NotAssumed(PodKey::new(namespace, name).text())),
         }
     }
 

@@ -3,6 +3,8 @@
 use std::borrow::Borrow;
 use std::sync::Arc;
 
+use crate::model::PodKey;
+
 /// A pod's `namespace/name` (neither may hold a `/`), shared: the cache's per-pod maps are
 /// persistent, and the first change after a clone copies the keys of one path, which then
 /// only counts references.
@@ -29,11 +31,7 @@ impl Borrow<str> for PodName {
 
 /// What a per-pod map is looked up by, for the pod `namespace/name`.
 pub(super) fn lookup(namespace: &str, name: &str) -> String {
-    let mut key = String::with_capacity(namespace.len() + 1 + name.len());
-    key.push_str(namespace);
-    key.push('/');
-    key.push_str(name);
-    key
+    PodKey::new(namespace, name).text()
 }
 
 #[cfg(test)]

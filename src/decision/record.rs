@@ -404,7 +404,7 @@ impl DecisionRecord {
 
     /// `namespace/pod`.
     pub fn pod_key(&self) -> String {
-        PodKey::new(&self.namespace, &self.pod).to_string()
+        PodKey::new(&self.namespace, &self.pod).text()
     }
 }
 

@@ -268,6 +268,16 @@ impl<'a> PodKey<'a> {
     pub fn new(namespace: &'a str, name: &'a str) -> Self {
         PodKey { namespace, name }
     }
+
+    /// `namespace/name`, as the display writes it, without the formatting machinery: the
+    /// queue builds one for every watch event of a pod.
+    pub fn text(&self) -> String {
+        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
+        key.push_str(self.namespace);
+        key.push('/');
+        key.push_str(self.name);
+        key
+    }
 }
 
 impl std::fmt::Display for PodKey<'_> {
@@ -279,7 +289,7 @@ impl std::fmt::Display for PodKey<'_> {
 impl PodInfo {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        PodKey::new(&self.namespace, &self.name).to_string()
+        PodKey::new(&self.namespace, &self.name).text()
     }
 
     /// Sets annotations (e.g. those a Reserve plugin writes with the binding), keeping what

@@ -328,7 +328,7 @@ impl SchedulingQueue {
     /// Removes a pod (deleted, or bound by someone else). Returns whether it was queued or in
     /// flight.
     pub fn delete(&mut self, namespace: &str, name: &str) -> bool {
-        let key = PodKey::new(namespace, name).to_string();
+        let key = PodKey::new(namespace, name).text();
         self.remove_active(&key);
         self.waiting.remove(key.as_str());
         self.held.remove(key.as_str());
@@ -338,7 +338,7 @@ impl SchedulingQueue {
 
     /// True when the pod is queued or in flight.
     pub fn contains(&self, namespace: &str, name: &str) -> bool {
-        let key = PodKey::new(namespace, name).to_string();
+        let key = PodKey::new(namespace, name).text();
         self.entries.contains_key(key.as_str()) || self.in_flight.contains_key(key.as_str())
     }
 
@@ -393,7 +393,7 @@ impl SchedulingQueue {
     /// backing off already, gated, active, in flight or not queued is left alone. Returns
     /// whether the pod moved.
     pub fn activate(&mut self, namespace: &str, name: &str, now: Duration) -> bool {
-        let key = PodKey::new(namespace, name).to_string();
+        let key = PodKey::new(namespace, name).text();
         let Some((key, e)) = self.entries.get_key_value(key.as_str()) else {
             return false;
         };
@@ -422,7 +422,7 @@ impl SchedulingQueue {
     /// or timeout moves it until [`release`](Self::release), so that it is not tried again,
     /// and does not preempt again, while its victims are still being evicted.
     pub fn hold(&mut self, namespace: &str, name: &str) {
-        let key: Arc<str> = Arc::from(PodKey::new(namespace, name).to_string());
+        let key: Arc<str> = Arc::from(PodKey::new(namespace, name).text());
         if let Some(e) = self.entries.get_mut(&key)
             && e.queue == QueueName::Active
         {
@@ -440,7 +440,7 @@ impl SchedulingQueue {
     /// gate). Returns whether it was held.
     pub fn release(&mut self, namespace: &str, name: &str) -> bool {
         self.held
-            .remove(PodKey::new(namespace, name).to_string().as_str())
+            .remove(PodKey::new(namespace, name).text().as_str())
     }
 
     /// The next pod to schedule, after flushing what is due. The pod stays tracked as in
@@ -460,7 +460,7 @@ impl SchedulingQueue {
     /// The pod was scheduled (or dropped): forget it.
     pub fn done(&mut self, namespace: &str, name: &str) {
         self.in_flight
-            .remove(PodKey::new(namespace, name).to_string().as_str());
+            .remove(PodKey::new(namespace, name).text().as_str());
     }
 
     fn backoff_for(&self, attempts: u32) -> Duration {
