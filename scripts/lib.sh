@@ -74,7 +74,14 @@ start_pv_controller() {
 # benchmarks: the default profile serving default-scheduler, leader election off, client
 # qps/burst 5000; with `coscheduling`, Coscheduling enabled in place of PrioritySort (gang
 # scheduling, as the README's "Gang scheduling" configures it, its default arguments).
+# GANTRY_PERCENTAGE in the environment sets percentageOfNodesToScore (0: kube-scheduler's
+# adaptive sample; unset: gantry's default, every node), to compare the two in one session.
 bench_gantry_config() {
+  local percentage=
+  if [[ -n "${GANTRY_PERCENTAGE:-}" ]]; then
+    [[ "${GANTRY_PERCENTAGE}" =~ ^[0-9]+$ ]] || die "GANTRY_PERCENTAGE takes a number, not ${GANTRY_PERCENTAGE}"
+    percentage="percentageOfNodesToScore: ${GANTRY_PERCENTAGE}"
+  fi
   cat >"$1" <<EOC
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -83,6 +90,7 @@ leaderElection:
 clientConnection:
   qps: 5000
   burst: 5000
+${percentage}
 profiles:
 - schedulerName: default-scheduler
 EOC
