@@ -321,14 +321,11 @@ fn fits_by_position(volumes: usize, limits: &[u32], position: usize, row: &NodeR
 
 impl FilterPlugin for NodeVolumeLimits {
     /// Every node passes, whatever it holds, when the pod has no volume that may count or
-    /// no CSINode sets a limit.
+    /// no CSINode sets a limit: when PreFilter found the pod's volumes and kept no limits.
     fn passes_all(&self, state: &CycleState, _pod: &PodInfo, _snapshot: &Snapshot) -> bool {
         state
             .get::<NodeVolumeLimitsState>()
-            .is_some_and(|found| match &found.volumes {
-                Ok(volumes) => volumes.is_empty() || !found.storage.any_attach_limit(),
-                Err(_) => false,
-            })
+            .is_some_and(|found| found.volumes.is_ok() && found.limits.is_none())
     }
 
     /// Passes the snapshot's nodes far from their limits by position (see
