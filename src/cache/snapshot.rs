@@ -441,6 +441,28 @@ impl TopologyValues {
     /// The number of a node without the key.
     pub const NONE: u32 = u32::MAX;
 
+    /// Values a plugin works out for every node of a snapshot instead of reading a label
+    /// (such as whether the node has room for a pod's volumes), for a verdict by domain (see
+    /// [`FilterPlugin::verdict_by_domain`](crate::framework::FilterPlugin::verdict_by_domain)):
+    /// value number `v` is named `names[v]`, and `ids[p]` is the number of the value of the
+    /// node at position `p`.
+    pub fn computed(names: Vec<Box<str>>, ids: Vec<u32>) -> TopologyValues {
+        let index = names
+            .iter()
+            .enumerate()
+            .map(|(v, name)| (name.clone(), u32::try_from(v).unwrap_or(Self::NONE - 1)))
+            .collect();
+        let mut values = TopologyValues {
+            ids,
+            values: names,
+            index,
+            starts: Vec::new(),
+            positions: Vec::new(),
+        };
+        values.list_positions();
+        values
+    }
+
     /// The number of `value`, if some node has it.
     pub fn id_of(&self, value: &str) -> Option<u32> {
         self.index.get(value).copied()

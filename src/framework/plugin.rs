@@ -254,9 +254,11 @@ pub trait FilterPlugin: Send + Sync {
 
     /// For `pod` (after PreFilter), `filter`'s verdict on every node of `snapshot` as a
     /// function of the node's values of some topology keys, when it depends on nothing
-    /// else of the node: one check per key, in order, the first rejection winning. The
-    /// cycle may then read the verdicts by position instead of calling the plugin (see
-    /// the cycle's class index). Must agree with `filter` on every node of `snapshot`.
+    /// else of the node, or of values the plugin works out for every node itself
+    /// ([`TopologyValues::computed`](crate::cache::TopologyValues::computed)): one check per
+    /// key, in order, the first rejection winning. The cycle may then read the verdicts by
+    /// position instead of calling the plugin (see the cycle's class index). Must agree
+    /// with `filter` on every node of `snapshot`.
     fn verdict_by_domain(
         &self,
         _state: &CycleState,

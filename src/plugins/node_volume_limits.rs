@@ -19,11 +19,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::cache::{NodeInfo, NodeRow, Snapshot, Storage, Tracked};
+use crate::cache::{NodeInfo, NodeRow, Snapshot, Storage, TopologyValues, Tracked};
 use crate::framework::events::is_a_claim_of_the_pod;
 use crate::framework::{
-    ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
-    NodeBlock, Plugin, PluginSpec, PreFilterPlugin, PreFilterResult, QueueingHint, Status,
+    ArgsError, ClusterChange, ClusterEvent, Code, CycleState, DefaultPlace, DomainVerdict,
+    EventHint, FilterPlugin, NodeBlock, Plugin, PluginSpec, PreFilterPlugin, PreFilterResult,
+    QueueingHint, Status,
 };
 use crate::model::PodInfo;
 use crate::model::volume::{Attachable, ClaimUse, CsiNodeModel, MIGRATED_DRIVERS};
@@ -326,6 +327,67 @@ impl FilterPlugin for NodeVolumeLimits {
         state
             .get::<NodeVolumeLimitsState>()
             .is_some_and(|found| found.volumes.is_ok() && found.limits.is_none())
+    }
+
+    /// Every node's verdict, for the class index to serve pods whose volumes count against
+    /// a limit: the nodes far from their limits pass by position (see [`fits_by_position`]),
+    /// the others are counted one by one, and the verdict is by a value computed per node
+    /// (whether it passes, or which rejection it gets). No check at all when every node
+    /// passes, the usual case. `None` when PreFilter kept no limits or a node's count fails
+    /// (the plain cycle reports it).
+    fn verdict_by_domain(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Option<Vec<DomainVerdict>> {
+        let found = state.get::<NodeVolumeLimitsState>()?;
+        let volumes = found.volumes.as_ref().ok()?.len();
+        let limits = found.limits.as_deref()?;
+        if limits.len() != snapshot.len() {
+            return None;
+        }
+        let mut rejections: Vec<Status> = Vec::new();
+        let mut ids: Vec<u32> = Vec::new();
+        let nodes = snapshot.nodes().iter().zip(snapshot.rows()).enumerate();
+        for (p, (node, row)) in nodes {
+            if fits_by_position(volumes, limits, p, row) {
+                continue;
+            }
+            let status = self.filter(state, pod, node);
+            if status.is_success() {
+                continue;
+            }
+            if !matches!(
+                status.code(),
+                Code::Unschedulable | Code::UnschedulableAndUnresolvable
+            ) {
+                return None;
+            }
+            let k = match rejections.iter().position(|r| *r == status) {
+                Some(k) => k,
+                None => {
+                    rejections.push(status);
+                    rejections.len() - 1
+                }
+            };
+            ids.resize(snapshot.len(), 0);
+            ids[p] = u32::try_from(k + 1).ok()?;
+        }
+        if rejections.is_empty() {
+            return Some(Vec::new());
+        }
+        let codes = (0..=rejections.len())
+            .map(u8::try_from)
+            .collect::<Result<Vec<u8>, _>>()
+            .ok()?;
+        let names = codes.iter().map(|c| format!("{c}").into()).collect();
+        Some(vec![DomainVerdict {
+            values: Arc::new(TopologyValues::computed(names, ids)),
+            by_value: codes,
+            without: 0,
+            rejections,
+        }])
     }
 
     /// Passes the snapshot's nodes far from their limits by position (see
@@ -699,7 +761,8 @@ mod tests {
     }
 
     /// Filter's shortcuts (a node far from its limits passes without its pods' claims looked
-    /// up, or by position without its CSINode looked up) agree with the full count on random
+    /// up, or by position without its CSINode looked up) and the verdict by domain agree with
+    /// the full count on random
     /// nodes: limits of 0 to 4 under two drivers, claims bound to volumes of either, volumes
     /// shared by handle, claims that do not exist.
     #[test]
@@ -708,7 +771,7 @@ mod tests {
         use rand::{Rng, SeedableRng};
         const OTHER: &str = "other.csi.example.com";
         let mut rng = StdRng::seed_from_u64(7);
-        let (mut shortcuts, mut by_position) = (0, 0);
+        let (mut shortcuts, mut by_position, mut rejected_by_domain) = (0, 0, 0);
         for _ in 0..400 {
             let limit = |rng: &mut StdRng| rng.random_range(0u32..6).checked_sub(1);
             let ebs_limit = limit(&mut rng);
@@ -765,6 +828,24 @@ mod tests {
             let context = format!("{objects}\npod {new:?}, placed {placed:?}");
             assert_eq!(by_block[0], filtered, "{context}");
             let found = state.get::<NodeVolumeLimitsState>().unwrap();
+            match NodeVolumeLimits.verdict_by_domain(&state, &p, &snap) {
+                Some(checks) => {
+                    let rejection = checks.iter().find_map(|c| match c.code(0) {
+                        0 => None,
+                        k => Some(c.rejections[usize::from(k) - 1].clone()),
+                    });
+                    rejected_by_domain += usize::from(rejection.is_some());
+                    assert_eq!(
+                        rejection.unwrap_or_else(Status::success),
+                        filtered,
+                        "{context}"
+                    );
+                }
+                None => assert!(
+                    found.limits.is_none() || filtered.code() == Code::Error,
+                    "{context}"
+                ),
+            }
             let volumes = found.volumes.as_ref().unwrap();
             let csi = found.storage.csi_node("n").unwrap();
             if volumes.is_empty() {
@@ -778,6 +859,10 @@ mod tests {
         }
         assert!(shortcuts > 50, "the shortcut was taken {shortcuts} times");
         assert!(by_position > 30, "passed by position {by_position} times");
+        assert!(
+            rejected_by_domain > 30,
+            "rejected by domain {rejected_by_domain} times"
+        );
     }
 
     #[test]
