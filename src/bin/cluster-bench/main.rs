@@ -3,8 +3,9 @@
 //! `scripts/bench-preemption.sh` with its preemption workload) that must be fast and
 //! exact: creating thousands of nodes and pods (with their claims and volumes), a null
 //! binder, the measured run (watching bindings, sampling the scheduler's memory and CPU,
-//! checking placements and volume bindings), clearing a run's objects and the report. A
-//! separate binary, so that none of it is in `gantry`.
+//! checking placements and volume bindings), clearing a run's objects, the report, and a
+//! volume workload's cluster for the simulator. A separate binary, so that none of it is in
+//! `gantry`.
 
 mod check;
 mod clear;
@@ -17,6 +18,7 @@ mod preemption;
 mod procfs;
 mod prom;
 mod report;
+mod volume_list;
 mod volumes;
 
 use std::path::Path;
@@ -55,6 +57,9 @@ enum Command {
     NullPreemptor(null_preemptor::Args),
     /// Print the table of a set of runs, the ratios and the targets.
     Report(report::Args),
+    /// Print a volume workload's cluster, bound as the PV controller leaves it, as one JSON
+    /// List for `gantry simulate`.
+    VolumeList(volume_list::Args),
     /// Print a free loopback TCP port.
     FreePort,
 }
@@ -64,6 +69,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Report(args) => report::run(args),
         Command::FreePort => free_port(),
+        Command::VolumeList(args) => volume_list::run(args),
         command => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -76,7 +82,7 @@ fn main() -> std::process::ExitCode {
                         Command::Clear(args) => clear::run(args).await,
                         Command::NullBinder(args) => null_binder::run(args).await,
                         Command::NullPreemptor(args) => null_preemptor::run(args).await,
-                        Command::Report(_) | Command::FreePort => Ok(()),
+                        Command::Report(_) | Command::FreePort | Command::VolumeList(_) => Ok(()),
                     }
                 })
             }),

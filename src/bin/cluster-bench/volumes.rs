@@ -32,15 +32,18 @@ const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
 /// Volumes a node may attach, in the CSI workloads.
 const VOLUME_LIMIT: i32 = 39;
 
-/// Which of the three workloads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which of the three workloads, named as `cluster-bench populate` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
     /// `SchedulingInTreePVs`: in-tree AWS EBS volumes, nodes without a CSINode.
+    #[value(name = "in-tree-pvs")]
     InTree,
     /// `SchedulingCSIPVs`: EBS CSI volumes, nodes with their CSI limit and CSINode.
+    #[value(name = "csi-pvs")]
     Csi,
     /// `SchedulingMigratedInTreePVs`: in-tree AWS EBS volumes on nodes whose CSINode says the
     /// plugin is migrated to the CSI driver, so the CSI limit counts them.
+    #[value(name = "migrated-in-tree-pvs")]
     MigratedInTree,
 }
 
