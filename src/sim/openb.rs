@@ -1182,15 +1182,15 @@ mod tests {
     use super::*;
     use crate::model::gpu::GpuRequest;
 
-    /// Writes `text` to a file of its own (tests run at once write the same names).
-    fn write(name: &str, text: &str) -> std::path::PathBuf {
-        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gantry-openb-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{n}-{name}"));
-        std::fs::write(&path, text).unwrap();
-        path
+    /// Writes `text` to a temporary file of its own, named after `name`, removed when the
+    /// returned path is dropped.
+    fn write(name: &str, text: &str) -> tempfile::TempPath {
+        let file = tempfile::Builder::new()
+            .prefix(&format!("gantry-openb-{name}-"))
+            .tempfile()
+            .unwrap();
+        std::fs::write(file.path(), text).unwrap();
+        file.into_temp_path()
     }
 
     const NODES: &str =
