@@ -442,10 +442,9 @@ impl TopologyValues {
     pub const NONE: u32 = u32::MAX;
 
     /// Values a plugin works out for every node of a snapshot instead of reading a label
-    /// (such as whether the node has room for a pod's volumes), for a verdict by domain (see
-    /// [`FilterPlugin::verdict_by_domain`](crate::framework::FilterPlugin::verdict_by_domain)):
-    /// value number `v` is named `names[v]`, and `ids[p]` is the number of the value of the
-    /// node at position `p`.
+    /// (such as whether the node has room for a pod's volumes), for a Filter plugin's verdict
+    /// by domain: value number `v` is named `names[v]`, and `ids[p]` is the number of the
+    /// value of the node at position `p`.
     pub fn computed(names: Vec<Box<str>>, ids: Vec<u32>) -> TopologyValues {
         let index = names
             .iter()
