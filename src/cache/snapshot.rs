@@ -443,17 +443,14 @@ impl TopologyValues {
 
     /// Values a plugin works out for every node of a snapshot instead of reading a label
     /// (such as whether the node has room for a pod's volumes), for a Filter plugin's verdict
-    /// by domain: value number `v` is named `names[v]`, and `ids[p]` is the number of the
+    /// by domain: `count` values, each named by its number, and `ids[p]` the number of the
     /// value of the node at position `p`.
-    pub fn computed(names: Vec<Box<str>>, ids: Vec<u32>) -> TopologyValues {
-        let index = names
-            .iter()
-            .enumerate()
-            .map(|(v, name)| (name.clone(), u32::try_from(v).unwrap_or(Self::NONE - 1)))
-            .collect();
+    pub fn computed(count: u32, ids: Vec<u32>) -> TopologyValues {
+        let values: Vec<Box<str>> = (0..count).map(|v| v.to_string().into()).collect();
+        let index = values.iter().cloned().zip(0..count).collect();
         let mut values = TopologyValues {
             ids,
-            values: names,
+            values,
             index,
             starts: Vec::new(),
             positions: Vec::new(),
