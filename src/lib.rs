@@ -14,6 +14,7 @@ pub mod extender;
 pub mod framework;
 #[cfg(test)]
 mod fuzz;
+pub mod memory;
 pub mod model;
 pub mod plugins;
 pub mod queue;
@@ -25,3 +26,8 @@ pub mod synthetic;
 pub mod testing;
 pub mod webhook;
 pub mod whatif;
+
+/// The library's own tests count memory as the `gantry` binary does.
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: memory::CountingAllocator = memory::CountingAllocator;

@@ -671,9 +671,28 @@ impl Scheduler {
         }
     }
 
-    /// A PodGroup was deleted (or can no longer be read).
+    /// A PodGroup was deleted: its pods waiting at Permit are released at once.
     pub fn remove_pod_group(&mut self, namespace: &str, name: &str) {
         self.cache.remove_pod_group(namespace, name);
+        self.pod_group_gone(namespace, name);
+    }
+
+    /// A PodGroup cannot be read (`error` says why): it is absent, its pods waiting at
+    /// Permit are released, and its pods are refused with why until it can be read again.
+    pub fn pod_group_unreadable(&mut self, namespace: &str, name: &str, error: &str) {
+        self.cache.pod_group_unreadable(namespace, name, error);
+        self.pod_group_gone(namespace, name);
+    }
+
+    /// Tells every profile's Permit plugins that the PodGroup `namespace/name` is gone.
+    fn pod_group_gone(&mut self, namespace: &str, name: &str) {
+        for profile in &self.profiles {
+            for plugin in &profile.permit {
+                if let Some(p) = plugin.as_permit() {
+                    p.pod_group_gone(namespace, name, &mut self.waiting);
+                }
+            }
+        }
     }
 
     /// Something else changed that may help parked pods (namespaces, workload selectors).

@@ -162,6 +162,13 @@ async fn preempt(State(ext): State<Extender>, body: Bytes) -> Response {
     answer(json!({ "NodeNameToMetaVictims": { "ext-pre-2": kept } }))
 }
 
+/// Answers the nodes it was sent, padded to 60 MB with a field no decoder reads.
+async fn huge(State(ext): State<Extender>, body: Bytes) -> Response {
+    let (_, nodes) = record(&ext, "huge", &args(&body));
+    let padding = "x".repeat(60 << 20);
+    answer(json!({ "NodeNames": nodes, "Padding": padding }))
+}
+
 /// Fails with a 500.
 async fn broken(State(ext): State<Extender>, body: Bytes) -> Response {
     record(&ext, "broken", &args(&body));
@@ -193,6 +200,7 @@ async fn serve(ext: Extender, ca_file: std::path::PathBuf) -> Addresses {
         .route("/ext/bind", post(bind))
         .route("/ext/slow", post(slow))
         .route("/ext/broken", post(broken))
+        .route("/ext/huge", post(huge))
         .route("/ext/preempt", post(preempt))
         .with_state(ext);
     let bind = || async {
@@ -421,6 +429,52 @@ async fn timeouts_fail_an_attempt_and_ignorable_failures_are_skipped() {
         "never bound"
     );
     assert!(!calls.of("slow").is_empty());
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
+
+/// Answers of 60 MB about one node, for 30 pods, are refused unread (an answer about one
+/// node cannot be that large): gantry's memory stays within tens of MB of where it was,
+/// the ignorable extender is skipped, and every pod is bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_larger_than_they_can_mean_are_refused_unread() {
+    let ns = "ext-huge";
+    let World {
+        plane: _plane,
+        client,
+        calls,
+        mut gantry,
+        profile,
+    } = world(ns, &["ext-huge-1"], "64", |a| {
+        let addr = a.plain;
+        format!(
+            "extenders:\n\
+             - urlPrefix: http://{addr}/ext\n  filterVerb: huge\n  ignorable: true\n  \
+               nodeCacheCapable: true\n"
+        )
+    })
+    .await;
+    let before = gantry.peak_rss();
+    for i in 0..30 {
+        create_pod(&client, &pod(ns, &format!("p-{i}"), &profile, "10m", "8Mi")).await;
+    }
+    for i in 0..30 {
+        wait_bound(&client, ns, &format!("p-{i}"), Duration::from_secs(60)).await;
+    }
+    let most = gantry.peak_rss();
+    assert_eq!(
+        calls.of("huge").len(),
+        30,
+        "each pod's filter call was made"
+    );
+    assert!(
+        most < before + (48 << 20),
+        "memory grew from {before} to {most} bytes"
+    );
+    let log = gantry.log_text();
+    assert!(
+        log.contains("the answer is larger than") && log.contains("about 1 nodes can hold"),
+        "{log}"
+    );
     assert_eq!(gantry.terminate().code(), Some(0));
 }
 

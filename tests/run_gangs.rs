@@ -5,6 +5,11 @@
 //! out, and smaller pods created after it are bound; of two gangs that cannot both fit,
 //! exactly one is bound and the other holds nothing; gantry killed while a gang waits at
 //! Permit has bound none of it, and once restarted binds it all when room appears.
+//! PodGroups gantry cannot read (a `minMember` beyond int32, which the API server stores
+//! under the shipped CRD's `format: int32`; `2.5` and `"abc"` under a schemaless CRD, on a
+//! control plane of their own) stop nothing: pods with no group are bound before and after,
+//! `/readyz` stays ready, a gantry started while they exist becomes ready, and their own
+//! pods are told why until the group is fixed.
 //!
 //! The tests share one control plane; each has its own namespace, nodes (by label) and
 //! gantry with a profile of its own. No kubelet runs: bound pods stay `Pending`, so a group
@@ -36,18 +41,7 @@ fn install_crd(plane: &ControlPlane) {
         "--timeout=30s",
         "crd/podgroups.scheduling.x-k8s.io",
     ]);
-    // Established, and served by discovery, where gantry looks at start.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while plane
-        .try_kubectl(
-            &["get", "--raw", "/apis/scheduling.x-k8s.io/v1alpha1"],
-            None,
-        )
-        .map_or(true, |out| !out.contains("podgroups"))
-    {
-        assert!(Instant::now() < deadline, "PodGroups not served after 30 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_served(plane);
     *installed = true;
 }
 
@@ -338,4 +332,166 @@ async fn a_gang_waiting_when_gantry_is_killed_is_bound_after_a_restart() {
     .await;
     wait_status(&client, ns, "job", "Scheduled", 3).await;
     assert_eq!(gantry.metric("gantry_permit_waiting_pods"), 0.0);
+}
+
+/// Creates PodGroup `name` in `ns` with `spec` (JSON) through kubectl, bypassing the typed
+/// client: its fields may be out of what gantry (and the typed struct) can read.
+fn apply_group(plane: &ControlPlane, ns: &str, name: &str, spec: &str) {
+    plane.apply(&format!(
+        r#"{{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {{"name": "{name}", "namespace": "{ns}"}}, "spec": {spec}}}"#
+    ));
+}
+
+/// Creates `count` pods named `<prefix>-<i>` with no group and waits until all are bound.
+async fn bind_plain_pods(client: &Client, ns: &str, profile: &str, prefix: &str, count: usize) {
+    for i in 0..count {
+        create_pod(
+            client,
+            &pod(ns, &format!("{prefix}-{i}"), profile, "10m", "8Mi"),
+        )
+        .await;
+    }
+    for i in 0..count {
+        wait_bound(
+            client,
+            ns,
+            &format!("{prefix}-{i}"),
+            Duration::from_secs(20),
+        )
+        .await;
+    }
+}
+
+/// Waits until pod `name`'s `PodScheduled` condition is False with a message containing
+/// `text`; returns the message.
+async fn wait_told(client: &Client, ns: &str, name: &str, text: &str) -> String {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{name} told {text:?}"),
+        || async {
+            pod_scheduled(&get_pod(client, ns, name).await)
+                .filter(|c| c.0 == "False" && c.2.contains(text))
+                .map(|c| c.2)
+        },
+    )
+    .await
+}
+
+/// The check of one plane: bad groups `bad` (name, spec) stop no scheduling, in a running
+/// gantry and in one started while they exist; each bad group's member is told why, and
+/// once its group is fixed, bound.
+async fn unreadable_groups_stop_nothing(
+    plane: &ControlPlane,
+    ns: &str,
+    profile: &str,
+    bad: &[(&str, &str)],
+) {
+    let client = client_with_namespace(plane, ns).await;
+    create_nodes(&client, &[&format!("{ns}-1")], ns, "4", "4Gi").await;
+    let config = gang_config(profile, ns, None);
+    let mut gantry = Gantry::start_ready(plane.dir(), ns, &config, &plane.kubeconfig()).await;
+    bind_plain_pods(&client, ns, profile, "before", 5).await;
+    for (name, spec) in bad {
+        apply_group(plane, ns, name, spec);
+        create_pod(
+            &client,
+            &member(ns, &format!("{name}-0"), profile, name, "10m"),
+        )
+        .await;
+    }
+    bind_plain_pods(&client, ns, profile, "after", 5).await;
+    for (name, _) in bad {
+        let told = wait_told(&client, ns, &format!("{name}-0"), "cannot be read").await;
+        assert!(
+            told.contains(&format!("PodGroup {ns}/{name} cannot be read: spec")),
+            "{told}"
+        );
+    }
+    assert_eq!(gantry.get("/readyz").map(|(code, _)| code), Some(200));
+    let unreadable = gantry.metric("gantry_unreadable_objects{resource=\"podgroups\"}");
+    assert!(unreadable >= bad.len() as f64, "counted: {unreadable}");
+    let log = gantry.log_text();
+    for (name, _) in bad {
+        let warnings = log
+            .lines()
+            .filter(|l| l.contains("cannot read") && l.contains(&format!("{ns}/{name}")))
+            .count();
+        assert_eq!(warnings, 1, "{name} logged once:\n{log}");
+    }
+    gantry.terminate();
+
+    // Started while they exist: ready, and scheduling.
+    let gantry = Gantry::start_ready(plane.dir(), ns, &config, &plane.kubeconfig()).await;
+    bind_plain_pods(&client, ns, profile, "restarted", 3).await;
+    // Fixed, a group's member is bound.
+    let (name, _) = bad[0];
+    apply_group(plane, ns, name, r#"{"minMember": 1}"#);
+    wait_bound(&client, ns, &format!("{name}-0"), Duration::from_secs(20)).await;
+    drop(gantry);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podgroups_beyond_int32_under_the_shipped_crd_stop_nothing() {
+    let plane = ControlPlane::shared();
+    install_crd(&plane);
+    unreadable_groups_stop_nothing(
+        &plane,
+        "gang-hostile",
+        "gantry-hostile",
+        &[
+            ("huge", r#"{"minMember": 2147483648}"#),
+            (
+                "forever",
+                r#"{"minMember": 1, "scheduleTimeoutSeconds": 1000000000000000000}"#,
+            ),
+        ],
+    )
+    .await;
+}
+
+/// A PodGroup CRD whose schema keeps any field: the API server stores whatever is sent.
+const SCHEMALESS_CRD: &str = r#"{"apiVersion": "apiextensions.k8s.io/v1",
+  "kind": "CustomResourceDefinition",
+  "metadata": {"name": "podgroups.scheduling.x-k8s.io"},
+  "spec": {"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+    "names": {"kind": "PodGroup", "listKind": "PodGroupList", "plural": "podgroups",
+      "singular": "podgroup"},
+    "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+      "subresources": {"status": {}},
+      "schema": {"openAPIV3Schema": {"type": "object",
+        "x-kubernetes-preserve-unknown-fields": true}}}]}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podgroups_of_any_shape_under_a_schemaless_crd_stop_nothing() {
+    // A plane of its own: the shared one has the shipped CRD.
+    let plane = ControlPlane::start();
+    plane.apply(SCHEMALESS_CRD);
+    wait_served(&plane);
+    unreadable_groups_stop_nothing(
+        &plane,
+        "gang-schemaless",
+        "gantry-schemaless",
+        &[
+            ("fraction", r#"{"minMember": 2.5}"#),
+            ("text", r#"{"minMember": "abc"}"#),
+            ("spec-text", r#""everything""#),
+        ],
+    )
+    .await;
+}
+
+/// Waits until the API server's discovery, where gantry looks at start, serves PodGroups.
+fn wait_served(plane: &ControlPlane) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while plane
+        .try_kubectl(
+            &["get", "--raw", "/apis/scheduling.x-k8s.io/v1alpha1"],
+            None,
+        )
+        .map_or(true, |out| !out.contains("podgroups"))
+    {
+        assert!(Instant::now() < deadline, "PodGroups not served after 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

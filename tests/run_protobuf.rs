@@ -6,8 +6,10 @@ mod support;
 
 use std::time::Duration;
 
+use gantry::adapter::lenient::Read;
 use gantry::adapter::protobuf::ProtoError;
 use gantry::adapter::protobuf::node::Node as ProtoNode;
+use gantry::adapter::readiness::Watchers;
 use gantry::adapter::reflector::{self, Format};
 use gantry::adapter::watch::{LeanPod, POD_FIELD_SELECTOR};
 use gantry::model::NodeModel;
@@ -139,7 +141,7 @@ enum Seen {
 }
 
 /// Runs a reflector over `api` in `format`, sending what it reports (each object through
-/// `show`) until the receiver is gone.
+/// `show`; one it cannot read as `unreadable <key>: <why>`) until the receiver is gone.
 fn reflect<K>(
     client: kube::Client,
     api: Api<K>,
@@ -151,14 +153,20 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
     let (tx, rx) = mpsc::unbounded_channel();
+    let show = move |read: &Read<K>| match read {
+        Read::Object(obj) => show(obj),
+        Read::Unreadable(u) => Some(format!("unreadable {}: {}", u.key(), u.error)),
+    };
     tokio::spawn(async move {
         let mut listed = Vec::new();
+        let watchers = Watchers::default();
         reflector::run(
             client,
             api,
             reflector::Selectors::fields(fields),
             format,
             "test",
+            &watchers,
             move |event| {
                 let seen = match event {
                     Event::Init => return true,
@@ -454,20 +462,27 @@ async fn a_kind_without_protobuf_is_read_as_json() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let gantry_client = plane.client().await;
     let api: Api<DynamicObject> = Api::all_with(gantry_client.clone(), &resource);
-    tokio::spawn(reflector::run(
-        gantry_client,
-        api,
-        reflector::Selectors::default(),
-        Format::Protobuf(|_| Err(ProtoError::Malformed("no protobuf for widgets"))),
-        "widgets",
-        move |event| {
-            let seen = match event {
-                Event::InitApply(w) | Event::Apply(w) => w.metadata.name,
-                _ => return true,
-            };
-            tx.send(seen).is_ok()
-        },
-    ));
+    tokio::spawn(async move {
+        let watchers = Watchers::default();
+        reflector::run(
+            gantry_client,
+            api,
+            reflector::Selectors::default(),
+            Format::Protobuf(|_| Err(ProtoError::Malformed("no protobuf for widgets"))),
+            "widgets",
+            &watchers,
+            move |event| {
+                let seen = match event {
+                    Event::InitApply(Read::Object(w)) | Event::Apply(Read::Object(w)) => {
+                        w.metadata.name
+                    }
+                    _ => return true,
+                };
+                tx.send(seen).is_ok()
+            },
+        )
+        .await
+    });
     assert_eq!(next_name(&mut rx).await.as_deref(), Some("first"));
     widgets
         .create(&PostParams::default(), &widget("second"))

@@ -262,13 +262,18 @@ async fn the_budget_watcher_reads_v1beta1_under_the_role(
 ) {
     let as_gantry = client_for(&plane.gantry_kubeconfig()).await;
     let (sender, inputs) = std::sync::mpsc::channel();
+    let watching = watch::Watching {
+        client: as_gantry,
+        inputs: sender,
+        watchers: Default::default(),
+        metrics: Default::default(),
+    };
     let (tasks, names) = watch::spawn_all(
-        &as_gantry,
+        &watching,
         BTreeSet::from(["gantry".to_string()]),
         TrackedSet::of(&[Tracked::DisruptionBudgets, Tracked::PodGroups]),
         ContentType::Json,
         None,
-        &sender,
     );
     assert_eq!(
         names,

@@ -9,7 +9,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -579,4 +579,206 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A question as `POST /debug/whatif` takes it: `objects`, and `max` with `maxLimit`.
+fn question_body(objects: &[serde_json::Value], max_limit: Option<usize>) -> String {
+    let mut q = serde_json::json!({ "objects": objects });
+    if let Some(limit) = max_limit {
+        q["max"] = true.into();
+        q["maxLimit"] = limit.into();
+    }
+    q.to_string()
+}
+
+/// A Deployment of `replicas` tiny pods of `profile` in `ns`.
+fn deployment(ns: &str, profile: &str, replicas: u64) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "flood", "namespace": ns},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "flood"}},
+            "template": {"metadata": {"labels": {"app": "flood"}},
+                "spec": {"schedulerName": profile, "containers": [{"name": "c", "image": "i",
+                    "resources": {"requests": {"cpu": "1m", "memory": "1Mi"}}}]}}}
+    })
+}
+
+/// Questions an adversary asks are bounded: a billion replicas, or a `maxLimit` beyond the
+/// limit, are refused at once (400) and gantry's memory does not grow; beyond
+/// `--whatif-concurrent` questions at once the rest are refused (429); a question whose
+/// asker went away stops (its place is free again within a second); one that runs past
+/// `--whatif-timeout` is stopped (503); and SIGTERM ends gantry within seconds while
+/// questions run. The plain port serves no question without `--address-serves-debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_questions_are_bounded() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let ns = "whatif-hostile";
+    create_namespace(&client, ns).await;
+    // Room for far more tiny pods than a question may count: `--max` counts to its limit.
+    for i in 0..20 {
+        let mut n = node(&format!("wih-{i}"), ns, "64", "256Gi");
+        n.status
+            .as_mut()
+            .expect("status")
+            .allocatable
+            .as_mut()
+            .expect("allocatable")
+            .insert(
+                "pods".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1000".to_string()),
+            );
+        create_node(&client, &n).await;
+    }
+    let profile = "gantry-whatif-hostile";
+    let args: Vec<String> = [
+        "--whatif-concurrent=2",
+        "--whatif-timeout=20s",
+        "--whatif-max-pods=5000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut gantry = Gantry::start_with_args(
+        plane.dir(),
+        ns,
+        &config(profile, ns, None, ""),
+        &plane.kubeconfig(),
+        &args,
+    );
+    gantry.wait_ready().await;
+    let addr = gantry.addr;
+    let rss_before = gantry.peak_rss();
+    let wait = Duration::from_secs(60);
+
+    // Too large: refused before anything is placed.
+    let flood = [deployment(ns, profile, 1_000_000_000)];
+    let (code, body) =
+        http_post(addr, "/debug/whatif", &question_body(&flood, None), wait).expect("an answer");
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("the question places 1000000000 pods; at most 5000 are answered"),
+        "{body}"
+    );
+    let one = [deployment(ns, profile, 1)];
+    let (code, body) = http_post(
+        addr,
+        "/debug/whatif",
+        &question_body(&one, Some(1_000_000_000)),
+        wait,
+    )
+    .expect("an answer");
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body.contains("maxLimit 1000000000 is more than the 5000"),
+        "{body}"
+    );
+    assert!(
+        gantry.peak_rss() < rss_before + (64 << 20),
+        "memory grew from {rss_before} to {}",
+        gantry.peak_rss()
+    );
+
+    // Long questions: `--max` counting 5,000 replicas, one cycle each.
+    let long = question_body(&one, Some(5_000));
+    // Two askers go away while their questions run (the places are taken: a third is
+    // refused): the questions stop, long before they would end, and the places are free.
+    let mut askers = Vec::new();
+    for _ in 0..2 {
+        askers.push(send_post(addr, "/debug/whatif", &long).expect("sent"));
+        // Its question under way before the next comes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let quick = question_body(&one, Some(1));
+    let (code, body) = http_post(addr, "/debug/whatif", &quick, wait).expect("an answer");
+    assert_eq!(code, 429, "{body}");
+    assert!(
+        body.contains("2 what-if questions are being answered, the most at once"),
+        "{body}"
+    );
+    let gone = Instant::now();
+    drop(askers);
+    let answered = eventually(Duration::from_secs(5), "a place free again", || async {
+        http_post(addr, "/debug/whatif", &quick, wait).filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert!(answered.1.contains("\"fits\":1"), "{}", answered.1);
+    assert!(
+        gone.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        gone.elapsed()
+    );
+    let log = gantry.log_text();
+    assert_eq!(
+        log.matches("what-if question stopped why=its asker went away")
+            .count(),
+        2,
+        "{log}"
+    );
+
+    // Three at once: two are answered (or stopped at their deadline), the third refused.
+    let askers: Vec<_> = (0..3)
+        .map(|_| {
+            let long = long.clone();
+            std::thread::spawn(move || http_post(addr, "/debug/whatif", &long, wait))
+        })
+        .collect();
+    let mut codes: Vec<u16> = askers
+        .into_iter()
+        .map(|a| a.join().expect("asker").map_or(0, |(code, _)| code))
+        .collect();
+    codes.sort_unstable();
+    assert_eq!(codes[0], 200, "{codes:?}");
+    assert_eq!(codes[2], 429, "{codes:?}");
+
+    // Past its deadline: stopped, with why.
+    let mut late = Gantry::start_with_args(
+        plane.dir(),
+        "whatif-late",
+        &config(profile, ns, None, ""),
+        &plane.kubeconfig(),
+        &["--whatif-timeout=1s".to_string()],
+    );
+    late.wait_ready().await;
+    let started = Instant::now();
+    let (code, body) = http_post(
+        late.addr,
+        "/debug/whatif",
+        &question_body(&one, Some(10_000)),
+        wait,
+    )
+    .expect("an answer");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("ran past its deadline of 1s"), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // SIGTERM while two questions run: gantry ends within its grace.
+    for _ in 0..2 {
+        let long = question_body(&one, Some(10_000));
+        std::thread::spawn(move || http_post(addr, "/debug/whatif", &long, wait));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = Instant::now();
+    gantry.terminate();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(10),
+        "took {:?} to stop",
+        stopping.elapsed()
+    );
+
+    // Without --address-serves-debug, the plain port answers no question.
+    let mut plain = Gantry::start_without_debug(
+        plane.dir(),
+        "whatif-plain",
+        &config(profile, ns, None, ""),
+        &plane.kubeconfig(),
+    );
+    plain.wait_ready().await;
+    let (code, _) = http_post(plain.addr, "/debug/whatif", &quick, wait).expect("an answer");
+    assert_eq!(code, 404);
+    assert_eq!(plain.get("/debug/snapshot").map(|(c, _)| c), Some(404));
+    assert_eq!(plain.get("/metrics").map(|(c, _)| c), Some(200));
 }

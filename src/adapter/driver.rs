@@ -177,12 +177,21 @@ pub enum Input {
     },
     /// A PodGroup was added or changed.
     PodGroupApplied(PodGroupModel),
-    /// A PodGroup was deleted (or can no longer be read).
+    /// A PodGroup was deleted.
     PodGroupDeleted {
         /// Namespace.
         namespace: String,
         /// Name.
         name: String,
+    },
+    /// A PodGroup cannot be read: it is absent, and its pods are told why.
+    PodGroupUnreadable {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Why, naming the field.
+        error: String,
     },
     /// Node load a metrics source read (see [`super::node_load`]).
     NodeLoads(Vec<NodeReading>),
@@ -581,6 +590,11 @@ impl Driver {
                 }
             }
             Input::PodGroupDeleted { namespace, name } => s.remove_pod_group(&namespace, &name),
+            Input::PodGroupUnreadable {
+                namespace,
+                name,
+                error,
+            } => s.pod_group_unreadable(&namespace, &name, &error),
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
                     return;

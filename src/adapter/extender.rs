@@ -36,8 +36,22 @@ use crate::framework::PreemptionCandidate;
 use crate::model::NodeModel;
 use crate::scheduler::{ExtenderAnswer, ExtenderAsk, ExtenderReply, ExtenderRequest};
 
-/// The largest answer read from an extender: far above any node list.
+/// The largest answer read from an extender, whatever it is about: far above any node list.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// What an answer may hold per node it is about, beyond what was sent (a `FailedNodes`
+/// reason, a `HostPriority`).
+const ANSWER_BYTES_PER_NODE: usize = 4 << 10;
+/// What any answer may hold beyond that (an `Error`, the keys and brackets).
+const ANSWER_BYTES_BASE: usize = 64 << 10;
+
+/// The most an answer to a call of `sent` bytes about `nodes` nodes can mean: an extender
+/// answers about the nodes it was sent (echoing their objects at most), with a reason or a
+/// score each. An answer beyond it is refused unread, rather than held in memory.
+fn answer_limit(sent: usize, nodes: usize) -> usize {
+    sent.saturating_add(nodes.saturating_mul(ANSWER_BYTES_PER_NODE))
+        .saturating_add(ANSWER_BYTES_BASE)
+        .min(MAX_ANSWER_BYTES)
+}
 
 /// An extender that cannot be set up.
 #[derive(Debug, thiserror::Error)]
@@ -89,12 +103,14 @@ impl Clients {
         })
     }
 
-    /// Makes one call of extender `i` with `body`; the answer's body, or why there is none.
+    /// Makes one call of extender `i` with `body` about `nodes` nodes; the answer's body
+    /// (at most [`answer_limit`]), or why there is none.
     async fn call(
         &self,
         i: usize,
         verb: Verb,
         body: &impl serde::Serialize,
+        nodes: usize,
     ) -> Result<Bytes, String> {
         let extender = &self.extenders.all()[i];
         let Some(path) = extender.verb(verb) else {
@@ -102,6 +118,7 @@ impl Clients {
         };
         let url = extender.url(path);
         let body = serde_json::to_vec(body).map_err(|e| e.to_string())?;
+        let limit = answer_limit(body.len(), nodes);
         let request = hyper::Request::post(&url)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
@@ -118,11 +135,19 @@ impl Clients {
                     status.as_u16()
                 ));
             }
-            Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+            Limited::new(response.into_body(), limit)
                 .collect()
                 .await
                 .map(|b| b.to_bytes())
-                .map_err(|e| format!("POST {url}: reading the answer: {e}"))
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        format!(
+                            "POST {url}: the answer is larger than {limit} bytes, more than an answer about {nodes} nodes can hold"
+                        )
+                    } else {
+                        format!("POST {url}: reading the answer: {e}")
+                    }
+                })
         };
         match tokio::time::timeout(extender.http_timeout, exchange).await {
             Ok(answer) => answer,
@@ -138,7 +163,7 @@ impl Clients {
     pub async fn bind(&self, i: usize, args: &BindingArgs) -> Result<bool, String> {
         let extender = &self.extenders.all()[i];
         let answer = self
-            .call(i, Verb::Bind, args)
+            .call(i, Verb::Bind, args, 1)
             .await
             .and_then(|body| protocol::decode_binding_result(&body).map_err(|e| e.to_string()))
             .and_then(|error| if error.is_empty() { Ok(()) } else { Err(error) });
@@ -245,13 +270,14 @@ async fn cut_preemption(
 ) -> Result<Vec<PreemptionCandidate>, String> {
     let all = clients.extenders.all();
     while let Some((i, candidates)) = round.next_call() {
+        let candidates_sent = candidates.len();
         let args = match preemption_args(&all[i], api, pod_object, candidates).await {
             Ok(args) => args,
             // The victims cannot be read: nothing can be sent to any extender.
             Err(message) => return Err(message),
         };
         let answer = clients
-            .call(i, Verb::Preempt, &args)
+            .call(i, Verb::Preempt, &args, candidates_sent)
             .await
             .and_then(|body| protocol::decode_preemption_result(&body).map_err(|e| e.to_string()));
         if let Some(skipped) = round.answered(i, answer) {
@@ -317,7 +343,7 @@ async fn place(
     while let Some((i, sent)) = exchange.next_filter() {
         let args = args_for(&all[i], &pod_object, sent, &by_name);
         let answer: Result<FilterResult, String> = clients
-            .call(i, Verb::Filter, &args)
+            .call(i, Verb::Filter, &args, sent.len())
             .await
             .and_then(|body| protocol::decode_filter_result(&body).map_err(|e| e.to_string()));
         if let Some(skipped) = exchange.filtered(i, answer) {
@@ -331,7 +357,7 @@ async fn place(
             let args = args_for(&all[i], &pod_object, left, &by_name);
             async move {
                 let answer: Result<Vec<HostPriority>, String> = clients
-                    .call(i, Verb::Prioritize, &args)
+                    .call(i, Verb::Prioritize, &args, left.len())
                     .await
                     .and_then(|body| {
                         protocol::decode_host_priorities(&body).map_err(|e| e.to_string())

@@ -1,10 +1,9 @@
 //! The HTTP endpoints: `/metrics` (Prometheus), `/healthz` and `/livez` (the process is up),
-//! `/readyz` (the caches are warm), `/debug/decisions/<namespace>/<pod>` (the pod's latest
+//! `/readyz` (the caches are warm and every watcher in step, each a named check), `/debug/decisions/<namespace>/<pod>` (the pod's latest
 //! scheduling attempts, as decision records in JSON), `POST /debug/whatif` (where pods would
 //! go, see [`crate::whatif`]), `GET /debug/snapshot` (the scheduler's state in the
 //! simulator's input format), and `/debug/pprof` when profiling is on.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -16,6 +15,7 @@ use axum::routing::{get, post};
 
 use super::metrics::Metrics;
 use super::questions::{QuestionError, Questions};
+use super::readiness::Watchers;
 use crate::decision::SharedStore;
 use crate::decision::store::latest_shared;
 
@@ -29,6 +29,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// True once every watcher has listed.
     pub ready: Arc<AtomicBool>,
+    /// How each watcher stands since.
+    pub watchers: Arc<Watchers>,
     /// The latest decision records.
     pub decisions: SharedStore,
     /// Whether `/debug/pprof` is served (`enableProfiling`).
@@ -36,16 +38,23 @@ pub struct Health {
     /// The way to the scheduler for `/debug/whatif` and `/debug/snapshot` (none: they
     /// answer 503).
     pub questions: Option<Questions>,
+    /// Whether `/debug/*` is served at all: the plain port serves only the metrics and the
+    /// health checks unless asked to (`--address-serves-debug`).
+    pub debug: bool,
 }
 
-/// The router serving the endpoints.
+/// The router serving the endpoints (`/debug/*` only when `health.debug`).
 pub fn router(health: Health) -> Router {
-    let profiling = health.profiling;
+    let (debug, profiling) = (health.debug, health.profiling);
     let router = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(ok))
         .route("/livez", get(ok))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(readyz));
+    if !debug {
+        return router.with_state(health);
+    }
+    let router = router
         .route("/debug/decisions/{namespace}/{pod}", get(decisions))
         .route("/debug/whatif", post(what_if))
         .route("/debug/snapshot", get(snapshot))
@@ -55,22 +64,6 @@ pub fn router(health: Health) -> Router {
     } else {
         router
     }
-}
-
-/// Binds `address` and serves the endpoints over plain HTTP, open to all (`--address`),
-/// until the task is dropped. The secure port is served by the adapter's serving module.
-pub async fn serve(
-    address: SocketAddr,
-    health: Health,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    let local = listener.local_addr()?;
-    let handle = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(health)).await {
-            tracing::error!(error = %e, "HTTP server stopped");
-        }
-    });
-    Ok((local, handle))
 }
 
 async fn metrics(State(h): State<Health>, headers: header::HeaderMap) -> impl IntoResponse {
@@ -83,12 +76,56 @@ async fn ok() -> &'static str {
     "ok"
 }
 
-async fn readyz(State(h): State<Health>) -> (StatusCode, &'static str) {
-    if h.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+/// `/readyz`: `ok` when every check passes; else 503 and each check on a line of its own,
+/// as Kubernetes' components list them (`[-]watch-podgroups failed: ...`). `?verbose`
+/// lists them when all pass too.
+async fn readyz(State(h): State<Health>, RawQuery(query): RawQuery) -> TextAnswer {
+    let checks = readiness_checks(&h, std::time::Instant::now());
+    let passed = checks.iter().all(|(_, failure)| failure.is_none());
+    let verbose = query
+        .as_deref()
+        .unwrap_or_default()
+        .split('&')
+        .any(|p| p == "verbose" || p.starts_with("verbose="));
+    if passed && !verbose {
+        return text(StatusCode::OK, "ok".to_string());
     }
+    let mut body = String::new();
+    for (name, failure) in &checks {
+        match failure {
+            None => body.push_str(&format!("[+]{name} ok\n")),
+            Some(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
+        }
+    }
+    if passed {
+        body.push_str("readyz check passed\n");
+        text(StatusCode::OK, body)
+    } else {
+        body.push_str("readyz check failed\n");
+        text(StatusCode::SERVICE_UNAVAILABLE, body)
+    }
+}
+
+/// The readiness checks at `now`, by name, each with why it fails: `ping`, `caches-synced`
+/// (every watcher has listed once), and `watch-<resource>` per watcher (it is listing
+/// again and its list failed, or has run too long; see [`Watchers::lagging`]).
+fn readiness_checks(h: &Health, now: std::time::Instant) -> Vec<(String, Option<String>)> {
+    let mut checks = vec![
+        ("ping".to_string(), None),
+        (
+            "caches-synced".to_string(),
+            (!h.ready.load(Ordering::Relaxed)).then(|| "caches not synced".to_string()),
+        ),
+    ];
+    let lagging = h.watchers.lagging(now);
+    for watcher in h.watchers.names() {
+        let failure = lagging
+            .iter()
+            .find(|l| l.watcher == watcher)
+            .map(|l| l.reason.clone());
+        checks.push((format!("watch-{watcher}"), failure));
+    }
+    checks
 }
 
 /// A text answer with its status.
@@ -122,6 +159,7 @@ fn questions(h: &Health) -> Result<&Questions, TextAnswer> {
 fn failed(e: QuestionError) -> TextAnswer {
     let status = match e {
         QuestionError::Invalid(_) => StatusCode::BAD_REQUEST,
+        QuestionError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
         QuestionError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     text(status, format!("{e}\n"))
@@ -261,6 +299,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn readiness_names_the_watcher_that_holds_it_back() {
+        let health = Health {
+            metrics: Arc::new(Metrics::new()),
+            ready: Arc::new(AtomicBool::new(false)),
+            watchers: Arc::default(),
+            decisions: DecisionStore::shared(10),
+            questions: None,
+            debug: true,
+            profiling: false,
+        };
+        health.watchers.listing("pods");
+        let (status, body) = get(&health, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            "[+]ping ok\n[-]caches-synced failed: caches not synced\n[+]watch-pods ok\nreadyz check failed\n"
+        );
+        health.ready.store(true, Ordering::Relaxed);
+        health.watchers.watching("pods");
+        assert_eq!(
+            get(&health, "/readyz").await,
+            (StatusCode::OK, "ok".to_string())
+        );
+        let (status, body) = get(&health, "/readyz?verbose").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.ends_with("[+]watch-pods ok\nreadyz check passed\n"),
+            "{body}"
+        );
+        // The watch is lost and the relist fails: ready no more, and why.
+        health.watchers.listing("podgroups");
+        health
+            .watchers
+            .list_failed("podgroups", "HTTP 403: podgroups is forbidden");
+        let (status, body) = get(&health, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.contains("[-]watch-podgroups failed: not synced for 0s: the list failed: HTTP 403: podgroups is forbidden\n"),
+            "{body}"
+        );
+        health.watchers.watching("podgroups");
+        assert_eq!(get(&health, "/readyz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
     async fn decisions_of_a_pod_are_served_newest_first() {
         let config = crate::config::Config::default_with(&crate::plugins::registry()).unwrap();
         let mut s = Scheduler::new(config, None);
@@ -276,8 +359,10 @@ mod tests {
         let health = Health {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
+            watchers: Arc::default(),
             decisions: store,
             questions: None,
+            debug: true,
             profiling: false,
         };
         let (status, body) = get(&health, "/debug/decisions/default/big").await;

@@ -107,6 +107,13 @@ pub struct CacheLabels {
     pub r#type: &'static str,
 }
 
+/// Label `resource`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// The watched resource (`pods`, `podgroups`, ...).
+    pub resource: &'static str,
+}
+
 /// Label `name`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LeaseLabels {
@@ -193,6 +200,7 @@ pub struct Metrics {
     permit_waiting: Gauge,
     decision_log_dropped: Counter,
     bindings_unconfirmed: Counter,
+    unreadable_objects: Family<ResourceLabels, Gauge>,
     records_dropped: Counter,
     cache_size: Family<CacheLabels, Gauge>,
     unschedulable: Family<PluginProfileLabels, Gauge>,
@@ -323,6 +331,12 @@ impl Metrics {
             "Decision records left out of the decision log file because its writer fell behind (they stay in memory).",
             decision_log_dropped.clone(),
         );
+        let unreadable_objects = Family::<ResourceLabels, Gauge>::default();
+        families.add(
+            "gantry_unreadable_objects",
+            "Watched objects gantry cannot read (a field out of range or of the wrong type), each given its kind's safe reading (a PodGroup is absent), by resource.",
+            unreadable_objects.clone(),
+        );
         let bindings_unconfirmed = Counter::default();
         families.add(
             "gantry_bindings_unconfirmed",
@@ -382,6 +396,7 @@ impl Metrics {
             permit_waiting,
             decision_log_dropped,
             bindings_unconfirmed,
+            unreadable_objects,
             records_dropped,
             cache_size,
             unschedulable,
@@ -395,6 +410,13 @@ impl Metrics {
         metrics.set_bindings_in_flight(0);
         metrics.set_cache_size(0, 0, 0);
         metrics
+    }
+
+    /// The gauge of `resource`'s objects that cannot be read, which its watcher keeps.
+    pub fn unreadable_objects(&self, resource: &'static str) -> Gauge {
+        self.unreadable_objects
+            .get_or_create(&ResourceLabels { resource })
+            .clone()
     }
 
     /// The API request families, for the client's [`RestClientMetrics::layer`].

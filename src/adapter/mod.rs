@@ -42,6 +42,7 @@ pub mod hami_lock;
 pub mod health;
 pub mod instrument;
 pub mod leader;
+pub mod lenient;
 pub mod metrics;
 pub mod node_load;
 pub mod pod_group_status;
@@ -51,6 +52,7 @@ pub mod process_metrics;
 pub mod profiling;
 pub mod protobuf;
 pub mod questions;
+pub mod readiness;
 pub mod reflector;
 pub mod rest_client;
 pub mod serving;
@@ -188,6 +190,8 @@ pub struct Options {
     /// Fresh configurations for the schedulers that answer what-if questions (none: the
     /// questions are not answered).
     pub questions: Option<questions::ConfigSource>,
+    /// What those questions may cost.
+    pub question_settings: questions::QuestionSettings,
 }
 
 /// Runs the scheduler against the API server until SIGTERM or SIGINT (then stops cleanly,
@@ -202,6 +206,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         node_load,
         decisions,
         questions,
+        question_settings,
     } = options;
     let decision_log = decisions.file.map(DecisionLog::start).transpose()?;
     let decision_store = DecisionStore::shared(decisions.capacity);
@@ -226,19 +231,30 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         .collect();
     let identity = leader::identity();
     let ready = Arc::new(AtomicBool::new(false));
+    let standing = Arc::new(readiness::Watchers::default());
     let (inputs, inputs_rx) = std::sync::mpsc::channel();
     let health = Health {
         metrics: metrics.clone(),
         ready: ready.clone(),
+        watchers: standing.clone(),
         decisions: decision_store.clone(),
         profiling: serving.profiling,
-        questions: questions.map(|config| questions::Questions::new(inputs.clone(), config)),
+        questions: questions
+            .map(|config| questions::Questions::new(inputs.clone(), config, question_settings)),
+        debug: true,
     };
+    let asked = health.questions.clone();
     let plain = match serving.plain {
         Some(address) => Some(
-            health::serve(address, health.clone())
-                .await
-                .map_err(|error| AdapterError::Serve { address, error })?,
+            serving::serve_plain(
+                address,
+                Health {
+                    debug: serving.plain_debug,
+                    ..health.clone()
+                },
+            )
+            .await
+            .map_err(|error| AdapterError::Serve { address, error })?,
         ),
         None => None,
     };
@@ -328,14 +344,14 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     } else {
         (None, None)
     };
-    let (watchers, watched) = watch::spawn_all(
-        &client,
-        profiles,
-        tracked,
-        content_type,
-        group_status,
-        &inputs,
-    );
+    let watching = watch::Watching {
+        client: client.clone(),
+        inputs: inputs.clone(),
+        watchers: standing,
+        metrics: metrics.clone(),
+    };
+    let (watchers, watched) =
+        watch::spawn_all(&watching, profiles, tracked, content_type, group_status);
     let reads_load = tracked.contains(Tracked::NodeLoad);
     if !reads_load && !matches!(node_load.source, LoadSource::None) {
         tracing::warn!("no enabled plugin reads node load: the load source is not used");
@@ -407,6 +423,9 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     }
 
     tracing::info!("shutting down");
+    if let Some(questions) = &asked {
+        questions.shut_down();
+    }
     let _ = inputs.send(Input::Shutdown);
     drop(inputs);
     if let Some(t) = load_task {

@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::protobuf::ProtoError;
 use super::protobuf::pod::PodMembership;
+use super::readiness::Watchers;
 use super::reflector::{self, Format, Selectors};
 use crate::config::ContentType;
 use crate::model::pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupStatus};
@@ -130,9 +131,23 @@ async fn watch_members(
         ContentType::Protobuf => Format::Protobuf(GroupPod::decode as fn(&[u8]) -> _),
         ContentType::Json => Format::Json,
     };
-    reflector::run(client, api, selectors, format, MEMBERS, |event| {
-        out.send(event).is_ok()
-    })
+    // Status is no part of scheduling: this watcher's standing is not a readiness check.
+    let standing = Watchers::default();
+    reflector::run(
+        client,
+        api,
+        selectors,
+        format,
+        MEMBERS,
+        &standing,
+        |event| {
+            // A pod that cannot be read is not counted.
+            match reflector::readable(event) {
+                Some(event) => out.send(event).is_ok(),
+                None => true,
+            }
+        },
+    )
     .await;
 }
 

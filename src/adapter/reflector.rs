@@ -10,7 +10,9 @@
 //! out as they are decoded: with 10,000 pods, tens of MiB less at the peak.
 //!
 //! Lists and watches are JSON or, for the kinds that have a reader for it ([`Format`]),
-//! Kubernetes' protobuf ([`super::protobuf`]).
+//! Kubernetes' protobuf ([`super::protobuf`]). Every object is read on its own
+//! ([`super::lenient`]): one that does not decode is delivered as
+//! [`Read::Unreadable`], and the list or watch goes on.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -18,13 +20,16 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use http_body_util::BodyExt;
-use kube::api::{Api, ListParams, VersionMatch, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, VersionMatch, WatchParams};
 use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
 
+use super::lenient::{Read, read_json, read_protobuf};
 use super::protobuf::{self, EventType};
+use super::readiness::Watchers;
 
 /// Implements `kube::Resource` as `Pod`'s for a partial view of pods (a struct with a
 /// `metadata: ObjectMeta` field that reads only what its watcher needs).
@@ -90,8 +95,9 @@ pub enum ReflectorError {
         /// The API server's message (its `Status`), or the body.
         message: String,
     },
-    /// The list could not be decoded.
-    #[error("cannot decode the list: {0}")]
+    /// The list or a watch event could not be decoded (its objects are read apart: this is
+    /// the envelope around them).
+    #[error("cannot decode the response: {0}")]
     Decode(serde_json::Error),
     /// Protobuf from the API server could not be read.
     #[error("cannot read the API server's protobuf: {0}")]
@@ -99,6 +105,9 @@ pub enum ReflectorError {
     /// A watch asked for protobuf came in another encoding (its list had come as protobuf).
     #[error("a protobuf watch came as {0:?}")]
     ContentType(String),
+    /// A JSON watch sent a line longer than [`MAX_WATCH_LINE`] bytes.
+    #[error("a watch line of over {0} bytes (more than any object can be)")]
+    LineTooLong(usize),
     /// Nothing arrived for this long.
     #[error("no answer in {0:?}")]
     TimedOut(Duration),
@@ -299,14 +308,17 @@ impl<'a> Selectors<'a> {
 /// one `InitApply` per object and `InitDone`, whether it is the first or a relist. A watch
 /// that fails (other than by the server's regular end of the request) is followed by a
 /// relist, whose `Init` comes at once: from then until its `InitDone` the objects delivered
-/// before may be out of date.
+/// before may be out of date. Objects that do not decode are delivered as
+/// [`Read::Unreadable`]. How the watcher stands (listing, a list failed, watching) is told
+/// to `watchers`, for the readiness check.
 pub async fn run<K>(
     client: Client,
     api: Api<K>,
     selectors: Selectors<'_>,
     mut format: Format<K>,
     name: &'static str,
-    mut deliver: impl FnMut(Event<K>) -> bool,
+    watchers: &Watchers,
+    mut deliver: impl FnMut(Event<Read<K>>) -> bool,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -315,6 +327,7 @@ pub async fn run<K>(
     loop {
         step = match step {
             Step::List { from, after } => {
+                watchers.listing(name);
                 if !deliver(Event::Init) {
                     return;
                 }
@@ -346,9 +359,11 @@ pub async fn run<K>(
                         if !deliver(Event::InitDone) {
                             return;
                         }
+                        watchers.watching(name);
                         machine.listed(version)
                     }
                     Err(e) => {
+                        watchers.list_failed(name, &e.to_string());
                         let next = machine.list_failed(from);
                         tracing::warn!(watcher = name, error = %e, "list failed; retrying in {:?}", wait_of(&next));
                         next
@@ -400,6 +415,22 @@ pub async fn run<K>(
     }
 }
 
+/// The event of an object read, or none for one that was not (for a watcher to which an
+/// object it cannot read is as good as absent).
+pub fn readable<K>(event: Event<Read<K>>) -> Option<Event<K>> {
+    let object = |read| match read {
+        Read::Object(obj) => Some(obj),
+        Read::Unreadable(_) => None,
+    };
+    Some(match event {
+        Event::Init => Event::Init,
+        Event::InitApply(read) => Event::InitApply(object(read)?),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(read) => Event::Apply(object(read)?),
+        Event::Delete(read) => Event::Delete(object(read)?),
+    })
+}
+
 /// The backoff a step waits first.
 fn wait_of(step: &Step) -> Duration {
     match step {
@@ -422,7 +453,7 @@ async fn watch<K>(
     format: Format<K>,
     version: &mut String,
     events: &mut usize,
-    deliver: &mut impl FnMut(Event<K>) -> bool,
+    deliver: &mut impl FnMut(Event<Read<K>>) -> bool,
 ) -> Result<Option<ReflectorError>, Stopped>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
@@ -454,13 +485,13 @@ where
         let event = match next {
             None => return Ok(None),
             Some(Ok(Change::Applied(obj))) => {
-                if let Some(v) = obj.resource_version() {
+                if let Some(v) = version_of(&obj) {
                     *version = v;
                 }
                 Some(Event::Apply(obj))
             }
             Some(Ok(Change::Deleted(obj))) => {
-                if let Some(v) = obj.resource_version() {
+                if let Some(v) = version_of(&obj) {
                     *version = v;
                 }
                 Some(Event::Delete(obj))
@@ -480,6 +511,14 @@ where
         {
             return Err(Stopped);
         }
+    }
+}
+
+/// The resource version of an object read, or of what is known of one that was not.
+fn version_of<K: Resource>(read: &Read<K>) -> Option<String> {
+    match read {
+        Read::Object(obj) => obj.resource_version(),
+        Read::Unreadable(u) => u.resource_version.clone(),
     }
 }
 
@@ -511,7 +550,7 @@ struct Listed {
 }
 
 /// Lists `api` in one response (see [`list_params`]), handing each object to `each` as it is
-/// decoded (an object that cannot be read is skipped with a warning, so that one bad object
+/// decoded (an object that cannot be read as [`Read::Unreadable`], so that one bad object
 /// does not hold up all the others); returns the list's resource version. Asked for
 /// protobuf, the server may still answer JSON, which is then read as such.
 async fn list<K>(
@@ -520,7 +559,7 @@ async fn list<K>(
     selectors: Selectors<'_>,
     from: &ListFrom,
     format: Format<K>,
-    mut each: impl FnMut(K),
+    mut each: impl FnMut(Read<K>),
 ) -> Result<Listed, ReflectorError>
 where
     K: Resource + DeserializeOwned,
@@ -532,10 +571,7 @@ where
     let body = read_body(body).await?;
     let version = match (format, &encoding) {
         (Format::Protobuf(decode), Encoding::Protobuf) => protobuf::for_each_item(&body, |item| {
-            match decode(item) {
-                Ok(obj) => each(obj),
-                Err(e) => unreadable(item, &e),
-            }
+            each(read_protobuf(item, decode));
             Ok(())
         })?,
         _ => {
@@ -586,18 +622,12 @@ async fn read_body(mut body: kube::client::Body) -> Result<Vec<u8>, kube::Error>
     Ok(out)
 }
 
-/// Warns of an object whose protobuf cannot be read (say, a string that is not UTF-8, which
-/// Go's protobuf lets through), naming it as well as its bytes allow.
-fn unreadable(object: &[u8], error: &protobuf::ProtoError) {
-    tracing::warn!(object = %protobuf::object_key(object), %error, "object skipped: it cannot be read");
-}
-
 /// What a watch reports, whatever its encoding.
 enum Change<K> {
     /// An object was added or changed.
-    Applied(K),
+    Applied(Read<K>),
     /// An object was deleted (its last state).
-    Deleted(K),
+    Deleted(Read<K>),
     /// Nothing changed up to this version.
     Bookmark(String),
     /// The watch ended with an error.
@@ -624,20 +654,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let Format::Protobuf(decode) = format else {
-        let events = api.watch(params, version).await?;
-        return Ok(events
-            .map(|event| {
-                Ok(match event? {
-                    WatchEvent::Added(obj) | WatchEvent::Modified(obj) => Change::Applied(obj),
-                    WatchEvent::Deleted(obj) => Change::Deleted(obj),
-                    WatchEvent::Bookmark(b) => Change::Bookmark(b.metadata.resource_version),
-                    WatchEvent::Error(e) => Change::Failed {
-                        code: e.code,
-                        message: e.message,
-                    },
-                })
-            })
-            .boxed());
+        return json_watch(client, api, params, version).await;
     };
     let request = kube::core::Request::new(api.resource_url())
         .watch(params, version)
@@ -675,23 +692,147 @@ where
     )
 }
 
-/// Reads one protobuf watch frame; none when its object cannot be read (skipped with a
-/// warning: retrying the watch would only meet it again).
+/// Starts a JSON watch of `api` from `version`: one event per line, each object read on its
+/// own (kube-client's watch would fail the whole stream at the first object that does not
+/// decode).
+async fn json_watch<K>(
+    client: &Client,
+    api: &Api<K>,
+    params: &WatchParams,
+    version: &str,
+) -> Result<Changes<K>, ReflectorError>
+where
+    K: Resource + DeserializeOwned + Send + 'static,
+{
+    let request = kube::core::Request::new(api.resource_url())
+        .watch(params, version)
+        .map_err(kube::Error::BuildRequest)?;
+    let (_, body) = send(client, request, Format::<K>::Json).await?;
+    let lines = Lines::default();
+    Ok(
+        futures::stream::try_unfold((body, lines), move |(mut body, mut lines)| async move {
+            loop {
+                if let Some(line) = lines.pop()? {
+                    if let Some(change) = json_change(&line)? {
+                        return Ok(Some((change, (body, lines))));
+                    }
+                    continue;
+                }
+                match body.frame().await {
+                    Some(frame) => {
+                        if let Ok(data) = frame?.into_data() {
+                            lines.push(&data);
+                        }
+                    }
+                    None => return Ok(None),
+                }
+            }
+        })
+        .boxed(),
+    )
+}
+
+/// Longest line a JSON watch may send: far above any object the API server can store,
+/// low enough that a server or proxy that never ends a line cannot make gantry hold
+/// gigabytes.
+const MAX_WATCH_LINE: usize = 64 << 20;
+
+/// A JSON watch's bytes, cut into lines (one event each).
+#[derive(Default)]
+struct Lines {
+    buffer: Vec<u8>,
+    /// Where the next line starts in `buffer`.
+    start: usize,
+}
+
+impl Lines {
+    fn push(&mut self, chunk: &[u8]) {
+        if self.start > 0 {
+            self.buffer.drain(..self.start);
+            self.start = 0;
+        }
+        self.buffer.extend_from_slice(chunk);
+    }
+
+    /// The next whole line, if one has arrived (blank lines skipped).
+    fn pop(&mut self) -> Result<Option<Vec<u8>>, ReflectorError> {
+        loop {
+            let rest = &self.buffer[self.start..];
+            let Some(end) = rest.iter().position(|b| *b == b'\n') else {
+                if rest.len() > MAX_WATCH_LINE {
+                    return Err(ReflectorError::LineTooLong(rest.len()));
+                }
+                return Ok(None);
+            };
+            let line = rest[..end].to_vec();
+            self.start += end + 1;
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                return Ok(Some(line));
+            }
+        }
+    }
+}
+
+/// One JSON watch event, its object left unread.
+#[derive(Deserialize)]
+struct JsonEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// A bookmark's or an error's object: the version, or the code and message.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct EventObject {
+    #[serde(default)]
+    metadata: ListMeta,
+    #[serde(default)]
+    code: u16,
+    #[serde(default)]
+    message: String,
+}
+
+/// Reads one JSON watch line.
+fn json_change<K: DeserializeOwned>(line: &[u8]) -> Result<Option<Change<K>>, ReflectorError> {
+    let event: JsonEvent<'_> = serde_json::from_slice(line)?;
+    Ok(Some(match event.kind {
+        "ADDED" | "MODIFIED" => Change::Applied(read_json(event.object)),
+        "DELETED" => Change::Deleted(read_json(event.object)),
+        "BOOKMARK" => {
+            let object: EventObject = serde_json::from_str(event.object.get())?;
+            match object.metadata.resource_version {
+                Some(v) if !v.is_empty() => Change::Bookmark(v),
+                _ => return Ok(None),
+            }
+        }
+        "ERROR" => {
+            let object: EventObject = serde_json::from_str(event.object.get())?;
+            Change::Failed {
+                code: object.code,
+                message: object.message,
+            }
+        }
+        other => {
+            return Err(ReflectorError::Proto(protobuf::ProtoError::EventType(
+                other.to_string(),
+            )));
+        }
+    }))
+}
+
+/// Reads one protobuf watch frame, its object on its own.
 fn protobuf_change<K>(
     frame: &[u8],
     decode: fn(&[u8]) -> Result<K, protobuf::ProtoError>,
 ) -> Result<Option<Change<K>>, protobuf::ProtoError> {
     let (kind, object) = protobuf::watch_event(frame)?;
-    let read = |object| match decode(object) {
-        Ok(obj) => Some(obj),
-        Err(e) => {
-            unreadable(object, &e);
-            None
-        }
-    };
     Ok(match kind {
-        EventType::Added | EventType::Modified => read(object).map(Change::Applied),
-        EventType::Deleted => read(object).map(Change::Deleted),
+        EventType::Added | EventType::Modified => {
+            Some(Change::Applied(read_protobuf(object, decode)))
+        }
+        EventType::Deleted => Some(Change::Deleted(read_protobuf(object, decode))),
         EventType::Bookmark => Some(Change::Bookmark(
             protobuf::resource_version(object)?.ok_or(protobuf::ProtoError::NoVersion)?,
         )),
@@ -791,7 +932,7 @@ struct ListMeta {
     resource_version: Option<String>,
 }
 
-impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for ListSeed<F, K> {
+impl<'de, F: FnMut(Read<K>), K: DeserializeOwned> DeserializeSeed<'de> for ListSeed<F, K> {
     type Value = String;
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
@@ -799,7 +940,7 @@ impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for ListSeed<F,
     }
 }
 
-impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for ListSeed<F, K> {
+impl<'de, F: FnMut(Read<K>), K: DeserializeOwned> Visitor<'de> for ListSeed<F, K> {
     type Value = String;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -826,13 +967,30 @@ impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for ListSeed<F, K> {
     }
 }
 
-/// The `items` array, each item handed out as soon as it is decoded.
+/// Decodes the list `json`, handing each item to `each`; its resource version.
+#[cfg(test)]
+pub(crate) fn decode_list<K: DeserializeOwned>(
+    json: &str,
+    each: impl FnMut(Read<K>),
+) -> Result<String, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(json);
+    let version = ListSeed {
+        each,
+        kind: PhantomData,
+    }
+    .deserialize(&mut de)?;
+    de.end()?;
+    Ok(version)
+}
+
+/// The `items` array, each item handed out as soon as it is decoded, on its own: an item
+/// that does not decode is handed out as [`Read::Unreadable`].
 struct Items<'a, F, K> {
     each: &'a mut F,
     kind: PhantomData<K>,
 }
 
-impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for Items<'_, F, K> {
+impl<'de, F: FnMut(Read<K>), K: DeserializeOwned> DeserializeSeed<'de> for Items<'_, F, K> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -840,7 +998,7 @@ impl<'de, F: FnMut(K), K: DeserializeOwned> DeserializeSeed<'de> for Items<'_, F
     }
 }
 
-impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for Items<'_, F, K> {
+impl<'de, F: FnMut(Read<K>), K: DeserializeOwned> Visitor<'de> for Items<'_, F, K> {
     type Value = ();
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
@@ -860,8 +1018,8 @@ impl<'de, F: FnMut(K), K: DeserializeOwned> Visitor<'de> for Items<'_, F, K> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(item) = seq.next_element::<K>()? {
-            (self.each)(item);
+        while let Some(raw) = seq.next_element::<&RawValue>()? {
+            (self.each)(read_json(raw));
         }
         Ok(())
     }
@@ -874,13 +1032,10 @@ mod tests {
 
     fn decode(json: &str) -> Result<(String, Vec<String>), serde_json::Error> {
         let mut names = Vec::new();
-        let mut de = serde_json::Deserializer::from_str(json);
-        let version = ListSeed {
-            each: |ns: Namespace| names.push(ns.name_any()),
-            kind: PhantomData,
-        }
-        .deserialize(&mut de)?;
-        de.end()?;
+        let version = decode_list(json, |ns: Read<Namespace>| match ns {
+            Read::Object(ns) => names.push(ns.name_any()),
+            Read::Unreadable(u) => names.push(format!("unreadable {}: {}", u.key(), u.error)),
+        })?;
         Ok((version, names))
     }
 
@@ -901,12 +1056,85 @@ mod tests {
     }
 
     #[test]
-    fn a_list_without_a_version_or_with_a_bad_item_is_an_error() {
+    fn a_list_without_a_version_or_that_is_not_json_is_an_error() {
         assert!(decode(r#"{"items":[]}"#).is_err());
-        assert!(
-            decode(r#"{"metadata":{"resourceVersion":"3"},"items":[{"metadata":7}]}"#).is_err()
-        );
+        assert!(decode(r#"{"metadata":{"resourceVersion":"3"},"items":[{"metadata":7]}"#).is_err());
         assert!(decode(r#"{"metadata":{"resourceVersion":"3"},"items":[]} trailing"#).is_err());
+    }
+
+    #[test]
+    fn an_item_that_does_not_decode_is_handed_out_as_unreadable_between_the_others() {
+        let json = r#"{"metadata":{"resourceVersion":"3"},"items":[
+            {"metadata":{"name":"a"}},
+            {"metadata":{"name":"b","labels":{"x":7}}},
+            {"metadata":7},
+            {"metadata":{"name":"c"}}]}"#;
+        let (version, names) = decode(json).unwrap();
+        assert_eq!(version, "3");
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!((names[0].as_str(), names[3].as_str()), ("a", "c"));
+        assert!(
+            names[1].starts_with("unreadable b: metadata.labels.x: invalid type: integer"),
+            "{names:?}"
+        );
+        assert!(
+            names[2].starts_with("unreadable : metadata: invalid type"),
+            "{names:?}"
+        );
+    }
+
+    fn changes(lines: &[&str]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|line| match json_change::<Namespace>(line.as_bytes()) {
+                Ok(Some(Change::Applied(Read::Object(ns)))) => format!("applied {}", ns.name_any()),
+                Ok(Some(Change::Applied(Read::Unreadable(u)))) => format!("unreadable {}", u.key()),
+                Ok(Some(Change::Deleted(Read::Object(ns)))) => format!("deleted {}", ns.name_any()),
+                Ok(Some(Change::Deleted(Read::Unreadable(u)))) => {
+                    format!("deleted unreadable {}", u.key())
+                }
+                Ok(Some(Change::Bookmark(v))) => format!("bookmark {v}"),
+                Ok(Some(Change::Failed { code, message })) => format!("failed {code} {message}"),
+                Ok(None) => "nothing".to_string(),
+                Err(e) => format!("error {e}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_json_watch_reads_each_event_and_each_object_on_its_own() {
+        let got = changes(&[
+            r#"{"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"4"}}}"#,
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","labels":[]}}}"#,
+            r#"{"type":"DELETED","object":{"metadata":{"name":"b","finalizers":7}}}"#,
+            r#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9"}}}"#,
+            r#"{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}"#,
+            r#"{"type":"SOMETHING","object":{}}"#,
+            r#"{"type":"ADDED"}"#,
+        ]);
+        assert_eq!(
+            got[..5],
+            [
+                "applied a",
+                "unreadable b",
+                "deleted unreadable b",
+                "bookmark 9",
+                "failed 410 too old"
+            ]
+        );
+        assert!(got[5].starts_with("error"), "{got:?}");
+        assert!(got[6].starts_with("error"), "{got:?}");
+    }
+
+    #[test]
+    fn watch_lines_are_cut_where_they_end_whatever_the_chunks() {
+        let mut lines = Lines::default();
+        lines.push(b"{\"a\":1}\n\n{\"b\"");
+        assert_eq!(lines.pop().unwrap(), Some(b"{\"a\":1}".to_vec()));
+        assert_eq!(lines.pop().unwrap(), None);
+        lines.push(b":2}\n");
+        assert_eq!(lines.pop().unwrap(), Some(b"{\"b\":2}".to_vec()));
+        assert_eq!(lines.pop().unwrap(), None);
     }
 
     #[test]

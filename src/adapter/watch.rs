@@ -2,10 +2,12 @@
 //! each converting objects into the compact model as they arrive and sending them to the
 //! scheduling thread. No full object is kept; a watcher remembers only the keys of the
 //! objects it has reported, so that after a relist (an expired resource version) it can
-//! report the objects that vanished meanwhile as deleted.
+//! report the objects that vanished meanwhile as deleted. An object that cannot be read
+//! ([`Unreadable`]) is logged once, counted in `gantry_unreadable_objects`, and given its
+//! kind's safe reading ([`Convert::unreadable`]): it never stops the watcher.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
@@ -23,14 +25,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use kube::api::Api;
 use kube::runtime::watcher::Event;
 use kube::{Client, Resource, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use prost::Message;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 
 use super::driver::{Input, StorageInput};
 use super::events::PodRef;
+use super::lenient::{Read, Unreadable};
+use super::metrics::Metrics;
 use super::pod_group_status::{GroupChange, StatusFeed};
 use super::protobuf::{self, ProtoError};
+use super::readiness::Watchers;
 use super::reflector::{self, Format, Selectors};
 use crate::cache::{Tracked, TrackedSet};
 use crate::config::ContentType;
@@ -264,10 +270,16 @@ pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Fail
 
 /// Turns one kind of object into inputs for the scheduling thread.
 trait Convert<K>: Send + 'static {
-    /// The input for an added or changed object, if the scheduler cares.
-    fn applied(&self, obj: &K) -> Option<Input>;
+    /// The input for an added or changed object, if the scheduler cares; an error (naming
+    /// the field) when the model cannot read it, which makes it [`Unreadable`].
+    fn applied(&self, obj: &K) -> Result<Option<Input>, String>;
     /// The input for a deleted object, from its key.
     fn deleted(&self, key: &str) -> Option<Input>;
+    /// The input for an object that cannot be read: its kind's safe reading, absent unless
+    /// the kind says otherwise.
+    fn unreadable(&self, object: &Unreadable) -> Option<Input> {
+        self.deleted(&object.key())
+    }
 }
 
 /// `namespace/name`, or `name` for cluster-scoped objects.
@@ -286,20 +298,33 @@ fn split_key(key: &str) -> (String, String) {
     }
 }
 
+/// What every watcher shares: the API server, where its inputs go, where it says how it
+/// stands (for `/readyz`), and the metrics it counts unreadable objects in.
+#[derive(Clone)]
+pub struct Watching {
+    /// The API server.
+    pub client: Client,
+    /// The scheduling thread's inputs.
+    pub inputs: Sender<Input>,
+    /// Each watcher's standing.
+    pub watchers: Arc<Watchers>,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+}
+
 /// Starts the watchers: nodes and pods always, the other kinds only when the cache keeps
 /// what they feed (`tracked`). Each sends its inputs (and [`Input::Synced`] after its first
-/// list) to `inputs`; returned with their names, which must all finish their first list
-/// before scheduling starts. `profiles` are the scheduler names served: other schedulers'
-/// pending pods are not reported. Pods and nodes travel as `content_type` says; the other
-/// kinds, few and rarely changing, as JSON. PodGroups also go to `status`, their status
-/// writer (see [`super::pod_group_status`]), when there is one.
+/// list) to the scheduling thread; returned with their names, which must all finish their
+/// first list before scheduling starts. `profiles` are the scheduler names served: other
+/// schedulers' pending pods are not reported. Pods and nodes travel as `content_type` says;
+/// the other kinds, few and rarely changing, as JSON. PodGroups also go to `status`, their
+/// status writer (see [`super::pod_group_status`]), when there is one.
 pub fn spawn_all(
-    client: &Client,
+    watching: &Watching,
     profiles: BTreeSet<String>,
     tracked: TrackedSet,
     content_type: ContentType,
     status: Option<StatusFeed>,
-    inputs: &Sender<Input>,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Vec<&'static str>) {
     let (node_format, pod_format) = match content_type {
         ContentType::Protobuf => (
@@ -309,54 +334,49 @@ pub fn spawn_all(
         ContentType::Json => (Format::Json, Format::Json),
     };
     let mut tasks = vec![
-        spawn(client, None, node_format, "nodes", Nodes, inputs),
+        spawn(watching, None, node_format, "nodes", Nodes),
         spawn(
-            client,
+            watching,
             Some(POD_FIELD_SELECTOR),
             pod_format,
             "pods",
             Pods { profiles },
-            inputs,
         ),
     ];
     let mut names = vec!["nodes", "pods"];
     if tracked.contains(Tracked::NamespaceLabels) {
         tasks.push(spawn::<Namespace, _>(
-            client,
+            watching,
             None,
             Format::Json,
             "namespaces",
             Namespaces,
-            inputs,
         ));
         names.push("namespaces");
     }
     if tracked.contains(Tracked::Workloads) {
         tasks.extend([
-            spawn::<Service, _>(client, None, Format::Json, "services", Services, inputs),
+            spawn::<Service, _>(watching, None, Format::Json, "services", Services),
             spawn::<ReplicaSet, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "replicasets",
                 Controllers("ReplicaSet"),
-                inputs,
             ),
             spawn::<StatefulSet, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "statefulsets",
                 Controllers("StatefulSet"),
-                inputs,
             ),
             spawn::<ReplicationController, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "replicationcontrollers",
                 Controllers("ReplicationController"),
-                inputs,
             ),
         ]);
         names.extend([
@@ -369,37 +389,33 @@ pub fn spawn_all(
     if tracked.contains(Tracked::Volumes) {
         tasks.extend([
             spawn::<PersistentVolumeClaim, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "persistentvolumeclaims",
                 Claims,
-                inputs,
             ),
             spawn::<PersistentVolume, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "persistentvolumes",
                 Volumes,
-                inputs,
             ),
             spawn::<StorageClass, _>(
-                client,
+                watching,
                 None,
                 Format::Json,
                 "storageclasses",
                 StorageClasses,
-                inputs,
             ),
-            spawn::<CSINode, _>(client, None, Format::Json, "csinodes", CsiNodes, inputs),
-            spawn::<CSIDriver, _>(client, None, Format::Json, "csidrivers", CsiDrivers, inputs),
+            spawn::<CSINode, _>(watching, None, Format::Json, "csinodes", CsiNodes),
+            spawn::<CSIDriver, _>(watching, None, Format::Json, "csidrivers", CsiDrivers),
             spawn_if_served::<CSIStorageCapacity, _>(
-                client,
+                watching,
                 "csistoragecapacities",
                 Capacities,
                 StorageInput::CapacitiesNotServed,
-                inputs,
             ),
         ]);
         names.extend([
@@ -412,11 +428,11 @@ pub fn spawn_all(
         ]);
     }
     if tracked.contains(Tracked::DisruptionBudgets) {
-        tasks.push(spawn_disruption_budgets(client, inputs));
+        tasks.push(spawn_disruption_budgets(watching));
         names.push(DISRUPTION_BUDGETS);
     }
     if tracked.contains(Tracked::PodGroups) {
-        tasks.push(spawn_pod_groups(client, status, inputs));
+        tasks.push(spawn_pod_groups(watching, status));
         names.push(POD_GROUPS);
     }
     (tasks, names)
@@ -430,28 +446,32 @@ fn decode_node(raw: &[u8]) -> Result<Node, ProtoError> {
 /// One watcher: lists and watches `K` (through [`reflector`]), turning its events into
 /// inputs with `convert`; stops once the scheduling thread is gone.
 fn spawn<K, C>(
-    client: &Client,
+    watching: &Watching,
     fields: Option<&'static str>,
     format: Format<K>,
     name: &'static str,
     convert: C,
-    inputs: &Sender<Input>,
 ) -> tokio::task::JoinHandle<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Convert<K>,
 {
-    let inputs = inputs.clone();
-    let client = client.clone();
+    let Watching {
+        client,
+        inputs,
+        watchers,
+        metrics,
+    } = watching.clone();
     tokio::spawn(async move {
         let api = Api::<K>::all(client.clone());
-        let mut state = Relist::default();
+        let mut state = Relist::new(metrics.unreadable_objects(name));
         reflector::run(
             client,
             api,
             Selectors::fields(fields),
             format,
             name,
+            &watchers,
             move |event| {
                 state
                     .step(event, &convert, name)
@@ -468,21 +488,20 @@ where
 /// not serve the kind, the watcher sends `not_served`, reports itself synced with nothing
 /// and says so once.
 fn spawn_if_served<K, C>(
-    client: &Client,
+    watching: &Watching,
     name: &'static str,
     convert: C,
     not_served: StorageInput,
-    inputs: &Sender<Input>,
 ) -> tokio::task::JoinHandle<()>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Convert<K>,
 {
-    let inputs = inputs.clone();
-    let client = client.clone();
+    let watching = watching.clone();
+    let inputs = watching.inputs.clone();
     tokio::spawn(async move {
-        if served::<K>(&client, name).await {
-            let _ = spawn::<K, C>(&client, None, Format::Json, name, convert, &inputs).await;
+        if served::<K>(&watching, name).await {
+            let _ = spawn::<K, C>(&watching, None, Format::Json, name, convert).await;
         } else {
             tracing::info!(
                 watcher = name,
@@ -503,36 +522,31 @@ const DISRUPTION_BUDGETS: &str = "poddisruptionbudgets";
 /// 1.21 and later), else `policy/v1beta1` (through [`PodDisruptionBudgetV1beta1`]), chosen
 /// once by API discovery at start. A server that serves neither has no budgets: the watcher
 /// says so once and reports itself synced with none.
-fn spawn_disruption_budgets(
-    client: &Client,
-    inputs: &Sender<Input>,
-) -> tokio::task::JoinHandle<()> {
-    let inputs = inputs.clone();
-    let client = client.clone();
+fn spawn_disruption_budgets(watching: &Watching) -> tokio::task::JoinHandle<()> {
+    let watching = watching.clone();
+    let inputs = watching.inputs.clone();
     let name = DISRUPTION_BUDGETS;
     tokio::spawn(async move {
-        if served::<PodDisruptionBudget>(&client, name).await {
+        if served::<PodDisruptionBudget>(&watching, name).await {
             let _ = spawn::<PodDisruptionBudget, _>(
-                &client,
+                &watching,
                 None,
                 Format::Json,
                 name,
                 DisruptionBudgets,
-                &inputs,
             )
             .await;
-        } else if served::<PodDisruptionBudgetV1beta1>(&client, name).await {
+        } else if served::<PodDisruptionBudgetV1beta1>(&watching, name).await {
             tracing::info!(
                 watcher = name,
                 "the API server does not serve policy/v1 PodDisruptionBudgets: reading policy/v1beta1"
             );
             let _ = spawn::<PodDisruptionBudgetV1beta1, _>(
-                &client,
+                &watching,
                 None,
                 Format::Json,
                 name,
                 DisruptionBudgets,
-                &inputs,
             )
             .await;
         } else {
@@ -557,16 +571,15 @@ const POD_GROUPS_RECHECK: std::time::Duration = std::time::Duration::from_secs(6
 /// as in scheduler-plugins) and asks again every [`POD_GROUPS_RECHECK`], watching them
 /// once they are served.
 fn spawn_pod_groups(
-    client: &Client,
+    watching: &Watching,
     status: Option<StatusFeed>,
-    inputs: &Sender<Input>,
 ) -> tokio::task::JoinHandle<()> {
-    let inputs = inputs.clone();
-    let client = client.clone();
+    let watching = watching.clone();
+    let inputs = watching.inputs.clone();
     let name = POD_GROUPS;
     tokio::spawn(async move {
         let mut absent = false;
-        while !served::<PodGroup>(&client, name).await {
+        while !served::<PodGroup>(&watching, name).await {
             if !absent {
                 tracing::info!(
                     watcher = name,
@@ -585,14 +598,15 @@ fn spawn_pod_groups(
             tracing::info!(watcher = name, "PodGroups are served now: watching them");
         }
         let convert = PodGroups { status };
-        let _ = spawn::<PodGroup, _>(&client, None, Format::Json, name, convert, &inputs).await;
+        let _ = spawn::<PodGroup, _>(&watching, None, Format::Json, name, convert).await;
     })
 }
 
 /// True when the API server serves `K` (API discovery of its group version; a group
 /// version not found is not served). Other failures are retried with a backoff, logged as
-/// `watcher`'s.
-async fn served<K: Resource<DynamicType = ()>>(client: &Client, watcher: &'static str) -> bool {
+/// `watcher`'s and told to the readiness check as its failed list.
+async fn served<K: Resource<DynamicType = ()>>(watching: &Watching, watcher: &'static str) -> bool {
+    let client = &watching.client;
     let group_version = K::api_version(&());
     let plural = K::plural(&());
     let mut delay = std::time::Duration::from_millis(200);
@@ -602,6 +616,8 @@ async fn served<K: Resource<DynamicType = ()>>(client: &Client, watcher: &'stati
             Err(kube::Error::Api(e)) if e.code == 404 => return false,
             Err(e) => {
                 tracing::warn!(watcher, error = %e, "API discovery failed; retrying");
+                let failure = format!("API discovery failed: {e}");
+                watching.watchers.list_failed(watcher, &failure);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(std::time::Duration::from_secs(10));
             }
@@ -609,18 +625,33 @@ async fn served<K: Resource<DynamicType = ()>>(client: &Client, watcher: &'stati
     }
 }
 
-/// The keys a watcher reported, to turn a relist into deletions.
-#[derive(Debug, Default)]
+/// The keys a watcher reported, to turn a relist into deletions, and the objects it could
+/// not read, so that each is logged once (not at every relist) and counted.
+#[derive(Debug)]
 struct Relist {
     known: HashSet<String>,
     relisting: Option<HashSet<String>>,
     synced: bool,
+    /// The objects that cannot be read, by key, with why.
+    unreadable: HashMap<String, String>,
+    /// How many there are (`gantry_unreadable_objects` of this watcher's resource).
+    unreadable_gauge: Gauge,
 }
 
 impl Relist {
+    fn new(unreadable_gauge: Gauge) -> Self {
+        Relist {
+            known: HashSet::new(),
+            relisting: None,
+            synced: false,
+            unreadable: HashMap::new(),
+            unreadable_gauge,
+        }
+    }
+
     fn step<K: Resource, C: Convert<K>>(
         &mut self,
-        event: Event<K>,
+        event: Event<Read<K>>,
         convert: &C,
         name: &'static str,
     ) -> Vec<Input> {
@@ -633,12 +664,12 @@ impl Relist {
                 }
             }
             Event::InitApply(obj) => {
-                let key = key_of(&obj);
+                let key = read_key(&obj);
                 if let Some(fresh) = &mut self.relisting {
                     fresh.insert(key.clone());
                 }
-                self.known.insert(key);
-                out.extend(convert.applied(&obj));
+                self.known.insert(key.clone());
+                out.extend(self.applied(&obj, key, convert, name));
             }
             Event::InitDone => {
                 if let Some(fresh) = self.relisting.take() {
@@ -646,8 +677,12 @@ impl Relist {
                     if !gone.is_empty() {
                         tracing::info!(watcher = name, vanished = gone.len(), "relisted");
                     }
+                    for key in &gone {
+                        self.unreadable.remove(*key);
+                    }
                     out.extend(gone.into_iter().filter_map(|k| convert.deleted(k)));
                     self.known = fresh;
+                    self.count_unreadable();
                 }
                 if !self.synced {
                     self.synced = true;
@@ -656,30 +691,91 @@ impl Relist {
                 out.push(Input::Synced(name));
             }
             Event::Apply(obj) => {
-                self.known.insert(key_of(&obj));
-                out.extend(convert.applied(&obj));
+                let key = read_key(&obj);
+                self.known.insert(key.clone());
+                out.extend(self.applied(&obj, key, convert, name));
             }
             Event::Delete(obj) => {
-                let key = key_of(&obj);
+                let key = read_key(&obj);
                 self.known.remove(&key);
+                if self.unreadable.remove(&key).is_some() {
+                    self.count_unreadable();
+                }
                 out.extend(convert.deleted(&key));
             }
         }
         out
     }
+
+    /// The input for an object listed or changed, read or not.
+    fn applied<K: Resource, C: Convert<K>>(
+        &mut self,
+        obj: &Read<K>,
+        key: String,
+        convert: &C,
+        name: &'static str,
+    ) -> Option<Input> {
+        match obj {
+            Read::Object(obj) => match convert.applied(obj) {
+                Ok(input) => {
+                    if self.unreadable.remove(&key).is_some() {
+                        tracing::info!(watcher = name, object = %key, "readable again");
+                        self.count_unreadable();
+                    }
+                    input
+                }
+                Err(error) => {
+                    let (namespace, name_of) = split_key(&key);
+                    let u = Unreadable {
+                        namespace: Some(namespace).filter(|ns| !ns.is_empty()),
+                        name: name_of,
+                        resource_version: obj.resource_version(),
+                        error,
+                        ..Unreadable::default()
+                    };
+                    self.applied(&Read::<K>::Unreadable(u), key, convert, name)
+                }
+            },
+            Read::Unreadable(u) => {
+                if self.unreadable.get(&key) != Some(&u.error) {
+                    tracing::warn!(
+                        watcher = name,
+                        object = %key,
+                        error = %u.error,
+                        "cannot read; given its kind's safe reading (see the docs' operations page)"
+                    );
+                    self.unreadable.insert(key, u.error.clone());
+                    self.count_unreadable();
+                }
+                if u.name.is_empty() {
+                    return None; // nothing can name it: nothing to forget or refuse
+                }
+                convert.unreadable(u)
+            }
+        }
+    }
+
+    fn count_unreadable(&self) {
+        self.unreadable_gauge
+            .set(i64::try_from(self.unreadable.len()).unwrap_or(i64::MAX));
+    }
+}
+
+/// The key of an object read, or of what is known of one that was not.
+fn read_key<K: Resource>(obj: &Read<K>) -> String {
+    match obj {
+        Read::Object(obj) => key_of(obj),
+        Read::Unreadable(u) => u.key(),
+    }
 }
 
 struct Nodes;
 
+/// Nodes; one that cannot be read is absent: no pod goes there.
 impl Convert<Node> for Nodes {
-    fn applied(&self, node: &Node) -> Option<Input> {
-        match NodeModel::from_api(node) {
-            Ok(n) => Some(Input::NodeApplied(n)),
-            Err(e) => {
-                tracing::warn!(error = %e, "node skipped: it cannot be read");
-                node.metadata.name.clone().map(Input::NodeDeleted)
-            }
-        }
+    fn applied(&self, node: &Node) -> Result<Option<Input>, String> {
+        let n = NodeModel::from_api(node).map_err(|e| e.to_string())?;
+        Ok(Some(Input::NodeApplied(n)))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -691,18 +787,18 @@ struct Pods {
     profiles: BTreeSet<String>,
 }
 
+/// Pods. A pending pod of the scheduler's that cannot be read is refused with why; a bound
+/// one keeps its last reading (its node's usage still counts it), as does one whose
+/// scheduler cannot be told.
 impl Convert<LeanPod> for Pods {
-    fn applied(&self, pod: &LeanPod) -> Option<Input> {
+    fn applied(&self, pod: &LeanPod) -> Result<Option<Input>, String> {
         if !pod.bound && !self.profiles.contains(&pod.scheduler_name) {
-            return None; // another scheduler's pending pod
+            return Ok(None); // another scheduler's pending pod
         }
-        match &pod.read {
+        Ok(match &pod.read {
             Ok(info) => Some(Input::PodApplied(info.clone())),
-            Err(e) if pod.bound => {
-                tracing::warn!(error = %e, "bound pod cannot be read; its node's usage leaves it out");
-                let (namespace, name) = split_key(&key_of(pod));
-                Some(Input::PodDeleted { namespace, name })
-            }
+            // Unreadable, and given [`Convert::unreadable`]'s reading: its last one.
+            Err(e) if pod.bound => return Err(e.clone()),
             Err(e) => {
                 let (namespace, name) = split_key(&key_of(pod));
                 Some(Input::PodInvalid {
@@ -715,26 +811,42 @@ impl Convert<LeanPod> for Pods {
                     message: e.clone(),
                 })
             }
-        }
+        })
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
         let (namespace, name) = split_key(key);
         Some(Input::PodDeleted { namespace, name })
     }
+
+    fn unreadable(&self, u: &Unreadable) -> Option<Input> {
+        let scheduler_name = u.scheduler_name.as_ref()?;
+        if u.node_name.is_some() || !self.profiles.contains(scheduler_name) {
+            return None;
+        }
+        Some(Input::PodInvalid {
+            pod: PodRef {
+                namespace: u.namespace.clone().unwrap_or_default(),
+                name: u.name.clone(),
+                uid: u.uid.clone().unwrap_or_default(),
+            },
+            scheduler_name: scheduler_name.clone(),
+            message: format!("the pod cannot be read: {}", u.error),
+        })
+    }
 }
 
 struct Namespaces;
 
 impl Convert<Namespace> for Namespaces {
-    fn applied(&self, ns: &Namespace) -> Option<Input> {
+    fn applied(&self, ns: &Namespace) -> Result<Option<Input>, String> {
         let labels = ns
             .metadata
             .labels
             .as_ref()
             .map(Labels::from)
             .unwrap_or_default();
-        Some(Input::NamespaceApplied(ns.name_any(), labels))
+        Ok(Some(Input::NamespaceApplied(ns.name_any(), labels)))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -742,26 +854,15 @@ impl Convert<Namespace> for Namespaces {
     }
 }
 
-/// A storage object that cannot be read (the API server validates these, so only a field
-/// gantry reads more strictly than Kubernetes): logged, and treated as absent, so that a pod
-/// using it gets the message for a missing object rather than a wrong placement.
-fn unreadable(kind: &str, key: &str, error: &str, absent: StorageInput) -> Option<Input> {
-    tracing::warn!(kind, object = %key, %error, "cannot read; treated as absent");
-    Some(Input::Storage(absent))
-}
-
+/// Storage objects. One that cannot be read (the API server validates these, so only a
+/// field gantry reads more strictly than Kubernetes) is absent, so that a pod using it gets
+/// the message for a missing object rather than a wrong placement.
 struct Claims;
 
 impl Convert<PersistentVolumeClaim> for Claims {
-    fn applied(&self, c: &PersistentVolumeClaim) -> Option<Input> {
-        match ClaimModel::from_api(c) {
-            Ok(c) => Some(Input::Storage(StorageInput::Claim(c))),
-            Err(e) => {
-                let (namespace, name) = split_key(&key_of(c));
-                let absent = StorageInput::ClaimDeleted { namespace, name };
-                unreadable("persistentvolumeclaim", &key_of(c), &e, absent)
-            }
-        }
+    fn applied(&self, c: &PersistentVolumeClaim) -> Result<Option<Input>, String> {
+        let c = ClaimModel::from_api(c)?;
+        Ok(Some(Input::Storage(StorageInput::Claim(c))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -776,16 +877,9 @@ impl Convert<PersistentVolumeClaim> for Claims {
 struct Volumes;
 
 impl Convert<PersistentVolume> for Volumes {
-    fn applied(&self, v: &PersistentVolume) -> Option<Input> {
-        match VolumeModel::from_api(v) {
-            Ok(v) => Some(Input::Storage(StorageInput::Volume(v))),
-            Err(e) => unreadable(
-                "persistentvolume",
-                &key_of(v),
-                &e,
-                StorageInput::VolumeDeleted(key_of(v)),
-            ),
-        }
+    fn applied(&self, v: &PersistentVolume) -> Result<Option<Input>, String> {
+        let v = VolumeModel::from_api(v)?;
+        Ok(Some(Input::Storage(StorageInput::Volume(v))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -796,16 +890,9 @@ impl Convert<PersistentVolume> for Volumes {
 struct StorageClasses;
 
 impl Convert<StorageClass> for StorageClasses {
-    fn applied(&self, c: &StorageClass) -> Option<Input> {
-        match StorageClassModel::from_api(c) {
-            Ok(c) => Some(Input::Storage(StorageInput::Class(c))),
-            Err(e) => unreadable(
-                "storageclass",
-                &key_of(c),
-                &e,
-                StorageInput::ClassDeleted(key_of(c)),
-            ),
-        }
+    fn applied(&self, c: &StorageClass) -> Result<Option<Input>, String> {
+        let c = StorageClassModel::from_api(c)?;
+        Ok(Some(Input::Storage(StorageInput::Class(c))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -816,10 +903,10 @@ impl Convert<StorageClass> for StorageClasses {
 struct CsiNodes;
 
 impl Convert<CSINode> for CsiNodes {
-    fn applied(&self, n: &CSINode) -> Option<Input> {
-        Some(Input::Storage(StorageInput::CsiNode(
+    fn applied(&self, n: &CSINode) -> Result<Option<Input>, String> {
+        Ok(Some(Input::Storage(StorageInput::CsiNode(
             CsiNodeModel::from_api(n),
-        )))
+        ))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -832,10 +919,10 @@ impl Convert<CSINode> for CsiNodes {
 struct CsiDrivers;
 
 impl Convert<CSIDriver> for CsiDrivers {
-    fn applied(&self, d: &CSIDriver) -> Option<Input> {
-        Some(Input::Storage(StorageInput::CsiDriver(
+    fn applied(&self, d: &CSIDriver) -> Result<Option<Input>, String> {
+        Ok(Some(Input::Storage(StorageInput::CsiDriver(
             CsiDriverModel::from_api(d),
-        )))
+        ))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -848,17 +935,9 @@ impl Convert<CSIDriver> for CsiDrivers {
 struct Capacities;
 
 impl Convert<CSIStorageCapacity> for Capacities {
-    fn applied(&self, c: &CSIStorageCapacity) -> Option<Input> {
-        let (namespace, name) = split_key(&key_of(c));
-        match StorageCapacityModel::from_api(c) {
-            Ok(c) => Some(Input::Storage(StorageInput::Capacity(c))),
-            Err(e) => unreadable(
-                "csistoragecapacity",
-                &key_of(c),
-                &e,
-                StorageInput::CapacityDeleted { namespace, name },
-            ),
-        }
+    fn applied(&self, c: &CSIStorageCapacity) -> Result<Option<Input>, String> {
+        let c = StorageCapacityModel::from_api(c)?;
+        Ok(Some(Input::Storage(StorageInput::Capacity(c))))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -877,21 +956,9 @@ impl Convert<CSIStorageCapacity> for Capacities {
 struct DisruptionBudgets;
 
 impl Convert<PodDisruptionBudget> for DisruptionBudgets {
-    fn applied(&self, pdb: &PodDisruptionBudget) -> Option<Input> {
-        match DisruptionBudgetModel::from_api(pdb) {
-            Ok(b) => Some(Input::DisruptionBudgetApplied(b)),
-            Err(error) => {
-                let key = key_of(pdb);
-                tracing::warn!(
-                    kind = "poddisruptionbudget",
-                    object = %key,
-                    %error,
-                    "cannot read; treated as absent"
-                );
-                let (namespace, name) = split_key(&key);
-                Some(Input::DisruptionBudgetDeleted { namespace, name })
-            }
-        }
+    fn applied(&self, pdb: &PodDisruptionBudget) -> Result<Option<Input>, String> {
+        let b = DisruptionBudgetModel::from_api(pdb)?;
+        Ok(Some(Input::DisruptionBudgetApplied(b)))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -901,7 +968,7 @@ impl Convert<PodDisruptionBudget> for DisruptionBudgets {
 }
 
 impl Convert<PodDisruptionBudgetV1beta1> for DisruptionBudgets {
-    fn applied(&self, pdb: &PodDisruptionBudgetV1beta1) -> Option<Input> {
+    fn applied(&self, pdb: &PodDisruptionBudgetV1beta1) -> Result<Option<Input>, String> {
         Convert::<PodDisruptionBudget>::applied(self, &pdb.0)
     }
 
@@ -911,9 +978,9 @@ impl Convert<PodDisruptionBudgetV1beta1> for DisruptionBudgets {
 }
 
 /// PodGroups, to the scheduling thread and to their status writer. One that cannot be read
-/// (a quantity of `spec.minResources` that does not parse, which the CRD's schema lets
-/// through) is logged with its name and the field, and treated as deleted: its pods are
-/// refused at Permit, and its status is left alone.
+/// (a `minMember` out of int32's range or not a number, a quantity of `spec.minResources`
+/// that does not parse: the CRD's schema lets all of these through) is absent, and its pods
+/// are refused with why ([`Input::PodGroupUnreadable`]); its status is left alone.
 struct PodGroups {
     status: Option<StatusFeed>,
 }
@@ -927,27 +994,29 @@ impl PodGroups {
 }
 
 impl Convert<PodGroup> for PodGroups {
-    fn applied(&self, pg: &PodGroup) -> Option<Input> {
+    fn applied(&self, pg: &PodGroup) -> Result<Option<Input>, String> {
         let (namespace, name) = split_key(&key_of(pg));
-        match PodGroupModel::from_api(pg) {
-            Ok(model) => {
-                self.tell_status(GroupChange::Applied {
-                    namespace,
-                    name,
-                    min_member: model.min_member,
-                    status: pg.status.clone().unwrap_or_default(),
-                });
-                Some(Input::PodGroupApplied(model))
-            }
-            Err(error) => {
-                tracing::warn!(kind = "podgroup", object = %key_of(pg), %error, "cannot read; treated as absent");
-                self.tell_status(GroupChange::Deleted {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                });
-                Some(Input::PodGroupDeleted { namespace, name })
-            }
-        }
+        let model = PodGroupModel::from_api(pg)?;
+        self.tell_status(GroupChange::Applied {
+            namespace,
+            name,
+            min_member: model.min_member,
+            status: pg.status.clone().unwrap_or_default(),
+        });
+        Ok(Some(Input::PodGroupApplied(model)))
+    }
+
+    fn unreadable(&self, u: &Unreadable) -> Option<Input> {
+        let namespace = u.namespace.clone().unwrap_or_default();
+        self.tell_status(GroupChange::Deleted {
+            namespace: namespace.clone(),
+            name: u.name.clone(),
+        });
+        Some(Input::PodGroupUnreadable {
+            namespace,
+            name: u.name.clone(),
+            error: u.error.clone(),
+        })
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -963,7 +1032,7 @@ impl Convert<PodGroup> for PodGroups {
 struct Services;
 
 impl Convert<Service> for Services {
-    fn applied(&self, svc: &Service) -> Option<Input> {
+    fn applied(&self, svc: &Service) -> Result<Option<Input>, String> {
         let (namespace, name) = split_key(&key_of(svc));
         let selector = svc
             .spec
@@ -971,11 +1040,11 @@ impl Convert<Service> for Services {
             .and_then(|s| s.selector.as_ref())
             .map(Labels::from)
             .unwrap_or_default();
-        Some(Input::ServiceApplied {
+        Ok(Some(Input::ServiceApplied {
             namespace,
             name,
             selector,
-        })
+        }))
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -1015,9 +1084,9 @@ impl ControllerSelector for ReplicationController {
 }
 
 impl<K: Resource + ControllerSelector> Convert<K> for Controllers {
-    fn applied(&self, obj: &K) -> Option<Input> {
+    fn applied(&self, obj: &K) -> Result<Option<Input>, String> {
         let (namespace, name) = split_key(&key_of(obj));
-        match obj.selector() {
+        Ok(match obj.selector() {
             Some(selector) => Some(Input::ControllerApplied {
                 kind: self.0,
                 namespace,
@@ -1029,7 +1098,7 @@ impl<K: Resource + ControllerSelector> Convert<K> for Controllers {
                 namespace,
                 name,
             }),
-        }
+        })
     }
 
     fn deleted(&self, key: &str) -> Option<Input> {
@@ -1041,6 +1110,10 @@ impl<K: Resource + ControllerSelector> Convert<K> for Controllers {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "watch_fuzz_tests.rs"]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {
@@ -1060,13 +1133,13 @@ mod tests {
             .collect()
     }
 
-    fn node(name: &str) -> Node {
-        testing::node(name).capacity("1", "1Gi").api()
+    fn node(name: &str) -> Read<Node> {
+        Read::Object(testing::node(name).capacity("1", "1Gi").api())
     }
 
     #[test]
     fn a_relist_reports_what_vanished() {
-        let mut r = Relist::default();
+        let mut r = Relist::new(Gauge::default());
         let mut out = Vec::new();
         for e in [
             Event::Init,
@@ -1097,8 +1170,10 @@ mod tests {
     }
 
     #[test]
-    fn a_malformed_node_is_skipped_and_forgotten() {
-        let mut bad = node("bad");
+    fn a_malformed_node_is_absent_logged_once_and_counted_until_it_reads() {
+        let Read::Object(mut bad) = node("bad") else {
+            unreachable!()
+        };
         bad.status
             .as_mut()
             .unwrap()
@@ -1109,8 +1184,70 @@ mod tests {
                 "cpu".to_string(),
                 k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".to_string()),
             );
-        let input = Nodes.applied(&bad);
-        assert!(matches!(input, Some(Input::NodeDeleted(n)) if n == "bad"));
+        assert!(Nodes.applied(&bad).is_err());
+        let gauge = Gauge::default();
+        let mut r = Relist::new(gauge.clone());
+        let mut out = Vec::new();
+        for e in [
+            Event::Init,
+            Event::InitApply(Read::Object(bad.clone())),
+            Event::InitDone,
+        ] {
+            out.extend(r.step(e, &Nodes, "nodes"));
+        }
+        assert_eq!(names(&out), ["-bad", "synced nodes"]);
+        assert_eq!(gauge.get(), 1);
+        assert!(r.unreadable["bad"].contains("cpu"), "{:?}", r.unreadable);
+        // A relist meets it again: still one.
+        for e in [
+            Event::Init,
+            Event::InitApply(Read::Object(bad)),
+            Event::InitDone,
+        ] {
+            r.step(e, &Nodes, "nodes");
+        }
+        assert_eq!(gauge.get(), 1);
+        out = r.step(Event::Apply(node("bad")), &Nodes, "nodes");
+        assert_eq!(names(&out), ["+bad"]);
+        assert_eq!(gauge.get(), 0, "readable again");
+    }
+
+    fn unreadable(namespace: Option<&str>, name: &str, error: &str) -> Unreadable {
+        Unreadable {
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+            error: error.to_string(),
+            ..Unreadable::default()
+        }
+    }
+
+    #[test]
+    fn an_object_that_does_not_decode_is_counted_and_forgotten_when_deleted_or_gone() {
+        let gauge = Gauge::default();
+        let mut r = Relist::new(gauge.clone());
+        let mut out = Vec::new();
+        for e in [
+            Event::Init,
+            Event::InitApply(node("a")),
+            Event::InitApply(Read::Unreadable(unreadable(None, "b", "spec: bad"))),
+            Event::InitApply(Read::Unreadable(unreadable(None, "", "metadata: bad"))),
+            Event::InitDone,
+        ] {
+            out.extend(r.step(e, &Nodes, "nodes"));
+        }
+        assert_eq!(names(&out), ["+a", "-b", "synced nodes"]);
+        assert_eq!(gauge.get(), 2);
+        out = r.step(
+            Event::Delete(Read::Unreadable(unreadable(None, "b", "spec: bad"))),
+            &Nodes,
+            "nodes",
+        );
+        assert_eq!(names(&out), ["-b"]);
+        assert_eq!(gauge.get(), 1);
+        for e in [Event::Init, Event::InitApply(node("a")), Event::InitDone] {
+            r.step(e, &Nodes, "nodes");
+        }
+        assert_eq!(gauge.get(), 0, "the nameless one vanished in the relist");
     }
 
     fn pod_api(name: &str, scheduler: &str) -> Pod {
@@ -1214,7 +1351,7 @@ mod tests {
                 Some("7".to_string())
             )
         );
-        match DisruptionBudgets.applied(&beta) {
+        match DisruptionBudgets.applied(&beta).unwrap() {
             Some(Input::DisruptionBudgetApplied(b)) => {
                 assert_eq!((b.namespace.as_str(), b.name.as_str()), ("shop", "web"));
                 assert_eq!(b.disruptions_allowed, 1);
@@ -1240,9 +1377,11 @@ mod tests {
             "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "Near"}]}}
         }))
         .unwrap();
+        let mut r = Relist::new(Gauge::default());
+        let out = r.step(Event::Apply(Read::Object(bad)), &DisruptionBudgets, "pdbs");
         assert!(matches!(
-            DisruptionBudgets.applied(&bad),
-            Some(Input::DisruptionBudgetDeleted { namespace, name }) if namespace == "shop" && name == "bad"
+            &out[..],
+            [Input::DisruptionBudgetDeleted { namespace, name }] if namespace == "shop" && name == "bad"
         ));
     }
 
@@ -1260,7 +1399,7 @@ mod tests {
             "status": {"phase": "Scheduling", "scheduled": 1}
         }));
         assert_eq!(key_of(&good), "ml/train");
-        match convert.applied(&good) {
+        match convert.applied(&good).unwrap() {
             Some(Input::PodGroupApplied(g)) => {
                 assert_eq!((g.full_name(), g.min_member), ("ml/train".to_string(), 3))
             }
@@ -1281,11 +1420,37 @@ mod tests {
             "metadata": {"name": "bad", "namespace": "ml"},
             "spec": {"minMember": 2, "minResources": {"cpu": "lots"}}
         }));
-        assert!(matches!(
-            convert.applied(&bad),
-            Some(Input::PodGroupDeleted { namespace, name }) if namespace == "ml" && name == "bad"
-        ));
+        let mut r = Relist::new(Gauge::default());
+        let out = r.step(Event::Apply(Read::Object(bad)), &convert, "podgroups");
+        match &out[..] {
+            [
+                Input::PodGroupUnreadable {
+                    namespace,
+                    name,
+                    error,
+                },
+            ] => {
+                assert_eq!((namespace.as_str(), name.as_str()), ("ml", "bad"));
+                assert!(error.contains("spec.minResources[cpu]"), "{error}");
+            }
+            other => panic!("expected PodGroupUnreadable, got {other:?}"),
+        }
         assert!(matches!(rx.try_recv(), Ok(GroupChange::Deleted { name, .. }) if name == "bad"));
+        // One that does not decode at all: the same.
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(
+            r#"{"metadata":{"name":"huge","namespace":"ml"},"spec":{"minMember":2147483648}}"#,
+        )
+        .unwrap();
+        let out = r.step(
+            Event::Apply(super::super::lenient::read_json::<PodGroup>(&raw)),
+            &convert,
+            "podgroups",
+        );
+        assert!(matches!(
+            &out[..],
+            [Input::PodGroupUnreadable { name, error, .. }] if name == "huge" && error.starts_with("spec.minMember")
+        ));
+        assert!(matches!(rx.try_recv(), Ok(GroupChange::Deleted { name, .. }) if name == "huge"));
         assert!(matches!(
             convert.deleted("ml/train"),
             Some(Input::PodGroupDeleted { name, .. }) if name == "train"
@@ -1299,16 +1464,16 @@ mod tests {
         };
         assert!(matches!(
             pods.applied(&LeanPod::read(&pod_api("a", "gantry"))),
-            Some(Input::PodApplied(_))
+            Ok(Some(Input::PodApplied(_)))
         ));
-        assert!(
-            pods.applied(&LeanPod::read(&pod_api("b", "default-scheduler")))
-                .is_none()
-        );
+        assert!(matches!(
+            pods.applied(&LeanPod::read(&pod_api("b", "default-scheduler"))),
+            Ok(None)
+        ));
         let mut bound = pod_api("c", "default-scheduler");
         bound.spec.as_mut().unwrap().node_name = Some("n1".to_string());
         assert!(
-            matches!(pods.applied(&LeanPod::read(&bound)), Some(Input::PodApplied(p)) if p.node_name.as_deref() == Some("n1"))
+            matches!(pods.applied(&LeanPod::read(&bound)), Ok(Some(Input::PodApplied(p))) if p.node_name.as_deref() == Some("n1"))
         );
     }
 
@@ -1330,11 +1495,11 @@ mod tests {
                 k8s_openapi::apimachinery::pkg::api::resource::Quantity("1x".to_string()),
             );
         match pods.applied(&LeanPod::read(&bad)) {
-            Some(Input::PodInvalid {
+            Ok(Some(Input::PodInvalid {
                 pod,
                 scheduler_name,
                 message,
-            }) => {
+            })) => {
                 assert_eq!(
                     (pod.namespace.as_str(), pod.name.as_str(), pod.uid.as_str()),
                     ("default", "bad", "uid-bad")
@@ -1347,5 +1512,34 @@ mod tests {
             }
             other => panic!("expected PodInvalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_pod_that_does_not_decode_is_refused_when_pending_and_kept_when_bound() {
+        let pods = Pods {
+            profiles: ["gantry".to_string()].into_iter().collect(),
+        };
+        let mut u = unreadable(Some("shop"), "web", "spec.containers: invalid type");
+        u.uid = Some("u1".to_string());
+        assert!(pods.unreadable(&u).is_none(), "its scheduler is not known");
+        u.scheduler_name = Some("gantry".to_string());
+        match pods.unreadable(&u) {
+            Some(Input::PodInvalid { pod, message, .. }) => {
+                assert_eq!((pod.name.as_str(), pod.uid.as_str()), ("web", "u1"));
+                assert_eq!(
+                    message,
+                    "the pod cannot be read: spec.containers: invalid type"
+                );
+            }
+            other => panic!("expected PodInvalid, got {other:?}"),
+        }
+        u.node_name = Some("n1".to_string());
+        assert!(
+            pods.unreadable(&u).is_none(),
+            "a bound pod keeps its last reading"
+        );
+        u.node_name = None;
+        u.scheduler_name = Some("default-scheduler".to_string());
+        assert!(pods.unreadable(&u).is_none(), "another scheduler's");
     }
 }

@@ -707,11 +707,19 @@ impl Cache {
         self.generation += 1;
     }
 
-    /// Forgets a PodGroup (deleted, or no longer readable).
+    /// Forgets a PodGroup (deleted).
     pub fn remove_pod_group(&mut self, namespace: &str, name: &str) {
         if self.tracked.contains(Tracked::PodGroups)
             && self.pod_groups.remove_group(namespace, name)
         {
+            self.generation += 1;
+        }
+    }
+
+    /// Forgets a PodGroup that cannot be read, keeping why for its pods' messages.
+    pub fn pod_group_unreadable(&mut self, namespace: &str, name: &str, error: &str) {
+        if self.tracked.contains(Tracked::PodGroups) {
+            self.pod_groups.set_unreadable(namespace, name, error);
             self.generation += 1;
         }
     }

@@ -78,6 +78,8 @@ impl Members {
 pub struct PodGroups {
     groups: imbl::OrdMap<(String, String), Arc<PodGroupModel>>,
     members: imbl::OrdMap<(String, String), Members>,
+    /// PodGroups that exist but cannot be read, with why.
+    unreadable: imbl::OrdMap<(String, String), Arc<str>>,
 }
 
 impl PodGroups {
@@ -99,15 +101,30 @@ impl PodGroups {
             .unwrap_or_default()
     }
 
+    /// Why the PodGroup `namespace/name` cannot be read, when it exists but cannot be.
+    pub fn unreadable(&self, namespace: &str, name: &str) -> Option<&str> {
+        self.unreadable
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|e| &**e)
+    }
+
     pub(super) fn upsert_group(&mut self, group: PodGroupModel) {
         let key = (group.namespace.clone(), group.name.clone());
+        self.unreadable.remove(&key);
         self.groups.insert(key, Arc::new(group));
     }
 
     pub(super) fn remove_group(&mut self, namespace: &str, name: &str) -> bool {
-        self.groups
-            .remove(&(namespace.to_string(), name.to_string()))
-            .is_some()
+        let key = (namespace.to_string(), name.to_string());
+        let unreadable = self.unreadable.remove(&key).is_some();
+        self.groups.remove(&key).is_some() || unreadable
+    }
+
+    /// The PodGroup `namespace/name` exists but cannot be read (`error`): absent, with why.
+    pub(super) fn set_unreadable(&mut self, namespace: &str, name: &str, error: &str) {
+        let key = (namespace.to_string(), name.to_string());
+        self.groups.remove(&key);
+        self.unreadable.insert(key, Arc::from(error));
     }
 
     /// Records `pod` as a member of `group` with `member`'s state.

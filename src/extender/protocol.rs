@@ -5,7 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::model::NodeModel;
@@ -168,88 +169,200 @@ fn array<'a>(value: &'a Value, what: &str) -> Result<&'a Vec<Value>, DecodeError
         .ok_or_else(|| DecodeError(format!("{what}: expected a list")))
 }
 
-fn failed_map(value: Option<&Value>, what: &str) -> Result<BTreeMap<String, String>, DecodeError> {
-    let Some(value) = value else {
-        return Ok(BTreeMap::new());
-    };
-    object(value, what)?
-        .iter()
-        .map(|(k, v)| Ok((k.clone(), string(v, &format!("{what}[{k}]"))?)))
-        .collect()
-}
-
-/// Decodes a filter call's answer.
+/// Decodes a filter call's answer, streaming: of the Node objects in `Nodes` only the names
+/// are kept, everything else (and every field gantry does not read) is skipped unread, so
+/// that an answer costs about its own size to read, not several times it.
 pub fn decode_filter_result(body: &[u8]) -> Result<FilterResult, DecodeError> {
-    let value = parse(body)?;
-    let top = object(&value, "ExtenderFilterResult")?;
-    let nodes = field(top, "Nodes")
-        .map(|list| {
-            let items = object(list, "Nodes")?.get("items").filter(|v| !v.is_null());
-            items
-                .map(|items| array(items, "Nodes.items"))
-                .transpose()?
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(i, node)| {
-                    let what = format!("Nodes.items[{i}].metadata.name");
-                    let name = node
-                        .get("metadata")
-                        .and_then(|m| m.get("name"))
-                        .ok_or_else(|| DecodeError(format!("{what}: missing")))?;
-                    string(name, &what)
-                })
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
-    let node_names = field(top, "NodeNames")
-        .map(|names| {
-            array(names, "NodeNames")?
-                .iter()
-                .enumerate()
-                .map(|(i, n)| string(n, &format!("NodeNames[{i}]")))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .transpose()?;
-    Ok(FilterResult {
-        nodes,
-        node_names,
-        failed_nodes: failed_map(field(top, "FailedNodes"), "FailedNodes")?,
-        failed_and_unresolvable_nodes: failed_map(
-            field(top, "FailedAndUnresolvableNodes"),
-            "FailedAndUnresolvableNodes",
-        )?,
-        error: field(top, "Error")
-            .map(|e| string(e, "Error"))
-            .transpose()?
-            .unwrap_or_default(),
-    })
+    decode_streaming(body, FilterVisitor)
 }
 
-/// Decodes a prioritize call's answer (`HostPriorityList`; `null` is empty).
+/// Decodes a prioritize call's answer (`HostPriorityList`; `null` is empty), streaming.
 pub fn decode_host_priorities(body: &[u8]) -> Result<Vec<HostPriority>, DecodeError> {
-    let value = parse(body)?;
-    if value.is_null() {
-        return Ok(Vec::new());
-    }
-    array(&value, "HostPriorityList")?
-        .iter()
-        .enumerate()
-        .map(|(i, entry)| {
-            let what = format!("HostPriorityList[{i}]");
-            let entry = object(entry, &what)?;
-            Ok(HostPriority {
-                host: field(entry, "Host")
-                    .map(|h| string(h, &format!("{what}.Host")))
-                    .transpose()?
-                    .unwrap_or_default(),
-                score: field(entry, "Score")
-                    .map(|s| integer(s, &format!("{what}.Score")))
-                    .transpose()?
-                    .unwrap_or_default(),
+    let list: Option<Vec<GoStruct<HostPriority>>> = decode_streaming(body, OptionalList)?;
+    Ok(list.unwrap_or_default().into_iter().map(|h| h.0).collect())
+}
+
+/// `body` read with `seed`, the field at fault named by its path.
+fn decode_streaming<'de, S: DeserializeSeed<'de>>(
+    body: &'de [u8],
+    seed: S,
+) -> Result<S::Value, DecodeError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut track = serde_path_to_error::Track::new();
+    let value = seed
+        .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
+        .map_err(|e| {
+            let path = track.path().to_string();
+            let message = e.to_string();
+            // The position in the answer says nothing the path does not.
+            let message = match message.rfind(" at line ") {
+                Some(at) => &message[..at],
+                None => &message,
+            };
+            DecodeError(if path.is_empty() || path == "." {
+                message.to_string()
+            } else {
+                format!("{path}: {message}")
             })
-        })
-        .collect()
+        })?;
+    de.end().map_err(|e| DecodeError(e.to_string()))?;
+    Ok(value)
+}
+
+/// Which of `fields` `key` names, matched as Go's decoder matches a struct's fields:
+/// regardless of case.
+fn field_index(key: &str, fields: &[&str]) -> Option<usize> {
+    fields.iter().position(|f| f.eq_ignore_ascii_case(key))
+}
+
+/// A map key, read as the index of the field it names among `fields` (none for another).
+struct Key(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for Key {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<Self::Value, E> {
+        Ok(field_index(key, self.0))
+    }
+}
+
+/// The fields of `ExtenderFilterResult`, in Go's spelling.
+const FILTER_FIELDS: &[&str] = &[
+    "Nodes",
+    "NodeNames",
+    "FailedNodes",
+    "FailedAndUnresolvableNodes",
+    "Error",
+];
+
+/// Reads an `ExtenderFilterResult` (a later key naming the same field wins, as in Go).
+struct FilterVisitor;
+
+impl<'de> DeserializeSeed<'de> for FilterVisitor {
+    type Value = FilterResult;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<FilterResult, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FilterVisitor {
+    type Value = FilterResult;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an ExtenderFilterResult object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FilterResult, A::Error> {
+        let mut r = FilterResult::default();
+        while let Some(field) = map.next_key_seed(Key(FILTER_FIELDS))? {
+            match field {
+                Some(0) => {
+                    r.nodes = map
+                        .next_value::<Option<NamedNodeList>>()?
+                        .map(|list| list.names())
+                }
+                Some(1) => r.node_names = map.next_value()?,
+                Some(2) => r.failed_nodes = map.next_value::<Option<_>>()?.unwrap_or_default(),
+                Some(3) => {
+                    r.failed_and_unresolvable_nodes =
+                        map.next_value::<Option<_>>()?.unwrap_or_default()
+                }
+                Some(_) => r.error = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// A `NodeList` of which only the items' names are read.
+#[derive(Deserialize)]
+struct NamedNodeList {
+    #[serde(default)]
+    items: Option<Vec<NamedNode>>,
+}
+
+#[derive(Deserialize)]
+struct NamedNode {
+    metadata: NodeName,
+}
+
+#[derive(Deserialize)]
+struct NodeName {
+    name: String,
+}
+
+impl NamedNodeList {
+    fn names(self) -> Vec<String> {
+        self.items
+            .into_iter()
+            .flatten()
+            .map(|n| n.metadata.name)
+            .collect()
+    }
+}
+
+/// A list, or `null` for none.
+struct OptionalList;
+
+impl<'de> DeserializeSeed<'de> for OptionalList {
+    type Value = Option<Vec<GoStruct<HostPriority>>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        Option::<Vec<GoStruct<HostPriority>>>::deserialize(deserializer)
+    }
+}
+
+/// A Go struct read with Go's rules for its keys (see [`field_index`]).
+struct GoStruct<T>(T);
+
+/// The fields of `HostPriority`, in Go's spelling.
+const HOST_PRIORITY_FIELDS: &[&str] = &["Host", "Score"];
+
+impl<'de> Deserialize<'de> for GoStruct<HostPriority> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = GoStruct<HostPriority>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a HostPriority object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut h = HostPriority {
+                    host: String::new(),
+                    score: 0,
+                };
+                while let Some(field) = map.next_key_seed(Key(HOST_PRIORITY_FIELDS))? {
+                    match field {
+                        Some(0) => h.host = map.next_value::<Option<String>>()?.unwrap_or_default(),
+                        Some(_) => h.score = map.next_value::<Option<i64>>()?.unwrap_or_default(),
+                        None => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(GoStruct(h))
+            }
+        }
+        deserializer.deserialize_map(V)
+    }
 }
 
 /// Decodes a bind call's answer (`ExtenderBindingResult`) into its error, empty when the

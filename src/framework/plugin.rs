@@ -613,6 +613,13 @@ pub trait PermitPlugin: Send + Sync {
     fn unreserved(&self, pod: &PodInfo, waiting: &mut WaitingPods) {
         let _ = (pod, waiting);
     }
+
+    /// The PodGroup `namespace/name` is gone (deleted, or no longer readable): a plugin
+    /// holding its pods rejects them now, so that their room is given back at once rather
+    /// than when their wait runs out.
+    fn pod_group_gone(&self, namespace: &str, name: &str, waiting: &mut WaitingPods) {
+        let _ = (namespace, name, waiting);
+    }
 }
 
 /// The volume decisions a Reserve plugin took for the pod (VolumeBinding's choice of a

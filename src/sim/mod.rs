@@ -167,10 +167,23 @@ pub fn load(input: &ClusterInput, config: Config, pool: Option<Arc<rayon::Thread
 /// outcome.
 pub fn schedule_pending(
     sched: &mut Scheduler,
+    report: Report,
+    pending: Vec<Arc<PodInfo>>,
+    start: Duration,
+    decisions: Option<&DecisionRecorder>,
+) -> Report {
+    schedule_pending_until(sched, report, pending, start, decisions, &|| true)
+}
+
+/// [`schedule_pending`], asking `keep_going` before each scheduling cycle: once it says no,
+/// the pods not yet tried are left as they are.
+pub fn schedule_pending_until(
+    sched: &mut Scheduler,
     mut report: Report,
     pending: Vec<Arc<PodInfo>>,
     start: Duration,
     decisions: Option<&DecisionRecorder>,
+    keep_going: &dyn Fn() -> bool,
 ) -> Report {
     let now = start;
     let mut outcome_index: HashMap<String, usize> = HashMap::new();
@@ -197,7 +210,14 @@ pub fn schedule_pending(
         let _ = sched.upsert_pod(pod, now);
     }
 
-    let held = run_queue(sched, &mut report, &outcome_index, start, decisions);
+    let held = run_queue(
+        sched,
+        &mut report,
+        &outcome_index,
+        start,
+        decisions,
+        keep_going,
+    );
     for (queued, _) in sched.waiting() {
         if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
             report.pods[i].message = Some(status.message());
@@ -217,6 +237,7 @@ fn run_queue(
     index: &HashMap<String, usize>,
     start: Duration,
     decisions: Option<&DecisionRecorder>,
+    keep_going: &dyn Fn() -> bool,
 ) -> HashMap<(String, String), usize> {
     let mut held: HashMap<(String, String), usize> = HashMap::new();
     let mut now = start;
@@ -227,6 +248,9 @@ fn run_queue(
     let mut rejected_at: HashMap<String, u64> = HashMap::new();
     loop {
         loop {
+            if !keep_going() {
+                return held;
+            }
             let start = Instant::now();
             let Some(mut attempt) = sched.schedule_next(now) else {
                 break;

@@ -13,7 +13,7 @@ use crate::model::{NodeModel, PodInfo};
 use crate::scheduler::{Attempt, Scheduler};
 
 use super::workload::Workload;
-use super::{CapacityAnswer, NodesNeeded, Placed, WhatIfError};
+use super::{CapacityAnswer, NodesNeeded, Placed, Watch, WhatIfError};
 
 /// The most replicas `max` counts per workload unless the question says.
 pub const DEFAULT_MAX_LIMIT: usize = 10_000;
@@ -24,12 +24,13 @@ const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// Places replicas of `workload` one at a time on `fork` (`<name>-0`, `<name>-1`, ...;
 /// names of pods already in the cluster are skipped) until one does not fit without
-/// preempting anything, or `limit` fit.
+/// preempting anything, or `limit` fit, or `watch` says stop (the caller asks it why).
 pub(super) fn max_replicas(
     mut fork: Scheduler,
     workload: &Workload,
     limit: usize,
     now: Duration,
+    watch: &Watch<'_>,
 ) -> CapacityAnswer {
     let mut answer = CapacityAnswer {
         workload: workload.label(),
@@ -38,6 +39,9 @@ pub(super) fn max_replicas(
     };
     let mut i = 0;
     while answer.fits < limit {
+        if watch.stop().is_some() {
+            return answer;
+        }
         let pod = match PodInfo::from_api(&workload.pod(i)) {
             Ok(pod) => Arc::new(pod),
             Err(e) => {
@@ -56,7 +60,7 @@ pub(super) fn max_replicas(
         let (namespace, name) = (pod.namespace.clone(), pod.name.clone());
         // A pending pod carries no node: the cache cannot refuse it.
         let _ = fork.upsert_pod(pod, now);
-        match place_one(&mut fork, &namespace, &name, now) {
+        match place_one(&mut fork, &namespace, &name, now, watch) {
             Ok(()) => answer.fits += 1,
             Err((message, record)) => {
                 answer.stopped_by = Some(message);
@@ -78,9 +82,13 @@ fn place_one(
     namespace: &str,
     name: &str,
     now: Duration,
+    watch: &Watch<'_>,
 ) -> Result<(), (String, Option<Box<DecisionRecord>>)> {
     let ours = |pod: &PodInfo| pod.namespace == namespace && pod.name == name;
     loop {
+        if let Some(why) = watch.stop() {
+            return Err((why, None));
+        }
         let start = Instant::now();
         let Some(mut attempt) = fork.schedule_next(now) else {
             let why = fork
@@ -139,7 +147,7 @@ impl NodeTemplate {
             reason,
         };
         if max > MAX_ADDED_NODES {
-            return Err(WhatIfError::Question(format!(
+            return Err(WhatIfError::TooLarge(format!(
                 "addNodes: {max} is more than {MAX_ADDED_NODES}"
             )));
         }

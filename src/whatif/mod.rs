@@ -10,6 +10,10 @@
 //! pods to fit. Nothing is written anywhere: each run is a [`Scheduler`] built from a clone
 //! of the view ([`Scheduler::from_view`]), pods placed one after the other (later pods see
 //! earlier ones), preemptions carried out on the copy.
+//!
+//! A question costs what it asks for, so its size is bounded ([`Limits`]: pods placed,
+//! replicas counted, nodes added, bytes held) and it stops between two steps when its
+//! asker says so ([`ask_within`]): gone, past its deadline, or shutting down.
 
 mod capacity;
 mod table;
@@ -23,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::decision::{DecisionRecord, DecisionRecorder, DecisionStore};
+use crate::memory::Budget;
 use crate::model::pod_group::PodGroupModel;
 use crate::model::{NodeModel, PodInfo};
 use crate::scheduler::{ClusterView, Scheduler};
@@ -52,6 +57,113 @@ pub enum WhatIfError {
     /// The question's settings contradict each other.
     #[error("{0}")]
     Question(String),
+    /// The question asks for more than one question may cost ([`Limits`]).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The question was stopped before it was answered: why.
+    #[error("the question was stopped: {0}")]
+    Stopped(String),
+}
+
+/// What one question may cost. A question beyond them is refused before it runs (or, for
+/// memory, stopped once it holds more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Pods a question may place (its workloads' replicas together), and replicas `max`
+    /// may count per workload.
+    pub pods: usize,
+    /// Workloads (pods and controllers) a question may name.
+    pub workloads: usize,
+    /// Nodes `addNodes` may add.
+    pub added_nodes: usize,
+    /// Bytes a question may hold while it runs (counted by [`crate::memory`] where the
+    /// binary counts them).
+    pub memory: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            pods: DEFAULT_MAX_LIMIT,
+            workloads: 1_000,
+            added_nodes: MAX_ADDED_NODES,
+            memory: 1 << 30,
+        }
+    }
+}
+
+impl Limits {
+    /// Refuses `question` (expanded into `expanded`) when it asks for more than these allow.
+    fn check(&self, question: &Question, expanded: &Expanded) -> Result<(), WhatIfError> {
+        let too_large = |what: String| Err(WhatIfError::TooLarge(what));
+        if expanded.workloads.len() > self.workloads {
+            return too_large(format!(
+                "the question names {} workloads; at most {} are answered",
+                expanded.workloads.len(),
+                self.workloads
+            ));
+        }
+        if question.max {
+            let limit = question
+                .max_limit
+                .unwrap_or(DEFAULT_MAX_LIMIT.min(self.pods));
+            if limit > self.pods {
+                return too_large(format!(
+                    "maxLimit {limit} is more than the {} replicas counted at most",
+                    self.pods
+                ));
+            }
+        } else {
+            let pods = expanded
+                .workloads
+                .iter()
+                .fold(0usize, |sum, w| sum.saturating_add(w.replicas));
+            if pods > self.pods {
+                return too_large(format!(
+                    "the question places {pods} pods; at most {} are answered",
+                    self.pods
+                ));
+            }
+        }
+        match question.add_nodes {
+            Some(n) if n > self.added_nodes => too_large(format!(
+                "addNodes: {n} is more than the {} nodes a question may add",
+                self.added_nodes
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Between the steps of a question: whether it must stop, and why.
+struct Watch<'a> {
+    budget: Budget,
+    halted: &'a dyn Fn() -> Option<String>,
+}
+
+impl Watch<'_> {
+    /// Why the question must stop now: its asker's reason, or its memory spent.
+    fn stop(&self) -> Option<String> {
+        if let Some(why) = (self.halted)() {
+            return Some(why);
+        }
+        self.budget.spent().then(|| {
+            let limit = self.budget.limit();
+            let budget = if limit >= 1 << 20 {
+                format!("{} MiB", limit >> 20)
+            } else {
+                format!("{limit} bytes")
+            };
+            format!("it holds more than its memory budget of {budget}: ask for fewer pods or nodes")
+        })
+    }
+
+    fn check(&self) -> Result<(), WhatIfError> {
+        match self.stop() {
+            Some(why) => Err(WhatIfError::Stopped(why)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What is asked: the body of `POST /debug/whatif`.
@@ -186,15 +298,33 @@ pub struct NodesNeeded {
     pub short_by_one: Option<String>,
 }
 
-/// Answers `question` against `view`. Every scheduler it runs is built from `config()` (a
-/// fresh configuration each: plugins keeping state between cycles keep it apart) and a
-/// clone of `view`; `view` itself is not changed.
+/// Answers `question` against `view` within the default [`Limits`], to the end.
 pub fn ask(
     config: &dyn Fn() -> Result<Config, String>,
     view: &ClusterView,
     question: &Question,
 ) -> Result<Answer, WhatIfError> {
+    ask_within(config, view, question, &Limits::default(), &|| None)
+}
+
+/// Answers `question` against `view`. Every scheduler it runs is built from `config()` (a
+/// fresh configuration each: plugins keeping state between cycles keep it apart) and a
+/// clone of `view`; `view` itself is not changed. A question beyond `limits` is refused;
+/// one that comes to hold more than `limits.memory`, or for which `halted` gives a reason
+/// (asked between two scheduling cycles), stops with [`WhatIfError::Stopped`].
+pub fn ask_within(
+    config: &dyn Fn() -> Result<Config, String>,
+    view: &ClusterView,
+    question: &Question,
+    limits: &Limits,
+    halted: &dyn Fn() -> Option<String>,
+) -> Result<Answer, WhatIfError> {
+    let watch = Watch {
+        budget: Budget::start(limits.memory),
+        halted,
+    };
     let expanded = workload::expand(&question.objects)?;
+    limits.check(question, &expanded)?;
     let mut answer = Answer {
         taken_at_ms: millis(view.taken_at),
         nodes: view.cache().node_count(),
@@ -207,12 +337,14 @@ pub fn ask(
                 "max and addNodes are separate questions: ask one at a time".to_string(),
             ));
         }
-        let limit = question.max_limit.unwrap_or(DEFAULT_MAX_LIMIT);
+        let limit = question
+            .max_limit
+            .unwrap_or(DEFAULT_MAX_LIMIT.min(limits.pods));
         for w in &expanded.workloads {
             let fork = fork(config, view, &expanded, &[])?;
-            answer
-                .capacity
-                .push(capacity::max_replicas(fork, w, limit, view.taken_at));
+            let room = capacity::max_replicas(fork, w, limit, view.taken_at, &watch);
+            watch.check()?;
+            answer.capacity.push(room);
         }
         return Ok(answer);
     }
@@ -223,14 +355,14 @@ pub fn ask(
             })?;
             let template = capacity::NodeTemplate::read(template, view.cache(), max)?;
             let (needed, nodes) = capacity::nodes_needed(&template, max, |nodes| {
-                place(config, view, &expanded, nodes)
+                place(config, view, &expanded, nodes, &watch)
             })?;
             answer.nodes_needed = Some(needed);
             nodes
         }
         None => Vec::new(),
     };
-    let placed = place(config, view, &expanded, &added)?;
+    let placed = place(config, view, &expanded, &added, &watch)?;
     answer.pods = placed.pods;
     answer.groups = placed.groups;
     Ok(answer)
@@ -295,6 +427,7 @@ fn place(
     view: &ClusterView,
     expanded: &Expanded,
     added: &[NodeModel],
+    watch: &Watch<'_>,
 ) -> Result<Placed, WhatIfError> {
     let now = view.taken_at;
     let mut fork = fork(config, view, expanded, added)?;
@@ -323,13 +456,22 @@ fn place(
             answer.message = refusal;
             pods.push(answer);
         }
+        watch.check()?;
     }
     let recorder = DecisionRecorder::new(
         DecisionStore::shared(pending.len() * ATTEMPTS_KEPT * 2 + 16),
         None,
         true,
     );
-    let report = sim::schedule_pending(&mut fork, Report::default(), pending, now, Some(&recorder));
+    let report = sim::schedule_pending_until(
+        &mut fork,
+        Report::default(),
+        pending,
+        now,
+        Some(&recorder),
+        &|| watch.stop().is_none(),
+    );
+    watch.check()?;
     let outcomes: HashMap<(&str, &str), &sim::PodOutcome> = report
         .pods
         .iter()

@@ -254,3 +254,85 @@ fn views_are_shared_while_recent_and_taken_anew_after_a_change() {
         "the views keep no view alive: the last question to hold one frees it"
     );
 }
+
+fn deployment(replicas: u64) -> String {
+    format!(
+        "{{apiVersion: apps/v1, kind: Deployment, metadata: {{name: web, namespace: shop}}, spec: {{replicas: {replicas}, selector: {{matchLabels: {{app: web}}}}, template: {{metadata: {{labels: {{app: web}}}}, spec: {{containers: [{{name: c, image: i, resources: {{requests: {{cpu: 1m}}}}}}]}}}}}}}}"
+    )
+}
+
+#[test]
+fn a_question_beyond_its_limits_is_refused_before_it_runs() {
+    let config = config_text(None);
+    let view = view(CLUSTER, &config);
+    let limits = Limits {
+        pods: 100,
+        ..Limits::default()
+    };
+    let never = || -> Option<String> { panic!("a refused question never runs") };
+    let flood = question(&deployment(1_000_000_000));
+    let e = ask_within(&config, &view, &flood, &limits, &never).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the question places 1000000000 pods; at most 100 are answered"
+    );
+    let mut counting = question(&deployment(1));
+    counting.max = true;
+    counting.max_limit = Some(101);
+    let e = ask_within(&config, &view, &counting, &limits, &never).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "maxLimit 101 is more than the 100 replicas counted at most"
+    );
+    let mut adding = question(&deployment(1));
+    adding.add_nodes = Some(11);
+    let e = ask_within(
+        &config,
+        &view,
+        &adding,
+        &Limits {
+            added_nodes: 10,
+            ..limits
+        },
+        &never,
+    )
+    .unwrap_err();
+    assert!(matches!(e, WhatIfError::TooLarge(_)), "{e}");
+}
+
+#[test]
+fn a_question_stops_between_two_cycles_when_told_or_over_its_memory() {
+    let config = config_text(None);
+    let view = view(CLUSTER, &config);
+    let cycles = std::sync::atomic::AtomicUsize::new(0);
+    let after_five = || {
+        let n = cycles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (n >= 5).then(|| "its asker went away".to_string())
+    };
+    let mut counting = question(&deployment(1));
+    counting.max = true;
+    counting.max_limit = Some(10);
+    let e = ask_within(&config, &view, &counting, &Limits::default(), &after_five).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "the question was stopped: its asker went away"
+    );
+    let placing = question(&deployment(10));
+    cycles.store(0, std::sync::atomic::Ordering::Relaxed);
+    let e = ask_within(&config, &view, &placing, &Limits::default(), &after_five).unwrap_err();
+    assert!(matches!(e, WhatIfError::Stopped(_)), "{e}");
+    // The library's tests count memory as the binary does: a tiny budget is spent at once.
+    let tiny = Limits {
+        memory: 1024,
+        ..Limits::default()
+    };
+    let e = ask_within(&config, &view, &placing, &tiny, &|| None).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("more than its memory budget of 1024 bytes"),
+        "{e}"
+    );
+    // Within bounds, answered in full.
+    let answer = ask_within(&config, &view, &placing, &Limits::default(), &|| None).unwrap();
+    assert_eq!(answer.pods.len(), 10);
+}

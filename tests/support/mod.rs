@@ -102,6 +102,24 @@ impl Gantry {
         kubeconfig: &Path,
         args: &[String],
     ) -> Gantry {
+        let mut all = vec!["--address-serves-debug".to_string()];
+        all.extend_from_slice(args);
+        Gantry::start_serving(dir, name, config, kubeconfig, &all)
+    }
+
+    /// Like [`Gantry::start`], its plain port serving only what it serves by default (no
+    /// `/debug/*`).
+    pub fn start_without_debug(dir: &Path, name: &str, config: &str, kubeconfig: &Path) -> Gantry {
+        Gantry::start_serving(dir, name, config, kubeconfig, &[])
+    }
+
+    fn start_serving(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        kubeconfig: &Path,
+        args: &[String],
+    ) -> Gantry {
         let n = GANTRIES.fetch_add(1, Ordering::Relaxed);
         let config_file = dir.join(format!("gantry-{name}-{n}.yaml"));
         std::fs::write(&config_file, config).expect("write config");
@@ -192,6 +210,32 @@ impl Gantry {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Its resident memory now, in bytes (0 when it cannot be read).
+    pub fn rss(&self) -> u64 {
+        self.memory_status("VmRSS:")
+    }
+
+    /// The most resident memory it has had so far, in bytes (0 when it cannot be read):
+    /// what a short-lived buffer leaves behind, where [`Gantry::rss`] may miss it.
+    pub fn peak_rss(&self) -> u64 {
+        self.memory_status("VmHWM:")
+    }
+
+    fn memory_status(&self, field: &str) -> u64 {
+        let Some(pid) = self.pid() else { return 0 };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
     /// True while the process runs.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
@@ -254,6 +298,36 @@ impl Drop for Gantry {
             eprintln!("---- log of gantry {} ----\n{}", self.name, self.log_text());
         }
     }
+}
+
+/// POSTs `body` (JSON) to `path` at `addr` and reads the answer for at most `wait`:
+/// (status, body), or None if none came.
+pub fn http_post(
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    wait: Duration,
+) -> Option<(u16, String)> {
+    let mut stream = send_post(addr, path, body)?;
+    stream.set_read_timeout(Some(wait)).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_string()))
+}
+
+/// Sends a POST of `body` (JSON) to `path` at `addr`, leaving the answer unread: the
+/// connection, to read it from or to drop (a client that goes away).
+pub fn send_post(addr: SocketAddr, path: &str, body: &str) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    Some(stream)
 }
 
 fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {

@@ -219,6 +219,17 @@ pub fn resource_version(object: &[u8]) -> Result<Option<String>, ProtoError> {
 /// `namespace/name` of an object, read field by field and leniently (for messages about an
 /// object that cannot be decoded as a whole); `?` for what cannot be read.
 pub fn object_key(object: &[u8]) -> String {
+    let (namespace, name) = object_names(object);
+    let name = name.unwrap_or_else(|| "?".to_string());
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name,
+    }
+}
+
+/// The namespace and name of an object, read field by field and leniently (for an object
+/// that cannot be decoded as a whole); none for what cannot be read.
+pub fn object_names(object: &[u8]) -> (Option<String>, Option<String>) {
     let (mut namespace, mut name) = (None, None);
     let metadata = fields(object)
         .map_while(Result::ok)
@@ -232,11 +243,7 @@ pub fn object_key(object: &[u8]) -> String {
             }
         }
     }
-    let name = name.unwrap_or_else(|| "?".to_string());
-    match namespace {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-        _ => name,
-    }
+    (namespace, name)
 }
 
 /// An error `Status`: its code (zero when unset) and message.

@@ -90,6 +90,9 @@ pub struct Serving {
     pub secure: Option<SecureServing>,
     /// Plain HTTP, open to all (`--address`).
     pub plain: Option<SocketAddr>,
+    /// Whether the plain port also serves `/debug/*` (decisions, what-if, snapshots,
+    /// pprof), which cost more than a health check; off unless asked for.
+    pub plain_debug: bool,
     /// Whether `/debug/pprof` is served (`enableProfiling`).
     pub profiling: bool,
 }
@@ -250,6 +253,18 @@ async fn secure_router(health: Health, delegation: &Delegation) -> Result<Router
     Ok(health::router(health).layer(axum::middleware::from_fn_with_state(guard, self::guard)))
 }
 
+/// Binds `address` and serves the endpoints over plain HTTP, open to all (`--address`),
+/// until the task is dropped; returns the bound address.
+pub async fn serve_plain(
+    address: SocketAddr,
+    health: Health,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    let local = listener.local_addr()?;
+    let handle = tokio::spawn(accept_loop(listener, None, health::router(health)));
+    Ok((local, handle))
+}
+
 /// Binds the secure port and serves until the task is dropped; returns the bound address.
 pub async fn serve_secure(
     settings: &SecureServing,
@@ -266,11 +281,18 @@ pub async fn serve_secure(
         .await
         .map_err(bind)?;
     let local = listener.local_addr().map_err(bind)?;
-    let handle = tokio::spawn(accept_loop(listener, acceptor, router));
+    let handle = tokio::spawn(accept_loop(listener, Some(acceptor), router));
     Ok((local, handle))
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, router: Router) {
+/// Serves `router` on the connections `listener` accepts, over TLS with `acceptor` if given.
+/// A client that closes its connection while its request is answered has the request's
+/// future dropped (hyper notices the close), which stops a what-if question.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    acceptor: Option<TlsAcceptor>,
+    router: Router,
+) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
@@ -284,7 +306,17 @@ async fn accept_loop(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, r
             }
         };
         let (acceptor, router, http) = (acceptor.clone(), router.clone(), http.clone());
+        let service =
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                router.clone().oneshot(request)
+            });
         tokio::spawn(async move {
+            let Some(acceptor) = acceptor else {
+                if let Err(e) = http.serve_connection(TokioIo::new(tcp), service).await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            };
             let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
@@ -296,11 +328,6 @@ async fn accept_loop(listener: tokio::net::TcpListener, acceptor: TlsAcceptor, r
                     return;
                 }
             };
-            let service = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    router.clone().oneshot(request)
-                },
-            );
             if let Err(e) = http.serve_connection(TokioIo::new(stream), service).await {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
@@ -323,9 +350,11 @@ mod tests {
         Health {
             metrics: Arc::new(Metrics::new()),
             ready: Arc::new(AtomicBool::new(true)),
+            watchers: Arc::default(),
             decisions: DecisionStore::shared(10),
             profiling: true,
             questions: None,
+            debug: true,
         }
     }
 

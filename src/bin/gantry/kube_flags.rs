@@ -230,6 +230,7 @@ impl ServingArgs {
         Ok(Serving {
             secure,
             plain,
+            plain_debug: false,
             profiling,
         })
     }

@@ -7,9 +7,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::ArgMatches;
 use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
+use gantry::adapter::questions::QuestionSettings;
+use gantry::adapter::serving::Serving;
 use gantry::adapter::{self, DecisionSettings, Options};
 use gantry::config::{self, Config, GoDuration};
 use gantry::plugins;
+use gantry::whatif::{self, Limits};
 
 use crate::kube_flags::{self, DeprecatedArgs, LeaderElectionArgs, ServingArgs};
 
@@ -37,6 +40,10 @@ pub struct Args {
     /// no plain port any more.
     #[arg(long)]
     address: Option<SocketAddr>,
+    /// Also serve /debug/* (decision records, what-if questions, snapshots, profiles) on
+    /// --address, to anyone who reaches it: these cost far more than a health check.
+    #[arg(long, requires = "address")]
+    address_serves_debug: bool,
     /// Kubernetes feature gates, `Name=true|false,...`: an unknown gate is an error; a
     /// scheduler gate gantry does not honour is a warning naming it.
     #[arg(long)]
@@ -64,6 +71,57 @@ pub struct Args {
     /// The decision log file.
     #[command(flatten)]
     decision_log: crate::explain::DecisionLogArgs,
+    /// What what-if questions may cost.
+    #[command(flatten)]
+    questions: QuestionArgs,
+}
+
+/// The bounds of the what-if questions `gantry run` answers (`POST /debug/whatif`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "What-if questions")]
+struct QuestionArgs {
+    /// The most pods one question may place (its workloads' replicas together), and the
+    /// most replicas `--max` counts per workload; beyond, the question is refused (400).
+    #[arg(long, default_value_t = Limits::default().pods,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    whatif_max_pods: usize,
+    /// The most workloads one question may name.
+    #[arg(long, default_value_t = Limits::default().workloads,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    whatif_max_workloads: usize,
+    /// The most nodes `addNodes` may add.
+    #[arg(long, default_value_t = Limits::default().added_nodes,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=whatif::MAX_ADDED_NODES as u64))]
+    whatif_max_added_nodes: usize,
+    /// The memory one question may hold, in MiB; a question holding more is stopped (503).
+    #[arg(long, default_value_t = Limits::default().memory >> 20,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1 << 20))]
+    whatif_memory_mib: usize,
+    /// Questions answered at once; more are refused (429).
+    #[arg(long, default_value_t = QuestionSettings::default().concurrent,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    whatif_concurrent: usize,
+    /// How long one question may run before it is stopped (503).
+    #[arg(long, default_value_t = GoDuration(QuestionSettings::default().timeout))]
+    whatif_timeout: GoDuration,
+}
+
+impl QuestionArgs {
+    fn settings(&self) -> anyhow::Result<QuestionSettings> {
+        if self.whatif_timeout.0.is_zero() {
+            anyhow::bail!("--whatif-timeout: must be more than 0");
+        }
+        Ok(QuestionSettings {
+            limits: Limits {
+                pods: self.whatif_max_pods,
+                workloads: self.whatif_max_workloads,
+                added_nodes: self.whatif_max_added_nodes,
+                memory: self.whatif_memory_mib << 20,
+            },
+            concurrent: self.whatif_concurrent,
+            timeout: self.whatif_timeout.0,
+        })
+    }
 }
 
 /// Where LoadAware and Overcommit get node load from.
@@ -223,6 +281,11 @@ pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
             file.enable_profiling.unwrap_or(config::DEFAULT_PROFILING),
         )
         .map_err(anyhow::Error::msg)?;
+    let serving = Serving {
+        plain_debug: args.address_serves_debug,
+        ..serving
+    };
+    let question_settings = args.questions.settings()?;
     // `parallelism` counts kube-scheduler's goroutines, which Go multiplexes onto the cores;
     // threads beyond the cores would only add switching. One core is left to the I/O
     // threads and to what shares the machine (a control-plane node's API server and etcd):
@@ -263,10 +326,18 @@ pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
         questions: Some(Arc::new(move || {
             Config::from_file_config(&file, &plugins::registry()).map_err(|e| e.to_string())
         })),
+        question_settings,
     };
-    runtime.block_on(adapter::run(options))?;
+    let ran = runtime.block_on(adapter::run(options));
+    // Blocking work still under way (a what-if question between two of its cycles) has
+    // been told to stop: it is not waited for past this.
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+    ran?;
     Ok(())
 }
+
+/// How long, once the scheduler has stopped, blocking work still under way is waited for.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The variable with which tokio's users choose its number of worker threads; honoured here
 /// too.
@@ -325,6 +396,7 @@ mod tests {
             GoDuration(node_load::DEFAULT_LAG),
         ];
         let d = |d: std::time::Duration| GoDuration(d).to_string();
+        let (limits, questions) = (Limits::default(), QuestionSettings::default());
         assert_shown_defaults::<Args>(&[
             ("log", crate::DEFAULT_LOG.to_string()),
             (
@@ -391,6 +463,12 @@ mod tests {
             ("load_interval", load[0].to_string()),
             ("load_max_age", load[1].to_string()),
             ("load_lag", load[2].to_string()),
+            ("whatif_max_pods", limits.pods.to_string()),
+            ("whatif_max_workloads", limits.workloads.to_string()),
+            ("whatif_max_added_nodes", limits.added_nodes.to_string()),
+            ("whatif_memory_mib", (limits.memory >> 20).to_string()),
+            ("whatif_concurrent", questions.concurrent.to_string()),
+            ("whatif_timeout", d(questions.timeout)),
             (
                 "decision_log_max_size",
                 crate::explain::Size(file::DEFAULT_MAX_SIZE).to_string(),

@@ -233,9 +233,19 @@ impl PreFilterPlugin for Coscheduling {
             return ok;
         };
         let groups = snapshot.pod_groups();
-        // A PodGroup that does not exist is Permit's to refuse, as in scheduler-plugins.
+        // A PodGroup that does not exist is Permit's to refuse, as in scheduler-plugins; one
+        // that exists but cannot be read is refused here, saying why.
         let Some(group) = groups.group(&pod.namespace, name) else {
-            return ok;
+            return match groups.unreadable(&pod.namespace, name) {
+                Some(error) => (
+                    PreFilterResult::default(),
+                    Status::unresolvable(format!(
+                        "PodGroup {}/{name} cannot be read: {error}",
+                        pod.namespace
+                    )),
+                ),
+                None => ok,
+            };
         };
         let full = group.full_name();
         let refuse = |reason: String| (PreFilterResult::default(), Status::unresolvable(reason));
@@ -393,6 +403,16 @@ impl PermitPlugin for Coscheduling {
             return;
         };
         reject_group(waiting, pod, name, "rejection in Unreserve");
+    }
+
+    fn pod_group_gone(&self, namespace: &str, name: &str, waiting: &mut WaitingPods) {
+        let members: Vec<String> = siblings(waiting, namespace, name)
+            .map(|w| w.pod.name.clone())
+            .collect();
+        let message = format!("PodGroup {namespace}/{name} is gone");
+        for m in members {
+            waiting.reject(namespace, &m, NAME, &message);
+        }
     }
 }
 

@@ -747,3 +747,51 @@ fn a_member_of_a_gang_that_cannot_complete_holds_its_gpu_until_its_wait_runs_out
         "{out:?}"
     );
 }
+
+#[test]
+fn a_deleted_or_unreadable_group_releases_its_waiting_pods_at_once() {
+    for unreadable in [false, true] {
+        let mut s = scheduler("{podGroupRejectPercentage: 100}");
+        group(
+            &mut s,
+            "metadata: {name: g, namespace: default}\nspec: {minMember: 3, scheduleTimeoutSeconds: 600}",
+        );
+        // The third fits nowhere: the first two wait for it (PostFilter never rejects).
+        add(&mut s, [member("p0", "g", "2"), member("p1", "g", "2")]);
+        add(&mut s, [member("p2", "g", "8")]);
+        let out = run(&mut s, Duration::ZERO);
+        assert_eq!(&out[..2], pairs(&[("p0", "waiting"), ("p1", "waiting")]));
+        assert_eq!(s.waiting_pods().len(), 2);
+        if unreadable {
+            s.pod_group_unreadable("default", "g", "spec.minMember: out of range");
+        } else {
+            s.remove_pod_group("default", "g");
+        }
+        let gone = "PodGroup default/g is gone";
+        let released = run(&mut s, Duration::from_secs(1));
+        assert_eq!(&released[..2], pairs(&[("p0", gone), ("p1", gone)]));
+        assert!(s.waiting_pods().is_empty());
+        assert!(s.cache().node("n1").unwrap().pods.is_empty());
+        assert!(s.cache().node("n2").unwrap().pods.is_empty());
+    }
+}
+
+#[test]
+fn a_pod_of_an_unreadable_group_is_told_why_until_the_group_reads() {
+    let mut s = scheduler("{}");
+    s.pod_group_unreadable("default", "g", "spec.minMember: invalid value");
+    add(&mut s, [member("p0", "g", "1")]);
+    let (_, message) = next(&mut s, Duration::ZERO).unwrap();
+    assert!(
+        message.contains("PodGroup default/g cannot be read: spec.minMember: invalid value"),
+        "{message}"
+    );
+    group(
+        &mut s,
+        "metadata: {name: g, namespace: default}\nspec: {minMember: 1}",
+    );
+    assert_eq!(
+        run(&mut s, Duration::from_secs(20)),
+        pairs(&[("p0", "bound")])
+    );
+}
