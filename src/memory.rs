@@ -1,10 +1,16 @@
 //! Memory a thread holds, counted by the global allocator, so that work whose size follows
 //! its input (a what-if question) can be held to a budget and stopped before it exhausts the
 //! process. The `gantry` binary (and the library's own tests) register [`CountingAllocator`];
-//! elsewhere nothing is counted and [`held_by_this_thread`] stays at zero.
+//! elsewhere nothing is counted and [`held_by_this_thread`] stays at zero. Counting runs only
+//! while some [`Budget`] is alive: the rest of the time an allocation costs one more load of
+//! a global that never changes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Budgets alive, on any thread: while there are none, nothing is counted.
+static BUDGETS: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// Bytes allocated minus bytes freed on this thread. A `const` cell without a destructor:
@@ -16,6 +22,9 @@ thread_local! {
 pub struct CountingAllocator;
 
 fn count(bytes: isize) {
+    if BUDGETS.load(Ordering::Relaxed) == 0 {
+        return;
+    }
     // After its thread-locals are gone a thread allocates nothing that matters here.
     let _ = HELD.try_with(|held| held.set(held.get().wrapping_add(bytes)));
 }
@@ -61,16 +70,17 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 }
 
-/// Bytes this thread has allocated and not freed since it started (frees of what other
-/// threads allocated count against it): compare two readings to learn what a piece of work
-/// holds.
+/// Bytes this thread has allocated and not freed while budgets were alive (frees of what
+/// other threads allocated count against it): compare two readings taken while a budget is
+/// alive to learn what a piece of work holds.
 pub fn held_by_this_thread() -> isize {
     HELD.try_with(Cell::get).unwrap_or(0)
 }
 
 /// What a piece of work on this thread may hold: [`Budget::spent`] once the bytes it holds
-/// (allocated since [`Budget::start`], not yet freed) pass the limit.
-#[derive(Debug, Clone, Copy)]
+/// (allocated since [`Budget::start`], not yet freed) pass the limit. Memory is counted
+/// while it is alive.
+#[derive(Debug)]
 pub struct Budget {
     base: isize,
     limit: usize,
@@ -79,6 +89,7 @@ pub struct Budget {
 impl Budget {
     /// A budget of `limit` bytes for the work this thread does from now.
     pub fn start(limit: usize) -> Budget {
+        BUDGETS.fetch_add(1, Ordering::Relaxed);
         Budget {
             base: held_by_this_thread(),
             limit,
@@ -98,6 +109,12 @@ impl Budget {
     /// The limit, in bytes.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+}
+
+impl Drop for Budget {
+    fn drop(&mut self) {
+        BUDGETS.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
