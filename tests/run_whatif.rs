@@ -707,13 +707,15 @@ async fn hostile_questions_are_bounded() {
         "{:?}",
         gone.elapsed()
     );
-    let log = gantry.log_text();
-    assert_eq!(
-        log.matches("what-if question stopped why=its asker went away")
-            .count(),
-        2,
-        "{log}"
-    );
+    // One place free is enough for the question above: the other stop may come a moment later.
+    eventually(Duration::from_secs(3), "both questions stopped", || async {
+        let stops = gantry
+            .log_text()
+            .matches("what-if question stopped why=its asker went away")
+            .count();
+        (stops == 2).then_some(())
+    })
+    .await;
 
     // Three at once: two are answered (or stopped at their deadline), the third refused.
     let askers: Vec<_> = (0..3)
