@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::protobuf::{self, ProtoError};
-use crate::model::echo::bound_message;
+use crate::model::echo::{at_path, bound_message};
 
 /// An object as a watcher read it.
 #[derive(Debug, Clone)]
@@ -137,17 +137,7 @@ pub fn read_json<K: DeserializeOwned>(raw: &RawValue) -> Read<K> {
         Ok(obj) => Read::Object(obj),
         Err(e) => {
             let path = e.path().to_string();
-            let inner = e.into_inner().to_string();
-            // The position in a one-line document says nothing the path does not.
-            let inner = match inner.rfind(" at line ") {
-                Some(at) => &inner[..at],
-                None => &inner,
-            };
-            let error = if path.is_empty() || path == "." {
-                bound_message(inner)
-            } else {
-                bound_message(&format!("{path}: {inner}"))
-            };
+            let error = bound_message(&at_path(&path, &e.into_inner().to_string()));
             Read::Unreadable(Unreadable::from_json(raw.get(), error))
         }
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::model::NodeModel;
+use crate::model::echo::at_path;
 use crate::model::resources::Resources;
 
 /// The body of a filter or prioritize call (`ExtenderArgs`).
@@ -191,20 +192,7 @@ fn decode_streaming<'de, S: DeserializeSeed<'de>>(
     let mut track = serde_path_to_error::Track::new();
     let value = seed
         .deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
-        .map_err(|e| {
-            let path = track.path().to_string();
-            let message = e.to_string();
-            // The position in the answer says nothing the path does not.
-            let message = match message.rfind(" at line ") {
-                Some(at) => &message[..at],
-                None => &message,
-            };
-            DecodeError(if path.is_empty() || path == "." {
-                message.to_string()
-            } else {
-                format!("{path}: {message}")
-            })
-        })?;
+        .map_err(|e| DecodeError(at_path(&track.path().to_string(), &e.to_string())))?;
     de.end().map_err(|e| DecodeError(e.to_string()))?;
     Ok(value)
 }

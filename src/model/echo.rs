@@ -72,6 +72,21 @@ impl fmt::Display for Echo<'_> {
     }
 }
 
+/// A decoder's `message` about the field at `path` (serde_path_to_error's; empty or `.` at the
+/// top): `path: message`, without the decoder's ` at line L column C`, which in a one-line
+/// document says nothing the path does not.
+pub fn at_path(path: &str, message: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(at) => &message[..at],
+        None => message,
+    };
+    if path.is_empty() || path == "." {
+        message.to_string()
+    } else {
+        format!("{path}: {message}")
+    }
+}
+
 /// An error message from elsewhere (a decoder, a parser) made safe to show: every run
 /// between double quotes or backticks longer than [`ECHO_LIMIT`] bytes (the way serde and
 /// most parsers quote the value they reject) is cut as [`echo`] cuts a value, and what is
