@@ -289,6 +289,9 @@ struct Run {
     leading: bool,
     stopping: Option<Instant>,
     in_flight: usize,
+    /// Of those, bindings with work before them (a HAMi lock, volumes to bind): they may
+    /// wait minutes on other parties, and hold no event back meanwhile.
+    pre_binding: usize,
     /// Paused at [`MAX_OUTSTANDING`] bindings, until [`RESUME_OUTSTANDING`].
     throttled: bool,
     last_gauges: Instant,
@@ -307,6 +310,7 @@ impl Driver {
             leading: false,
             stopping: None,
             in_flight: 0,
+            pre_binding: 0,
             throttled: false,
             last_gauges: now,
             changed: false,
@@ -619,7 +623,10 @@ impl Driver {
             }
             Input::Bound(request, outcome) => {
                 run.in_flight = run.in_flight.saturating_sub(1);
-                self.set_in_flight(run.in_flight);
+                if !request.task.plan.pre_bind.is_empty() {
+                    run.pre_binding = run.pre_binding.saturating_sub(1);
+                }
+                self.set_in_flight(run);
                 self.bound(*request, outcome, now);
             }
             Input::Activate { namespace, name } => {
@@ -757,15 +764,18 @@ impl Driver {
 
     /// Counts the binding as outstanding and hands it to the binder.
     fn bind(&mut self, run: &mut Run, task: Box<BindTask>, attempt_start: Instant) {
+        let pre_binding = usize::from(!task.plan.pre_bind.is_empty());
         run.in_flight += 1;
-        self.set_in_flight(run.in_flight);
+        run.pre_binding += pre_binding;
+        self.set_in_flight(run);
         if let Err(e) = self.binder.send(BindRequest {
             task,
             attempt_start,
         }) {
             // The binder is gone (shutting down): give the decision back.
             run.in_flight -= 1;
-            self.set_in_flight(run.in_flight);
+            run.pre_binding -= pre_binding;
+            self.set_in_flight(run);
             self.scheduler
                 .binding_failed(*e.0.task, run.start.elapsed());
         }
@@ -802,11 +812,13 @@ impl Driver {
         });
     }
 
-    /// Bindings decided and not finished: for the metric, and for the event writer, which
-    /// holds back while there are any.
-    fn set_in_flight(&self, n: usize) {
-        self.metrics.set_bindings_in_flight(n);
-        self.recorder.set_bindings_outstanding(n);
+    /// Bindings decided and not finished: all of them for the metric; for the event writer,
+    /// which holds back while there are any, those not waiting on work before the binding
+    /// (one pod waiting for a node's HAMi lock must not hold back every pod's events).
+    fn set_in_flight(&self, run: &Run) {
+        self.metrics.set_bindings_in_flight(run.in_flight);
+        self.recorder
+            .set_bindings_outstanding(run.in_flight.saturating_sub(run.pre_binding));
     }
 
     fn refresh_gauges(&mut self, run: &mut Run) {
@@ -867,6 +879,8 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::decision::DecisionStore;
+    use crate::model::gpu::GPU_RESOURCE;
+    use crate::model::hami;
     use crate::plugins;
     use crate::testing::{node, pod};
     use std::sync::mpsc::{Sender, channel};
@@ -877,6 +891,8 @@ mod tests {
         binds: UnboundedReceiver<BindRequest>,
         preemptions: UnboundedReceiver<PreemptRequest>,
         records: UnboundedReceiver<Record>,
+        /// The recorder the driver tells how many bindings the records wait for.
+        recorder: Recorder,
         ready: Arc<AtomicBool>,
         decisions: crate::decision::SharedStore,
         thread: std::thread::JoinHandle<()>,
@@ -901,7 +917,7 @@ mod tests {
             binder: bind_tx,
             preemptions: preempt_tx,
             extenders: None,
-            recorder,
+            recorder: recorder.clone(),
             instrumentation: Instrumentation::new(metrics.clone()),
             metrics,
             watchers: ["nodes", "pods"].into_iter().collect(),
@@ -915,6 +931,7 @@ mod tests {
             binds,
             preemptions,
             records,
+            recorder,
             ready,
             decisions,
             thread,
@@ -1017,6 +1034,73 @@ profiles:
         for input in inputs {
             h.inputs.send(input).unwrap();
         }
+    }
+
+    /// Waits until the driver told the recorder `n` bindings are outstanding.
+    fn outstanding_becomes(h: &Harness, n: usize) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if h.recorder.bindings_outstanding() == n {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    #[test]
+    fn a_binding_waiting_on_work_before_it_holds_back_no_event() {
+        let yaml = "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+                    profiles:\n- plugins:\n    multiPoint:\n      enabled: [{name: GpuShare}]\n";
+        let config = Config::parse(yaml, &plugins::registry()).unwrap();
+        let mut h = start_with(config, NodeLoadSettings::default());
+        let devices = r#"[{"id":"GPU-a","index":0,"count":10,"devmem":32768,"devcore":100,"type":"NVIDIA-Tesla V100-PCIE-32GB","numa":0,"health":true}]"#;
+        send(
+            &h,
+            [
+                Input::NodeApplied(
+                    node("gpu")
+                        .capacity("32", "128Gi")
+                        .alloc(GPU_RESOURCE, "10")
+                        .annotation(hami::REGISTER_ANNOTATION, devices)
+                        .build(),
+                ),
+                Input::PodApplied(
+                    pod("share")
+                        .req("cpu", "1")
+                        .req(GPU_RESOURCE, "1")
+                        .req(hami::MEMORY_RESOURCE, "1024")
+                        .build(),
+                ),
+            ],
+        );
+        warm_and_lead(&h);
+        let share = next(&mut h.binds).expect("the share is bound");
+        assert!(
+            !share.task.plan.pre_bind.is_empty(),
+            "bound under HAMi's node lock"
+        );
+        assert!(
+            outstanding_becomes(&h, 0),
+            "the lock wait holds nothing back"
+        );
+        send(
+            &h,
+            [Input::PodApplied(pod("plain").req("cpu", "1").build())],
+        );
+        let plain = next(&mut h.binds).expect("the plain pod is bound");
+        assert!(
+            outstanding_becomes(&h, 1),
+            "a plain binding holds records back"
+        );
+        send(&h, [Input::Bound(Box::new(plain), BindOutcome::Bound)]);
+        assert!(
+            outstanding_becomes(&h, 0),
+            "none once the plain pod is bound, while the share still waits"
+        );
+        send(&h, [Input::Bound(Box::new(share), BindOutcome::Bound)]);
+        h.inputs.send(Input::Shutdown).unwrap();
+        h.thread.join().unwrap();
     }
 
     fn warm_and_lead(h: &Harness) {

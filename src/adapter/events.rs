@@ -184,6 +184,11 @@ impl Recorder {
         self.bindings.store(n, Ordering::Relaxed);
     }
 
+    /// The bindings the records wait for, as last set.
+    pub fn bindings_outstanding(&self) -> usize {
+        self.bindings.load(Ordering::Relaxed)
+    }
+
     /// A recorder and the receiving end of its records (for a writer, or a test).
     pub fn channel() -> (Recorder, mpsc::UnboundedReceiver<Record>) {
         let (tx, rx) = mpsc::unbounded_channel();
