@@ -2,7 +2,7 @@
 //! type: they feed it cluster changes and the current time, take attempts from it, carry out
 //! the bindings it plans, and report how each binding went.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
 use crate::model::{NodeModel, PodInfo};
+use crate::plugins::gpu_share::hami::LOCK_AVOIDANCE;
 use crate::queue::{self, QueueName, QueuedPod, SchedulingQueue};
 use crate::suggest::{self, Suggestion};
 
@@ -303,6 +304,8 @@ pub struct Scheduler {
     asking: HashMap<(String, String), Asking>,
     /// Answers not acted on yet.
     answers: std::collections::VecDeque<ExtenderAnswer>,
+    /// Nodes avoided for their HAMi lock, until when.
+    lock_avoided: BTreeMap<Arc<str>, Duration>,
 }
 
 /// A pod held at Permit: its queue entry and cycle state, kept until a verdict.
@@ -345,6 +348,7 @@ impl Scheduler {
             held: HashMap::new(),
             asking: HashMap::new(),
             answers: std::collections::VecDeque::new(),
+            lock_avoided: BTreeMap::new(),
         }
     }
 
@@ -695,6 +699,44 @@ impl Scheduler {
         }
     }
 
+    /// gantry, binding a pod to `node`, found the node's HAMi lock held for another pod's
+    /// allocation (`holder`): the pods that want HAMi devices avoid the node for
+    /// [`LOCK_AVOIDANCE`], or until gantry takes its lock, so that they go elsewhere
+    /// instead of queueing behind a lock that may never be given back.
+    pub fn hami_lock_held(&mut self, node: &str, holder: &str, now: Duration) {
+        if self
+            .cache
+            .set_hami_lock_holder(node, Some(Arc::from(holder)))
+            || self.lock_avoided.contains_key(node)
+        {
+            self.lock_avoided
+                .insert(Arc::from(node), now + LOCK_AVOIDANCE);
+        }
+    }
+
+    /// gantry took `node`'s HAMi lock: the node is no longer avoided.
+    pub fn hami_lock_taken(&mut self, node: &str, now: Duration) {
+        if self.lock_avoided.remove(node).is_some() {
+            self.cache.set_hami_lock_holder(node, None);
+            self.queue.on_event(&ClusterChange::NodeLockFreed, now);
+        }
+    }
+
+    /// Ends the avoidance of the nodes whose time is up.
+    fn end_lock_avoidance(&mut self, now: Duration) {
+        let mut freed = false;
+        while let Some(entry) = self.lock_avoided.first_entry() {
+            if *entry.get() > now {
+                break;
+            }
+            let node = entry.remove_entry().0;
+            freed |= self.cache.set_hami_lock_holder(&node, None);
+        }
+        if freed {
+            self.queue.on_event(&ClusterChange::NodeLockFreed, now);
+        }
+    }
+
     /// Something else changed that may help parked pods (namespaces, workload selectors).
     pub fn notify(&mut self, now: Duration) {
         self.queue.on_event(&ClusterChange::Other, now);
@@ -704,6 +746,7 @@ impl Scheduler {
     /// at Permit (or its wait running out by `now`) is reported first.
     pub fn schedule_next(&mut self, now: Duration) -> Option<Attempt> {
         self.waiting.expire(now);
+        self.end_lock_avoidance(now);
         if let Some(attempt) = self.carry_out_verdict(now) {
             return Some(attempt);
         }
@@ -1453,10 +1496,15 @@ impl Scheduler {
     /// When the queue next has a pod due, or a wait at Permit runs out, if any is waiting
     /// on time.
     pub fn next_wakeup(&self) -> Option<Duration> {
-        match (self.queue.next_wakeup(), self.waiting.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let avoided = self.lock_avoided.values().min().copied();
+        [
+            self.queue.next_wakeup(),
+            self.waiting.next_deadline(),
+            avoided,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }
 

@@ -30,6 +30,8 @@ const BIND_PHASE: &str = "hami.io/bind-phase";
 /// Each test device: 16 GiB, compute 100, ten shares.
 const DEVICE_MIB: u64 = 16384;
 const DEVICES_PER_NODE: usize = 2;
+/// A lock value no HAMi component writes, planted by a test: agents leave it alone.
+const GARBAGE_LOCK: &str = "garbage";
 /// Of the pods with this label, an agent fails the first allocation, and then plays its
 /// kubelet's part: the pod fails admission (`UnexpectedAdmissionError`).
 const FAIL_FIRST_LABEL: &str = "fail-first";
@@ -135,6 +137,9 @@ async fn agent(client: Client, node: String, allocations: Arc<Mutex<Vec<Allocati
         let Some(lock) = current.annotations().get(LOCK).cloned() else {
             continue;
         };
+        if lock == GARBAGE_LOCK {
+            continue;
+        }
         let parts: Vec<&str> = lock.split(',').collect();
         assert_eq!(
             parts.len(),
@@ -336,6 +341,210 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
         let n = nodes.get(name).await.expect("node");
         assert!(!n.annotations().contains_key(LOCK), "{name} still locked");
     }
+    for a in agents {
+        a.abort();
+    }
+    assert_eq!(gantry.terminate().code(), Some(0));
+}
+
+/// `p`, kept to the node `node`.
+fn pinned(mut p: Pod, node: &str) -> Pod {
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_selector = Some(BTreeMap::from([(
+            "kubernetes.io/hostname".to_string(),
+            node.to_string(),
+        )]));
+    }
+    p
+}
+
+/// Writes `value` as the lock of `node`, as the field manager `manager`.
+async fn plant_lock(client: &Client, node: &str, value: &str, manager: &str) {
+    let patch = json!({"metadata": {"annotations": {LOCK: value}}});
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams {
+                field_manager: Some(manager.to_string()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .expect("plant the lock");
+}
+
+/// Dates the API server's record of `manager`'s last write to `node` `ago` back, as if the
+/// lock it wrote were that old.
+async fn backdate(client: &Client, node: &str, manager: &str, ago: Duration) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut n = nodes.get(node).await.expect("node");
+    let then = k8s_openapi::jiff::Timestamp::now() - ago;
+    let entries = n.metadata.managed_fields.as_mut().expect("managed fields");
+    let entry = entries
+        .iter_mut()
+        .find(|e| e.manager.as_deref() == Some(manager))
+        .expect("the manager's record");
+    entry.time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(then));
+    nodes
+        .replace(node, &Default::default(), &n)
+        .await
+        .expect("backdate the record");
+    let n = nodes.get(node).await.expect("node");
+    let recorded = n
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .find(|e| e.manager.as_deref() == Some(manager))
+        .and_then(|e| e.time.clone())
+        .expect("the manager's record");
+    assert!(
+        recorded.0 <= then + Duration::from_secs(1),
+        "the API server keeps the time given: {recorded:?}"
+    );
+}
+
+/// One node whose lock another pod holds for good, and one whose lock cannot be read:
+/// neither holds back the events of pods bound elsewhere, the shares go to healthy nodes,
+/// the unreadable lock written long ago is taken over, and the pod kept to the stuck node
+/// says why it waits, until the lock's holder is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_lock_cannot_be_had_slows_no_other() {
+    let plane = ControlPlane::shared();
+    let client = plane.client().await;
+    let (ns, profile) = ("hami-lock", "gantry-hami-lock");
+    create_namespace(&client, ns).await;
+    let (stuck, healthy, garbage) = ("lock-stuck", "lock-healthy", "lock-garbage");
+    let allocations = Arc::new(Mutex::new(Vec::new()));
+    let mut agents = Vec::new();
+    for name in [stuck, healthy, garbage] {
+        create_node(&client, &hami_node(name, ns)).await;
+        agents.push(tokio::spawn(agent(
+            client.clone(),
+            name.to_string(),
+            allocations.clone(),
+        )));
+    }
+    eventually(Duration::from_secs(10), "devices registered", || async {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut all = true;
+        for name in [stuck, healthy, garbage] {
+            all &= nodes
+                .get(name)
+                .await
+                .is_ok_and(|n| n.annotations().contains_key(REGISTER));
+        }
+        all.then_some(())
+    })
+    .await;
+    // The stuck node's lock names a live pod that no one will ever bind.
+    create_pod(&client, &pod(ns, "holder", "no-scheduler", "100m", "64Mi")).await;
+    let now =
+        k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .expect("now");
+    plant_lock(
+        &client,
+        stuck,
+        &format!("{now},{ns},holder"),
+        "stuck-writer",
+    )
+    .await;
+    plant_lock(&client, garbage, GARBAGE_LOCK, "garbage-writer").await;
+    backdate(
+        &client,
+        garbage,
+        "garbage-writer",
+        Duration::from_secs(10 * 60),
+    )
+    .await;
+    let mut gantry = hami_gantry(&plane, ns, profile).await;
+
+    // A share kept to the stuck node waits for its lock; the node is avoided meanwhile.
+    create_pod(
+        &client,
+        &pinned(hami_pod(ns, "kept", profile, 1000, 10), stuck),
+    )
+    .await;
+    eventually(Duration::from_secs(10), "the stuck lock found", || async {
+        gantry
+            .log_text()
+            .contains("HAMi's node lock is held for another pod")
+            .then_some(())
+    })
+    .await;
+    // Pods bound meanwhile have their events at once.
+    for i in 0..8 {
+        create_pod(
+            &client,
+            &pod(ns, &format!("plain-{i}"), profile, "100m", "64Mi"),
+        )
+        .await;
+    }
+    eventually(
+        Duration::from_secs(10),
+        "the plain pods' events",
+        || async {
+            let all = events(&client, ns).await;
+            (0..8)
+                .all(|i| !events_about(&all, &format!("plain-{i}"), "Scheduled").is_empty())
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        node_of(&get_pod(&client, ns, "kept").await).is_none(),
+        "still waiting for the lock"
+    );
+
+    // Shares go to the other nodes; the unreadable lock, written ten minutes ago, is taken
+    // over by a share kept to its node.
+    create_pod(
+        &client,
+        &pinned(hami_pod(ns, "on-garbage", profile, 1000, 10), garbage),
+    )
+    .await;
+    for i in 0..16 {
+        create_pod(
+            &client,
+            &hami_pod(ns, &format!("share-{i}"), profile, 1000, 10),
+        )
+        .await;
+    }
+    let shares = eventually(Duration::from_secs(20), "every share allocated", || async {
+        let done: Vec<Pod> = pods(&client, ns)
+            .await
+            .into_iter()
+            .filter(|p| p.name_any().starts_with("share-") || p.name_any() == "on-garbage")
+            .filter(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(BIND_PHASE))
+                    .is_some_and(|b| b == "success")
+            })
+            .collect();
+        (done.len() == 17).then_some(done)
+    })
+    .await;
+    for p in &shares {
+        assert_ne!(
+            node_of(p),
+            Some(stuck),
+            "{} on the stuck node",
+            p.name_any()
+        );
+    }
+
+    // The kept share, refused by the lock, waits and says why.
+    let message = wait_unschedulable(&client, ns, "kept", Duration::from_secs(45)).await;
+    assert!(
+        message.contains("node(s) had HAMi's node lock held for another pod's allocation"),
+        "{message}"
+    );
+    // Once the lock's holder is gone, the lock is taken over and the share bound.
+    delete_pod(&client, ns, "holder").await;
+    wait_bound(&client, ns, "kept", Duration::from_secs(60)).await;
     for a in agents {
         a.abort();
     }

@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use super::extender::Clients;
 use super::metrics::Metrics;
-use super::pre_bind;
+use super::pre_bind::{self, LockSeen};
 use crate::extender::protocol::BindingArgs;
 use crate::framework::Code;
 use crate::scheduler::BindTask;
@@ -86,6 +86,7 @@ pub async fn run(
     extenders: Option<Clients>,
     mut requests: mpsc::UnboundedReceiver<BindRequest>,
     report: impl Fn(Box<BindRequest>, BindOutcome) + Clone + Send + 'static,
+    lock_seen: Arc<LockSeen>,
     metrics: Arc<Metrics>,
 ) {
     let limit = Arc::new(Semaphore::new(FIRST_IN_FLIGHT));
@@ -111,6 +112,7 @@ pub async fn run(
         }
         // Work before the binding (volumes to bind) may wait minutes on other controllers:
         // it holds no binding slot meanwhile.
+        let lock_seen = lock_seen.clone();
         tokio::spawn(async move {
             let mut request = request;
             let start = Instant::now();
@@ -120,6 +122,7 @@ pub async fn run(
                 &pod.namespace,
                 &pod.name,
                 &request.task.plan.pre_bind,
+                &*lock_seen,
             )
             .await;
             let code = if done.is_ok() {

@@ -203,6 +203,14 @@ pub enum Input {
     Stale(&'static str),
     /// A binding finished.
     Bound(Box<BindRequest>, BindOutcome),
+    /// A binding found a node's HAMi lock held for another pod (`holder`), or, once it was
+    /// found held, took it (`holder` none).
+    HamiLock {
+        /// The node.
+        node: Arc<str>,
+        /// Who holds the lock.
+        holder: Option<String>,
+    },
     /// What was carried out for a pod failed (a preemption's evictions): try it again once
     /// its backoff allows, rather than wait for a cluster event.
     Activate {
@@ -629,6 +637,13 @@ impl Driver {
                 self.set_in_flight(run);
                 self.bound(*request, outcome, now);
             }
+            Input::HamiLock { node, holder } => match holder {
+                Some(holder) => {
+                    tracing::info!(%node, %holder, "HAMi's node lock is held for another pod; pods with HAMi devices avoid the node for a while");
+                    s.hami_lock_held(&node, &holder, now);
+                }
+                None => s.hami_lock_taken(&node, now),
+            },
             Input::Activate { namespace, name } => {
                 if s.activate(&namespace, &name, now) {
                     tracing::debug!(pod = %PodKey::new(&namespace, &name), "activated");

@@ -296,7 +296,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         }
         None => (None, None),
     };
-    let bound = inputs.clone();
+    let (bound, locks) = (inputs.clone(), inputs.clone());
     let binder_task = tokio::spawn(binder::run(
         client.clone(),
         extender_clients,
@@ -306,6 +306,13 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
             // matters then.
             let _ = bound.send(Input::Bound(request, outcome));
         },
+        Arc::new(move |node: &str, holder: Option<&str>| {
+            let input = Input::HamiLock {
+                node: Arc::from(node),
+                holder: holder.map(str::to_string),
+            };
+            let _ = locks.send(input);
+        }),
         metrics.clone(),
     ));
     let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();

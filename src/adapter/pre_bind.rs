@@ -24,6 +24,10 @@ use super::hami_lock;
 /// How often the claims are read while waiting for the PV controller (kube-scheduler's).
 pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Hears about a node's HAMi lock a binding waits for: who holds it when first found held,
+/// and `None` once the binding took it.
+pub type LockSeen = dyn Fn(&str, Option<&str>) + Send + Sync;
+
 /// Carries out `actions` for the pod `namespace/name` in order; the annotations the binding
 /// is to carry besides the plan's. The error is the message kube-scheduler gives.
 pub async fn carry_out(
@@ -31,6 +35,7 @@ pub async fn carry_out(
     namespace: &str,
     name: &str,
     actions: &[PreBindAction],
+    lock_seen: &LockSeen,
 ) -> Result<Vec<(String, String)>, String> {
     let mut annotations = Vec::new();
     for (done, action) in actions.iter().enumerate() {
@@ -43,10 +48,13 @@ pub async fn carry_out(
                     )
                 })
             }
-            PreBindAction::LockHamiNode(node) => hami_lock::lock(client, node, namespace, name)
-                .await
-                .map(|()| annotations.extend(hami_lock::binding_annotations(Timestamp::now())))
-                .map_err(|e| format!("running PreBind plugin \"{}\": {e}", gpu_share::NAME)),
+            PreBindAction::LockHamiNode(node) => {
+                let seen = |holder: Option<&str>| lock_seen(node, holder);
+                hami_lock::lock(client, node, namespace, name, &seen)
+                    .await
+                    .map(|()| annotations.extend(hami_lock::binding_annotations(Timestamp::now())))
+                    .map_err(|e| format!("running PreBind plugin \"{}\": {e}", gpu_share::NAME))
+            }
         };
         if let Err(e) = result {
             // No binding follows: what the earlier actions hold is given back.

@@ -395,6 +395,20 @@ impl Cache {
         pod
     }
 
+    /// Records who holds a node's HAMi lock while gantry avoids the node (none: no longer
+    /// avoided); false when the node is unknown or nothing changed.
+    pub fn set_hami_lock_holder(&mut self, name: &str, holder: Option<Arc<str>>) -> bool {
+        let Some(entry) = self.nodes.get(name).filter(|e| e.present) else {
+            return false;
+        };
+        if entry.info.hami_lock_holder == holder {
+            return false;
+        }
+        let name = entry.info.node.name.clone();
+        self.touch(&name).hami_lock_holder = holder;
+        true
+    }
+
     /// Records a node's measured load (see [`crate::model::load`]); false when the node is
     /// unknown or the sample is older than the one held.
     pub fn set_node_load(&mut self, name: &str, sample: LoadSample) -> bool {

@@ -46,6 +46,9 @@ pub struct NodeInfo {
     /// The node's measured load and the placements since, once a metrics source reported
     /// it (boxed: most nodes of a plain profile never have any).
     pub load: Option<Box<NodeLoad>>,
+    /// The pod holding the node's HAMi lock, while gantry avoids the node because it found
+    /// the lock held for another pod's allocation (see [`super::Cache::set_hami_lock_holder`]).
+    pub hami_lock_holder: Option<Arc<str>>,
     /// Cache generation of the last change.
     pub generation: u64,
 }
@@ -69,6 +72,7 @@ impl NodeInfo {
                 node.gpu.hami_devices().map_or(0, <[_]>::len)
             ],
             load: None,
+            hami_lock_holder: None,
             generation: 0,
             node,
         }
@@ -87,6 +91,7 @@ impl NodeInfo {
             gpu_used: self.gpu_used.clone(),
             gpu_hami_used: self.gpu_hami_used.clone(),
             load: self.load.clone(),
+            hami_lock_holder: self.hami_lock_holder.clone(),
             ..*self
         }
     }

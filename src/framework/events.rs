@@ -24,6 +24,9 @@ pub enum ClusterEvent {
     PodUpdate,
     /// Nodes' measured load changed (a metrics source reported).
     NodeLoadChange,
+    /// A node gantry avoided because its HAMi lock was held for another pod is no longer
+    /// avoided.
+    NodeLockFree,
     /// A PersistentVolumeClaim appeared.
     ClaimAdd,
     /// A PersistentVolumeClaim changed.
@@ -73,6 +76,7 @@ impl ClusterEvent {
             ClusterEvent::PodUpdate => "AssignedPodUpdate",
             ClusterEvent::Other => "*All",
             ClusterEvent::NodeLoadChange => "NodeLoadChange",
+            ClusterEvent::NodeLockFree => "NodeLockFree",
             ClusterEvent::ClaimAdd => "PersistentVolumeClaimAdd",
             ClusterEvent::ClaimUpdate => "PersistentVolumeClaimUpdate",
             ClusterEvent::VolumeAdd => "PersistentVolumeAdd",
@@ -121,6 +125,8 @@ pub enum ClusterChange<'a> {
     },
     /// Nodes' measured load changed.
     NodeLoadChanged,
+    /// A node is no longer avoided for its HAMi lock.
+    NodeLockFreed,
     /// A PersistentVolumeClaim appeared (`old` none) or changed.
     Claim {
         /// As it was.
@@ -180,6 +186,7 @@ impl ClusterChange<'_> {
             ClusterChange::PodGroup { old: None, .. } => ClusterEvent::PodGroupAdd,
             ClusterChange::PodGroup { .. } => ClusterEvent::PodGroupUpdate,
             ClusterChange::NodeLoadChanged => ClusterEvent::NodeLoadChange,
+            ClusterChange::NodeLockFreed => ClusterEvent::NodeLockFree,
             ClusterChange::Claim { old: None, .. } => ClusterEvent::ClaimAdd,
             ClusterChange::Claim { .. } => ClusterEvent::ClaimUpdate,
             ClusterChange::Volume { old: None, .. } => ClusterEvent::VolumeAdd,

@@ -21,6 +21,14 @@ pub const INSUFFICIENT_HAMI: &str =
 pub const ONE_CONTAINER: &str =
     "node(s) allocate GPUs through HAMi, which gantry does for one container per pod";
 
+/// Reason for a HAMi node avoided for a while: gantry found its lock held for another pod's
+/// allocation (see [`LOCK_AVOIDANCE`]).
+pub const LOCK_HELD: &str = "node(s) had HAMi's node lock held for another pod's allocation";
+/// How long a node whose HAMi lock gantry found held for another pod is avoided, unless
+/// gantry takes the lock sooner: about HAMi's wait for a lock, after which the node is tried
+/// again (and a lock older than HAMi's expiry taken over).
+pub const LOCK_AVOIDANCE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Devices of a node by position among its HAMi devices, with what a pod asks of each.
 pub type Asks = Vec<(usize, DeviceUse)>;
 

@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::model::PodInfo;
 use crate::model::gpu::GPU_RESOURCE;
 use crate::model::hami;
+use crate::plugins::gpu_share::hami::{LOCK_AVOIDANCE, LOCK_HELD};
 use crate::scheduler::{Attempt, BindTask, Scheduler};
 use crate::testing::{node, pod};
 
@@ -273,4 +274,44 @@ fn hamis_resources_are_left_to_gpu_share_only_where_it_is_enabled() {
             .build(),
     )
     .unwrap();
+}
+
+#[test]
+fn a_node_whose_lock_is_held_elsewhere_is_avoided_for_a_while() {
+    let mut s = scheduler("BestFit");
+    s.upsert_node(hami_node("a"), Duration::ZERO);
+    s.upsert_node(hami_node("b"), Duration::ZERO);
+    let first = attempt(&mut s, share("first", "1", "8000", "30").build()).unwrap();
+    let locked = first.plan.node.clone();
+    let other = if &*locked == "a" { "b" } else { "a" };
+    s.hami_lock_held(&locked, "ns/holder", Duration::ZERO);
+    // BestFit would pack the next share beside the first: it goes elsewhere instead.
+    let second = attempt(&mut s, share("second", "1", "8000", "30").build()).unwrap();
+    assert_eq!(&*second.plan.node, other);
+    // Pods without HAMi devices take no lock and do not avoid the node.
+    s.upsert_pod(pod("plain").req("cpu", "1").build(), Duration::ZERO)
+        .unwrap();
+    assert!(matches!(
+        s.schedule_next(Duration::ZERO),
+        Some(Attempt::Scheduled(..))
+    ));
+
+    // With the other node avoided too, a share waits, and says why.
+    s.hami_lock_held(other, "ns/holder", Duration::from_secs(1));
+    let err = attempt(&mut s, share("third", "1", "8000", "30").build()).unwrap_err();
+    assert!(
+        err.starts_with(&format!("0/2 nodes are available: 2 {}.", LOCK_HELD)),
+        "{err}"
+    );
+    // It is tried again when the first avoidance ends, and placed there.
+    let end = LOCK_AVOIDANCE;
+    assert_eq!(s.next_wakeup(), Some(end));
+    match s.schedule_next(end) {
+        Some(Attempt::Scheduled(task, _)) => assert_eq!(task.plan.node, locked),
+        other => panic!("expected the share placed, got {other:?}"),
+    }
+    // Taking the lock ends the avoidance at once.
+    s.hami_lock_taken(other, end);
+    assert!(s.cache().node(other).unwrap().hami_lock_holder.is_none());
+    assert_eq!(s.next_wakeup(), None);
 }

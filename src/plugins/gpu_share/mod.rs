@@ -23,9 +23,10 @@ use serde::Deserialize;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
-    ArgsError, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES, NodeScore,
-    Plugin, PluginArgs, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ReservePlugin, ReservedAnnotations, ScorePlugin, Status, decode_args,
+    ArgsError, ClusterEvent, CycleState, EventHint, FilterPlugin, NODE_CHANGES_AND_POD_DELETES,
+    NodeScore, Plugin, PluginArgs, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ReservePlugin, ReservedAnnotations, ScorePlugin, Status,
+    decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::gpu::{
@@ -379,13 +380,22 @@ fn missing(what: &str) -> Status {
     Status::error(format!("error reading {what:?} from cycleState: not found"))
 }
 
+/// Node changes and placed pods going away free GPUs; a node is no longer avoided for its
+/// HAMi lock.
+const EVENTS: [EventHint; 4] = [
+    NODE_CHANGES_AND_POD_DELETES[0],
+    NODE_CHANGES_AND_POD_DELETES[1],
+    NODE_CHANGES_AND_POD_DELETES[2],
+    EventHint::any(ClusterEvent::NodeLockFree),
+];
+
 impl Plugin for GpuShare {
     fn name(&self) -> &'static str {
         NAME
     }
 
     fn events(&self) -> &'static [EventHint] {
-        &NODE_CHANGES_AND_POD_DELETES
+        &EVENTS
     }
     fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
@@ -466,6 +476,9 @@ impl FilterPlugin for GpuShare {
         if !matches!(gpus.hami, HamiNode::Absent) {
             if gpus.count == 0 && !matches!(gpus.hami, HamiNode::Unusable(_)) {
                 return Status::unresolvable(NO_GPU);
+            }
+            if s.request.is_some() && node.hami_lock_holder.is_some() {
+                return Status::unresolvable(hami::LOCK_HELD);
             }
             return match hami::feasible(pod, s.request, node) {
                 Ok(()) => Status::success(),
