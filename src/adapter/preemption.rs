@@ -2,8 +2,10 @@
 //! scheduling thread as kube-scheduler makes them with asynchronous preemption (its
 //! `prepareCandidateAsync`), one task per preemption while the next pods are scheduled.
 //!
-//! A preemption's task first clears the `status.nominatedNodeName` of the pods of lower
-//! priority nominated to the node (the room is the preemptor's now), then evicts the
+//! A preemption's task first writes the preemptor's `status.nominatedNodeName` (nothing is
+//! evicted before it is written: a restart goes by the nominations on the API server), then
+//! clears that of the pods of lower priority nominated to the node (the room is the
+//! preemptor's now), then evicts the
 //! victims but the last, [`MAX_PARALLEL_EVICTIONS`] at a time, then releases the preemptor,
 //! which the scheduler holds out of its queue from the moment the preemption is decided,
 //! and evicts the last victim, whose deletion wakes the preemptor: kube-scheduler's
@@ -21,8 +23,8 @@
 //! (kube-scheduler's `Activate`), since it may otherwise wait for a victim's deletion that
 //! never comes; so is a preemptor whose last victim was found gone already.
 //!
-//! The preemptor's own nomination is written with its `PodScheduled` condition, by the
-//! event writer.
+//! The preemptor's `PodScheduled` condition is written by the event writer, with the
+//! nomination again.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -187,8 +189,12 @@ enum Evicted {
     Failed,
 }
 
-/// Clears the nominations, evicts the victims but the last, calls `release` (the
-/// preemptor may be woken from now on), then evicts the last victim. A call that fails for
+/// Writes the preemptor's nomination, clears the nominations of the pods of lower priority,
+/// evicts the victims but the last, calls `release` (the preemptor may be woken from now
+/// on), then evicts the last victim. Nothing is evicted unless the nomination was written:
+/// the nominations on the API server are what a restarted gantry, or the next leader, goes
+/// by, and a victim evicted for a preemptor no one knows to be nominated leaves room that
+/// others take, so that the preemptor evicts again. A call that fails for
 /// a reason that may pass is tried again after `first_wait` ([`FIRST_RETRY_WAIT`]), then
 /// after waits [`RETRY_FACTOR`] times longer.
 pub async fn carry_out(
@@ -200,6 +206,30 @@ pub async fn carry_out(
 ) -> Outcome {
     let preemptor = request.preemptor.display();
     tracing::debug!(%preemptor, node = %request.node, victims = request.victims.len(), "carrying a preemption out");
+    let nominate = nomination(&request.preemptor, &request.node);
+    match retried(first_wait, || {
+        calls.patch_status(&request.preemptor, &nominate)
+    })
+    .await
+    {
+        Ok(()) => {}
+        Err(e) if is_not_found(&e) || is_replaced(&e) => {
+            tracing::debug!(%preemptor, "preemptor gone; nothing evicted");
+            release();
+            return Outcome {
+                succeeded: true,
+                wakes_preemptor: true,
+            };
+        }
+        Err(e) => {
+            tracing::warn!(%preemptor, node = %request.node, error = %e, "cannot write the preemptor's nominated node; nothing evicted");
+            release();
+            return Outcome {
+                succeeded: false,
+                wakes_preemptor: false,
+            };
+        }
+    }
     let mut ok = true;
     for pod in &request.denominated {
         let clear = json!({"status": {"nominatedNodeName": null}});
@@ -281,6 +311,16 @@ async fn evict(
         node: request.node.clone(),
     });
     Evicted::Deleted
+}
+
+/// The status patch that nominates the preemptor `pod` to `node`, naming its uid (so a pod
+/// of the same name that replaced it is not nominated).
+pub fn nomination(pod: &PodRef, node: &str) -> serde_json::Value {
+    let mut patch = json!({"status": {"nominatedNodeName": node}});
+    if !pod.uid.is_empty() {
+        patch["metadata"] = json!({"uid": pod.uid});
+    }
+    patch
 }
 
 /// The status patch that marks `pod` as a victim of a preemption by `profile`, as
@@ -460,6 +500,9 @@ mod tests {
         ) -> Result<(), kube::Error> {
             let kind = if patch["status"]["conditions"].is_array() {
                 "mark"
+            } else if patch["status"]["nominatedNodeName"].is_string() {
+                assert_eq!(patch, &nomination(pod, "n1"));
+                "nominate"
             } else {
                 assert_eq!(patch, &json!({"status": {"nominatedNodeName": null}}));
                 "denominate"
@@ -516,7 +559,8 @@ mod tests {
         let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
         assert_eq!(outcome, DONE);
         let calls = script.calls();
-        assert_eq!(calls[0], ("low".to_string(), "denominate"));
+        assert_eq!(calls[0], ("vip".to_string(), "nominate"));
+        assert_eq!(calls[1], ("low".to_string(), "denominate"));
         let at = |call: (&str, &str)| calls.iter().position(|(n, k)| (n.as_str(), *k) == call);
         assert!(at(("a", "delete")) < at(("vip", "release")));
         assert!(
@@ -619,9 +663,39 @@ mod tests {
         assert_eq!(
             script.calls(),
             [
+                ("vip".to_string(), "nominate"),
                 ("low".to_string(), "denominate"),
                 ("vip".to_string(), "release")
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_is_evicted_unless_the_nomination_is_written() {
+        let (recorder, mut records) = Recorder::channel();
+        let req = request(&[("a", false), ("b", false)], &["low"]);
+        let script = Script::default().answer("vip", "nominate", &[Some(500)]);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(
+            outcome,
+            Outcome {
+                succeeded: false,
+                wakes_preemptor: false
+            },
+            "the preemptor is tried again"
+        );
+        let nominated = vec![("vip".to_string(), "nominate"); MAX_TRIES as usize];
+        let released = [("vip".to_string(), "release")];
+        assert_eq!(script.calls(), [nominated, released.to_vec()].concat());
+        assert!(preempted(&mut records).is_empty());
+
+        // A preemptor gone (or replaced) needs nothing evicted.
+        let script = Script::default().answer("vip", "nominate", &[Some(404)]);
+        let outcome = carry_out(&script, &req, &recorder, FAST, || script.release()).await;
+        assert_eq!(outcome, DONE);
+        assert_eq!(
+            script.calls(),
+            [("vip".to_string(), "nominate"), released[0].clone()]
         );
     }
 

@@ -20,10 +20,11 @@ use super::status::{Code, Status};
 #[derive(Debug, Clone, Default)]
 pub struct SkippedFilters(pub Vec<&'static str>);
 
-/// Pending pods with a nominated node (a preemption made room for them there), by node.
-/// While nominated, a pod is counted on its node when pods of no higher priority are
-/// filtered there, so that the room it made is not taken by them. Looked up for every node
-/// a pod is filtered on once any pod is nominated, hence the fast (Fx) hash.
+/// Pending pods with a nominated node (a preemption made room for them there), by node, in
+/// the order they were nominated there. While nominated, a pod is counted on its node when
+/// pods of no higher priority are filtered there (see [`nominated_ahead`]), so that the room
+/// it made is not taken by them. Looked up for every node a pod is filtered on once any pod
+/// is nominated, hence the fast (Fx) hash.
 #[derive(Debug, Clone, Default)]
 pub struct NominatedPods {
     by_node: FxHashMap<Arc<str>, Vec<Arc<PodInfo>>>,
@@ -31,11 +32,21 @@ pub struct NominatedPods {
 }
 
 impl NominatedPods {
-    /// Nominates `pod` to `node`, replacing an earlier nomination of the pod.
+    /// Nominates `pod` to `node`, replacing an earlier nomination of the pod; a pod nominated
+    /// to the same node again keeps its place among the pods nominated there.
     pub fn nominate(&mut self, pod: Arc<PodInfo>, node: Arc<str>) {
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if self.node_of.get(&key) == Some(&node)
+            && let Some(place) = self.by_node.get_mut(&node).and_then(|pods| {
+                pods.iter_mut()
+                    .find(|p| p.namespace == pod.namespace && p.name == pod.name)
+            })
+        {
+            *place = pod;
+            return;
+        }
         self.remove(&pod.namespace, &pod.name);
-        self.node_of
-            .insert((pod.namespace.clone(), pod.name.clone()), node.clone());
+        self.node_of.insert(key, node.clone());
         self.by_node.entry(node).or_default().push(pod);
     }
 
@@ -93,15 +104,25 @@ pub fn run_filters(
     Status::success()
 }
 
-/// The pods nominated to `node` that `pod` must leave room for: those of its priority or
-/// higher, itself excepted.
+/// The pods nominated to `node` that `pod` must leave room for: those of higher priority,
+/// and those of its priority unless `pod` was nominated to the node before them.
+///
+/// kube-scheduler counts every other pod of the same priority nominated to the node. When
+/// room made for several such pods is not all there yet (after a restart, a victim still
+/// being evicted), each then counts the others, finds no room, and preempts again elsewhere,
+/// leaving the room it made idle. The pod nominated first keeps its room here, so no
+/// eviction is made twice; a pod not nominated to the node still leaves room for them all.
 pub fn nominated_ahead<'a>(
     nominated: &'a NominatedPods,
     pod: &'a PodInfo,
     node: &str,
 ) -> impl Iterator<Item = &'a Arc<PodInfo>> + 'a {
-    nominated.on(node).iter().filter(move |p| {
-        p.priority >= pod.priority && !(p.namespace == pod.namespace && p.name == pod.name)
+    let on = nominated.on(node);
+    let is_pod = |p: &PodInfo| p.namespace == pod.namespace && p.name == pod.name;
+    let own_place = on.iter().position(|p| is_pod(p)).unwrap_or(on.len());
+    on.iter().enumerate().filter_map(move |(i, p)| {
+        let ahead = p.priority > pod.priority || (p.priority == pod.priority && i < own_place);
+        (ahead && !is_pod(p)).then_some(p)
     })
 }
 
@@ -235,4 +256,46 @@ fn run_extensions(
         }
     }
     Status::success()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::pod;
+
+    fn ahead(nominated: &NominatedPods, pod: &PodInfo, node: &str) -> Vec<String> {
+        nominated_ahead(nominated, pod, node)
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn pods_nominated_first_keep_their_room_from_pods_of_their_priority() {
+        let mut n = NominatedPods::default();
+        let (first, second) = (pod("first").build(), pod("second").build());
+        let (high, low) = (
+            pod("high").priority(10).build(),
+            pod("low").priority(-1).build(),
+        );
+        for p in [&first, &high, &second, &low] {
+            n.nominate(p.clone(), "n1".into());
+        }
+        assert_eq!(ahead(&n, &first, "n1"), ["high"]);
+        assert_eq!(ahead(&n, &second, "n1"), ["first", "high"]);
+        assert_eq!(ahead(&n, &low, "n1"), ["first", "high", "second"]);
+        // A pod not nominated to the node leaves room for every pod of its priority or
+        // higher there.
+        let other = pod("other").build();
+        assert_eq!(ahead(&n, &other, "n1"), ["first", "high", "second"]);
+        assert!(ahead(&n, &other, "n2").is_empty());
+
+        // Nominated again to the same node (its status read back), a pod keeps its place;
+        // to another node, it goes last there.
+        n.nominate(pod("first").label("read", "back").build(), "n1".into());
+        assert_eq!(ahead(&n, &second, "n1"), ["first", "high"]);
+        n.nominate(first.clone(), "n2".into());
+        n.nominate(first.clone(), "n1".into());
+        assert_eq!(ahead(&n, &second, "n1"), ["high"]);
+        assert_eq!(ahead(&n, &first, "n1"), ["high", "second"]);
+    }
 }
