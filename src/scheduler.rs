@@ -26,7 +26,7 @@ use crate::model::pod_group::PodGroupModel;
 use crate::model::volume::{
     ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
 };
-use crate::model::{NodeModel, PodInfo};
+use crate::model::{NodeModel, PodInfo, PodKey};
 use crate::plugins::gpu_share::hami::LOCK_AVOIDANCE;
 use crate::queue::{self, QueueName, QueuedPod, SchedulingQueue};
 use crate::suggest::{self, Suggestion};
@@ -306,6 +306,17 @@ pub struct Scheduler {
     answers: std::collections::VecDeque<ExtenderAnswer>,
     /// Nodes avoided for their HAMi lock, until when.
     lock_avoided: BTreeMap<Arc<str>, Duration>,
+    /// The preemptions the front end carries out, by their preemptor's key.
+    preempting: HashMap<String, Preempting>,
+}
+
+/// A preemption the front end carries out: until it is done and its victims' deletions
+/// show, the preemptor does not preempt again.
+struct Preempting {
+    /// The victims, by namespace and name.
+    victims: Vec<(String, String)>,
+    /// The front end evicted them all.
+    evicted: bool,
 }
 
 /// A pod held at Permit: its queue entry and cycle state, kept until a verdict.
@@ -349,6 +360,7 @@ impl Scheduler {
             asking: HashMap::new(),
             answers: std::collections::VecDeque::new(),
             lock_avoided: BTreeMap::new(),
+            preempting: HashMap::new(),
         }
     }
 
@@ -461,6 +473,7 @@ impl Scheduler {
             self.stop_asking(&pod.namespace, &pod.name);
             self.queue.delete(&pod.namespace, &pod.name);
             self.nominated.remove(&pod.namespace, &pod.name);
+            self.preempting.remove(&pod.key());
             let was_placed = self
                 .cache
                 .pod_placement(&pod.namespace, &pod.name)
@@ -509,6 +522,7 @@ impl Scheduler {
 
     /// A pod was deleted (or finished).
     pub fn remove_pod(&mut self, namespace: &str, name: &str, now: Duration) {
+        self.preempting.remove(&PodKey::new(namespace, name).text());
         self.release_held(namespace, name);
         self.stop_asking(namespace, name);
         self.cache.forget_member(namespace, name);
@@ -760,12 +774,14 @@ impl Scheduler {
         };
         self.cache.update_snapshot(&mut self.snapshot);
         self.snapshot.set_now(now);
+        let preemption_running = self.preemption_running(&queued.pod);
         let options = cycle_options(
             &self.config,
             &self.pool,
             &self.nominated,
             &self.waiting,
             &queued.pod,
+            preemption_running,
         );
         if self.config.extenders.asked_to_place(&queued.pod) {
             let filtered = cycle::filter_for_extenders(
@@ -932,12 +948,14 @@ impl Scheduler {
                 };
             self.cache.update_snapshot(&mut self.snapshot);
             self.snapshot.set_now(now);
+            let preemption_running = self.preemption_running(&queued.pod);
             let options = cycle_options(
                 &self.config,
                 &self.pool,
                 &self.nominated,
                 &self.waiting,
                 &queued.pod,
+                preemption_running,
             );
             let result = cycle::resume_after_extenders(
                 &profile,
@@ -1465,10 +1483,47 @@ impl Scheduler {
         self.queue.activate(namespace, name, now)
     }
 
-    /// Holds a preemptor out of the queue while the front end evicts its victims (see
-    /// [`SchedulingQueue::hold`]), until [`release_preemptor`](Self::release_preemptor).
-    pub fn hold_preemptor(&mut self, namespace: &str, name: &str) {
-        self.queue.hold(namespace, name);
+    /// Holds a preemptor out of the queue while the front end evicts its `victims` (see
+    /// [`SchedulingQueue::hold`]), until [`release_preemptor`](Self::release_preemptor). It
+    /// does not preempt again until [`preemption_done`](Self::preemption_done) and, if every
+    /// victim was evicted, until their deletions show: released to catch the last deletion,
+    /// it may be tried before that (another change woke it, the API server was slow to
+    /// answer), and its victims then count as terminating (kube-scheduler's eligibility
+    /// check), so that it waits for them instead of evicting other pods as well.
+    pub fn hold_preemptor(&mut self, preemptor: &PodInfo, victims: &[Arc<PodInfo>]) {
+        self.queue.hold(&preemptor.namespace, &preemptor.name);
+        let victims = victims
+            .iter()
+            .map(|v| (v.namespace.clone(), v.name.clone()))
+            .collect();
+        let preempting = Preempting {
+            victims,
+            evicted: false,
+        };
+        self.preempting.insert(preemptor.key(), preempting);
+    }
+
+    /// The front end finished carrying out the preemption of `namespace/name`: `evicted`
+    /// when every victim was deleted (or gone), else it may preempt again at once.
+    pub fn preemption_done(&mut self, namespace: &str, name: &str, evicted: bool) {
+        let key = PodKey::new(namespace, name).text();
+        match self.preempting.get_mut(&key) {
+            Some(p) if evicted => p.evicted = true,
+            _ => {
+                self.preempting.remove(&key);
+            }
+        }
+    }
+
+    /// Whether the pod's preemption is still being carried out, or its victims' deletions
+    /// have not shown yet.
+    fn preemption_running(&self, pod: &PodInfo) -> bool {
+        self.preempting.get(&pod.key()).is_some_and(|p| {
+            !p.evicted
+                || p.victims
+                    .iter()
+                    .any(|(ns, name)| self.cache.pod_placement(ns, name).is_some())
+        })
     }
 
     /// Ends [`hold_preemptor`](Self::hold_preemptor): the front end calls it before it
@@ -1515,6 +1570,7 @@ fn cycle_options<'a>(
     nominated: &'a NominatedPods,
     waiting: &'a WaitingPods,
     pod: &PodInfo,
+    preemption_running: bool,
 ) -> CycleOptions<'a> {
     CycleOptions {
         pool: pool.as_deref(),
@@ -1524,6 +1580,7 @@ fn cycle_options<'a>(
         nominated: (!nominated.is_empty()).then_some(nominated),
         waiting: Some(waiting),
         preempt_extenders: config.extenders.asked_to_preempt(pod),
+        preemption_running,
     }
 }
 
@@ -2187,5 +2244,50 @@ profiles:
             other => panic!("expected an unschedulable pod, got {other:?}"),
         }
         assert!(s.nominated.is_empty());
+    }
+
+    /// A preemptor released to catch its last victim's deletion, tried again before that
+    /// deletion shows, waits for it instead of evicting another pod; if its preemption
+    /// failed, it may preempt again.
+    #[test]
+    fn a_preemptor_does_not_preempt_again_until_its_victims_are_seen_gone() {
+        let text = "apiVersion: kubescheduler.config.k8s.io/v1\n\
+                    kind: KubeSchedulerConfiguration\n";
+        let config = Config::parse(text, &plugins::registry()).expect("config");
+        let mut s = Scheduler::new(config, None);
+        for n in ["n1", "n2", "n3"] {
+            s.upsert_node(node(n).capacity("1", "1Gi").build(), Duration::ZERO);
+            let low = pod(&format!("low-{n}")).on(n).req("cpu", "1").build();
+            s.upsert_pod(low, Duration::ZERO).unwrap();
+        }
+        let high = pod("high").req("cpu", "1").priority(1000).build();
+        s.upsert_pod(high.clone(), Duration::ZERO).unwrap();
+        let mut at = Duration::ZERO;
+        let mut attempt = |s: &mut Scheduler| {
+            // Parked longer than pods are left parked: tried again.
+            at += Duration::from_secs(600);
+            match s.schedule_next(at) {
+                Some(Attempt::Unschedulable {
+                    diagnosis, message, ..
+                }) => (diagnosis.post_filter.preemption, message),
+                other => panic!("expected an unschedulable pod, got {other:?}"),
+            }
+        };
+        let (preemption, _) = attempt(&mut s);
+        let preemption = preemption.expect("preempts");
+        s.hold_preemptor(&high, &preemption.victims);
+        s.release_preemptor("default", "high");
+        let waits = "preemption: not eligible due to a terminating pod on the nominated node.";
+        let (again, message) = attempt(&mut s);
+        assert!(again.is_none() && message.ends_with(waits), "{message}");
+        // Evicted, but the deletion has not shown yet.
+        s.preemption_done("default", "high", true);
+        let (again, message) = attempt(&mut s);
+        assert!(again.is_none() && message.ends_with(waits), "{message}");
+
+        // A preemption whose evictions failed leaves the preemptor free to preempt again.
+        s.preemption_done("default", "high", false);
+        let (again, message) = attempt(&mut s);
+        assert!(again.is_some(), "{message}");
     }
 }

@@ -356,6 +356,7 @@ mod tests {
             nominated: None,
             waiting: None,
             preempt_extenders: false,
+            preemption_running: false,
         };
         match cycle::schedule_one(
             &profile,

@@ -228,6 +228,16 @@ pub enum Input {
         /// Name.
         name: String,
     },
+    /// A preemption's task is done: the preemptor may preempt again once its victims'
+    /// deletions show, or at once if some could not be evicted.
+    PreemptionDone {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Every victim was deleted (or found gone).
+        evicted: bool,
+    },
     /// The extenders answered about a pod.
     Extenders(Box<ExtenderAnswer>),
     /// A question about placements (`/debug/whatif`, `/debug/snapshot`) asks for the
@@ -652,6 +662,11 @@ impl Driver {
             Input::Release { namespace, name } => {
                 s.release_preemptor(&namespace, &name);
             }
+            Input::PreemptionDone {
+                namespace,
+                name,
+                evicted,
+            } => s.preemption_done(&namespace, &name, evicted),
             Input::Extenders(answer) => s.extenders_answered(*answer),
             Input::View(request) => {
                 let queued = if request.with_queue {
@@ -816,7 +831,7 @@ impl Driver {
             return;
         }
         self.scheduler
-            .hold_preemptor(&preemptor.namespace, &preemptor.name);
+            .hold_preemptor(preemptor, &preemption.victims);
         // Dropped only when shutting down: the next leader decides again.
         let _ = self.preemptions.send(PreemptRequest {
             preemptor: pod_ref(preemptor),
@@ -1293,14 +1308,19 @@ profiles:
             }
             other => panic!("expected a Failed record, got {other:?}"),
         }
-        // Held while its evictions run; they failed: the task releases the preemptor, then
-        // has it tried again at once, and it preempts again.
+        // Held while its evictions run; they failed: the task releases the preemptor, says
+        // it is done, then has it tried again at once, and it preempts again.
         send(
             &h,
             [
                 Input::Release {
                     namespace: "default".to_string(),
                     name: "vip".to_string(),
+                },
+                Input::PreemptionDone {
+                    namespace: "default".to_string(),
+                    name: "vip".to_string(),
+                    evicted: false,
                 },
                 Input::Activate {
                     namespace: "default".to_string(),

@@ -316,7 +316,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         metrics.clone(),
     ));
     let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (release, activate) = (inputs.clone(), inputs.clone());
+    let (release, activate, done) = (inputs.clone(), inputs.clone(), inputs.clone());
     let preemption_task = tokio::spawn(preemption::run(
         client.clone(),
         preempt_rx,
@@ -333,6 +333,13 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
             let _ = activate.send(Input::Activate {
                 namespace: pod.namespace.clone(),
                 name: pod.name.clone(),
+            });
+        },
+        move |pod: &events::PodRef, evicted: bool| {
+            let _ = done.send(Input::PreemptionDone {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                evicted,
             });
         },
         metrics.clone(),

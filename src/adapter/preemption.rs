@@ -80,25 +80,27 @@ pub struct PreemptRequest {
 
 /// Carries out every request from `requests`, each in a task of its own, until the channel
 /// closes and the tasks are done (at most [`SHUTDOWN_WAIT`] longer). `release` is called
-/// with the preemptor before its last victim is evicted (see [`carry_out`]), `activate`
-/// with the preemptor of a preemption whose calls failed or whose last victim was gone
-/// already.
+/// with the preemptor before its last victim is evicted (see [`carry_out`]), `done` once
+/// its task is over (with whether every victim was evicted), then `activate` if its calls
+/// failed or its last victim was gone already.
 pub async fn run(
     client: Client,
     mut requests: mpsc::UnboundedReceiver<PreemptRequest>,
     recorder: Recorder,
     release: impl Fn(&PodRef) + Clone + Send + 'static,
     activate: impl Fn(&PodRef) + Clone + Send + 'static,
+    done: impl Fn(&PodRef, bool) + Clone + Send + 'static,
     metrics: Arc<Metrics>,
 ) {
     let mut tasks = JoinSet::new();
     while let Some(request) = requests.recv().await {
         while tasks.try_join_next().is_some() {}
-        let (client, recorder, release, activate, metrics) = (
+        let (client, recorder, release, activate, done, metrics) = (
             client.clone(),
             recorder.clone(),
             release.clone(),
             activate.clone(),
+            done.clone(),
             metrics.clone(),
         );
         tasks.spawn(async move {
@@ -115,6 +117,7 @@ pub async fn run(
                 GOROUTINE_ERROR
             };
             metrics.preemption_carried_out(result, start.elapsed());
+            done(&request.preemptor, outcome.succeeded);
             if !outcome.succeeded || !outcome.wakes_preemptor {
                 activate(&request.preemptor);
             }

@@ -52,6 +52,8 @@ pub struct CycleOptions<'a> {
     /// Extenders with a preempt verb are interested in the pod: a preemption lists its
     /// candidates for them instead of choosing a node.
     pub preempt_extenders: bool,
+    /// The pod's earlier preemption is still being carried out (its victims evicted).
+    pub preemption_running: bool,
 }
 
 /// What one cycle leaves for the next: where to start looking, so that successive cycles
@@ -1024,6 +1026,7 @@ fn run_post_filter(
         waiting: options.waiting.unwrap_or(&no_waiting),
         pool: options.pool,
         extenders_cut: options.preempt_extenders,
+        preemption_running: options.preemption_running,
     };
     let mut reject_waiting = Vec::new();
     let mut group_failed = false;

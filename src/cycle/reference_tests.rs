@@ -502,6 +502,7 @@ proptest! {
             nominated: None,
             waiting: None,
             preempt_extenders: false,
+            preemption_running: false,
         };
         let mut memory = CycleMemory::default();
         for (i, spec) in incoming.iter().enumerate() {
@@ -569,6 +570,7 @@ fn stream_matches(
         nominated: None,
         waiting: None,
         preempt_extenders: false,
+        preemption_running: false,
     };
     let mut memory = CycleMemory::default();
     let mut placed: Vec<Arc<PodInfo>> = Vec::new();

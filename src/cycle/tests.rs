@@ -119,6 +119,7 @@ const OPTS: CycleOptions<'static> = CycleOptions {
     nominated: None,
     waiting: None,
     preempt_extenders: false,
+    preemption_running: false,
 };
 
 #[test]
@@ -306,6 +307,7 @@ fn memory_spreads_the_search_and_parallel_matches_sequential() {
         nominated: None,
         waiting: None,
         preempt_extenders: false,
+        preemption_running: false,
     };
     let (mut r1, mut r2) = (CycleMemory::default(), CycleMemory::default());
     for i in 0..5 {

@@ -319,6 +319,9 @@ pub struct PostFilterInput<'a> {
     /// candidates ([`PostFilterResult::candidates`]) for them to cut, and chooses a node
     /// only once they answered ([`PostFilterPlugin::choose`]).
     pub extenders_cut: bool,
+    /// The pod's earlier preemption is still being carried out: its victims, not yet seen
+    /// deleted, are as good as terminating.
+    pub preemption_running: bool,
 }
 
 /// A node where evicting some pods would let the preemptor fit.

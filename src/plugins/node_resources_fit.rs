@@ -1386,6 +1386,7 @@ mod tests {
             nominated: None,
             waiting: None,
             preempt_extenders: false,
+            preemption_running: false,
         };
         let mut memory = CycleMemory::default();
 

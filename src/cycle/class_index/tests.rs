@@ -21,6 +21,7 @@ const OPTIONS: CycleOptions<'static> = CycleOptions {
     nominated: None,
     waiting: None,
     preempt_extenders: false,
+    preemption_running: false,
 };
 
 fn profile() -> &'static Profile {

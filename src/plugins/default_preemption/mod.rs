@@ -68,10 +68,14 @@ impl DefaultPreemption {
 
     /// kube-scheduler's eligibility check: a pod with `preemptionPolicy: Never` never
     /// preempts, and one already nominated waits while a victim of its earlier preemption
-    /// still terminates there (unless that node now rejects it as unresolvable).
+    /// still terminates there (unless that node now rejects it as unresolvable). Victims
+    /// whose eviction is still being carried out count as terminating.
     fn eligible(&self, pod: &PodInfo, input: &PostFilterInput<'_>) -> Result<(), &'static str> {
         if pod.never_preempts {
             return Err(ERR_POLICY_NEVER);
+        }
+        if input.preemption_running {
+            return Err(ERR_TERMINATING_VICTIM);
         }
         let nominated = input
             .nominated

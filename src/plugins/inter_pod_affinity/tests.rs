@@ -761,6 +761,7 @@ affinity:
         nominated: None,
         waiting: None,
         preempt_extenders: false,
+        preemption_running: false,
     };
     let err = schedule_one(&profile, &snap, &p, &mut CycleMemory::default(), &opts).unwrap_err();
     assert_eq!(

@@ -808,6 +808,7 @@ fn cycle_places_and_reports_as_kube_does() {
         nominated: None,
         waiting: None,
         preempt_extenders: false,
+        preemption_running: false,
     };
     let s = snapshot(
         vec![
