@@ -22,8 +22,8 @@
 # The tests start what else runs against it (kube-scheduler for the parity
 # check) themselves, through tests/support/component.rs.
 #
-# Binaries: from $KUBEBUILDER_ASSETS when it has them, else from
-# <repo>/.cache/kube/bin (scripts/install-kube.sh fills it).
+# Binaries: from $KUBEBUILDER_ASSETS when it has them, else from the folder
+# scripts/install-kube.sh fills (scripts/lib.sh names it).
 #
 # Fake nodes (no kubelet): a Node's status CAN be set on create, e.g.
 #   kubectl create -f node.yaml   # with status.capacity/allocatable/conditions
@@ -298,8 +298,6 @@ cmd_start() {
   printf '%s,admin,admin,"system:masters"\n%s,gantry,gantry\n' \
     "${ADMIN_TOKEN}" "${GANTRY_TOKEN}" >"${STATE}/auth/tokens.csv"
 
-  # --insecure-port=0: 1.20 still serves an unauthenticated port 8080 by
-  #   default; off, so every request goes through authn/authz.
   # No --tls-cert-file: the apiserver writes a self-signed CA + serving
   #   cert into --cert-dir (apiserver.crt holds both; SANs include
   #   127.0.0.1), which the kubeconfigs below trust.
@@ -315,7 +313,6 @@ cmd_start() {
     --advertise-address=127.0.0.1 \
     --bind-address=127.0.0.1 \
     --secure-port="${APISERVER_PORT}" \
-    --insecure-port=0 \
     --cert-dir="${STATE}/certs" \
     --token-auth-file="${STATE}/auth/tokens.csv" \
     --authorization-mode=RBAC \

@@ -5,9 +5,17 @@
 # The repository root, found from this file's own location so the scripts
 # work from any current directory and in any clone (CI clones elsewhere).
 GANTRY_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-# Everything the scripts build or download lives here (git-ignored).
-GANTRY_KUBE_CACHE="${GANTRY_ROOT}/.cache/kube"
-GANTRY_KUBE_BIN="${GANTRY_KUBE_CACHE}/bin"
+# The Kubernetes release the tests, the demo and the benchmarks run against (install-kube.sh
+# builds it; GANTRY_KUBE_VERSION picks another).
+GANTRY_KUBE_DEFAULT_VERSION=v1.37.2
+
+# kube_cache VERSION: where install-kube.sh builds Kubernetes VERSION: a folder per user and
+# version outside the checkout, so that every clone on the machine (CI's fresh one too)
+# shares one build.
+kube_cache() { printf '%s\n' "${XDG_CACHE_HOME:-${HOME}/.cache}/gantry/kube-$1"; }
+
+# The binaries of the Kubernetes in use.
+GANTRY_KUBE_BIN="$(kube_cache "${GANTRY_KUBE_VERSION:-${GANTRY_KUBE_DEFAULT_VERSION}}")/bin"
 
 # Absolute, so paths handed to servers and written to env files stay
 # valid from any directory.
@@ -66,7 +74,7 @@ start_pv_controller() {
   shift 2
   kcm=$(kube_bin kube-controller-manager) || die "kube-controller-manager missing: run scripts/install-kube.sh"
   "${kcm}" --kubeconfig "${kubeconfig}" --controllers=persistentvolume-binder \
-    --leader-elect=false --port=0 --secure-port=0 "$@" >"${logfile}" 2>&1 &
+    --leader-elect=false --secure-port=0 "$@" >"${logfile}" 2>&1 &
   PV_CONTROLLER_PID=$!
 }
 

@@ -1,5 +1,5 @@
 //! `gantry run` preempting, with a profile that enables DefaultPreemption, against a real
-//! kube-apiserver (1.20, whose Priority admission plugin is on as by default: pods name a
+//! kube-apiserver (whose Priority admission plugin is on as by default: pods name a
 //! PriorityClass and the API server fills in their priority and preemption policy). A full
 //! cluster of priority-0 pods and a burst of high-priority pods: every one is bound after the
 //! fewest evictions, each victim gets its `Preempted` event, and each preemptor had its
@@ -126,6 +126,7 @@ preemptionPolicy: Never
     // preemptor finds the victims of an earlier one still there, and that one's nomination
     // taking room on the node, so its victims include them (as kube-scheduler's would); the
     // pods evicted are the fewest all the same.
+    let nominations = Nominations::watch(&client, NS);
     for i in 0..3 {
         create_pod(&client, &classed(&format!("high-{i}"), "high", "1500m")).await;
     }
@@ -160,9 +161,10 @@ preemptionPolicy: Never
         .filter(|p| name(p).starts_with("high-"))
         .map(|p| {
             let node = node_of(p).expect("bound").to_string();
-            // The preemptor's nomination was written; nothing clears it on 1.20.
+            // The preemptor's nomination was written (the API server clears it once the pod
+            // is bound).
             assert_eq!(
-                nominated_node(p),
+                nominations.of(name(p)).as_deref(),
                 Some(node.as_str()),
                 "{} nominated where it went",
                 name(p)
@@ -444,17 +446,16 @@ value: 10
         p.metadata.labels = Some(BTreeMap::from([("app".to_string(), pod_name.to_string())]));
         create_pod(&client, &p).await;
     }
-    // policy/v1beta1, the version 1.20 serves. No disruption controller runs: the status is
-    // written here, as it would write it.
+    // No disruption controller runs: the status is written here, as it would write it.
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
         "policy",
-        "v1beta1",
+        "v1",
         "PodDisruptionBudget",
     ));
     let budgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
     for (budget, app, allowed) in [("guard", "guarded", 0), ("loose", "spare", 1)] {
         let pdb: DynamicObject = serde_json::from_value(serde_json::json!({
-            "apiVersion": "policy/v1beta1",
+            "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
             "metadata": {"name": budget, "namespace": NS},
             "spec": {"minAvailable": 1 - allowed, "selector": {"matchLabels": {"app": app}}}
@@ -492,11 +493,15 @@ value: 10
         &plane.kubeconfig(),
     )
     .await;
+    let nominations = Nominations::watch(&client, NS);
     create_pod(&client, &classed("preemptor", "high", "2")).await;
     let bound = wait_bound(&client, NS, "preemptor", Duration::from_secs(30)).await;
     assert_eq!(bound, "pdb-2", "bound where spare was");
-    let p = get_pod(&client, NS, "preemptor").await;
-    assert_eq!(nominated_node(&p), Some("pdb-2"), "nominated there");
+    assert_eq!(
+        nominations.of("preemptor").as_deref(),
+        Some("pdb-2"),
+        "nominated there"
+    );
     // Time for a wrong eviction to show, were there one.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let now = pods(&client, NS).await;

@@ -4,9 +4,8 @@
 //! the volume and reads the claim back), records events and conditions, preempts (marks and
 //! deletes its victims, reports them, nominates the preemptor), and holds and releases its
 //! lease, without a single request refused. Under the same role, gantry's PodDisruptionBudget watcher (which no
-//! plugin of the deployed configuration needs yet, so it is run from the library) finds that
-//! this 1.20 API server serves only `policy/v1beta1`, lists a budget there, and hears it
-//! change and another go; its PodGroup watcher finds the PodGroup CRD not installed and
+//! plugin of the deployed configuration needs yet, so it is run from the library) lists the
+//! `policy/v1` budgets, and hears one change and another go; its PodGroup watcher finds the PodGroup CRD not installed and
 //! reports itself synced with none.
 
 mod support;
@@ -16,10 +15,11 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use gantry::adapter::driver::Input;
-use gantry::adapter::watch::{self, PodDisruptionBudgetV1beta1};
+use gantry::adapter::watch;
 use gantry::cache::{Tracked, TrackedSet};
 use gantry::config::ContentType;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
 use support::*;
 
@@ -94,14 +94,14 @@ async fn the_deployed_role_is_all_gantry_needs() {
         .try_kubectl(
             &["apply", "-f", "-"],
             Some(
-                "apiVersion: policy/v1beta1
+                "apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: web, namespace: apps}
 spec:
   minAvailable: 1
   selector: {matchLabels: {app: web}}
 ---
-apiVersion: policy/v1beta1
+apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata: {name: gone, namespace: apps}
 spec:
@@ -111,7 +111,7 @@ spec:
             ),
         )
         .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
-    the_budget_watcher_reads_v1beta1_under_the_role(&plane, &client, ns).await;
+    the_budget_watcher_reads_budgets_under_the_role(&plane, &client, ns).await;
 
     let mut gantry = Gantry::start(plane.dir(), "rbac", &config, &plane.gantry_kubeconfig());
     gantry.wait_ready().await;
@@ -210,6 +210,7 @@ spec:
         .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
     let mut vip = pod(ns, "vip", "gantry", "1500m", "128Mi");
     vip.spec.as_mut().expect("spec").priority_class_name = Some("rbac-high".to_string());
+    let nominations = Nominations::watch(&client, ns);
     create_pod(&client, &vip).await;
     eventually(
         Duration::from_secs(30),
@@ -217,7 +218,8 @@ spec:
         || async {
             let p = get_pod(&client, ns, "vip").await;
             let node = node_of(&p)?;
-            let nominated = p.status.as_ref()?.nominated_node_name.as_deref();
+            // Seen before the API server cleared it at the binding.
+            let nominated = nominations.of("vip");
             let victims: BTreeSet<String> = events(&client, ns)
                 .await
                 .into_iter()
@@ -230,7 +232,7 @@ spec:
                 .filter_map(|p| p.metadata.name)
                 .collect();
             let gone = !victims.is_empty() && victims.iter().all(|v| !names.contains(v));
-            (nominated == Some(node) && gone).then_some(())
+            (nominated.as_deref() == Some(node) && gone).then_some(())
         },
     )
     .await;
@@ -253,9 +255,9 @@ spec:
 
 /// Runs gantry's watchers with [`Tracked::DisruptionBudgets`] and [`Tracked::PodGroups`] as
 /// the user `gantry` (bound to the deployed role): the budgets of `namespace` (`web` and
-/// `gone`, both `policy/v1beta1`) are listed, a change of `web`'s status is heard, and
+/// `gone`) are listed, a change of `web`'s status is heard, and
 /// `gone`'s deletion; the PodGroup watcher, without the CRD, is synced with none.
-async fn the_budget_watcher_reads_v1beta1_under_the_role(
+async fn the_budget_watcher_reads_budgets_under_the_role(
     plane: &ControlPlane,
     admin: &kube::Client,
     namespace: &str,
@@ -301,8 +303,8 @@ async fn the_budget_watcher_reads_v1beta1_under_the_role(
     assert_eq!(summary, [(namespace, "gone", 0), (namespace, "web", 0)]);
 
     // The disruption controller is not running: the admin writes the status it would.
-    let beta = Api::<PodDisruptionBudgetV1beta1>::namespaced(admin.clone(), namespace);
-    let patched = beta
+    let budgets = Api::<PodDisruptionBudget>::namespaced(admin.clone(), namespace);
+    let patched = budgets
         .patch_status(
             "web",
             &PatchParams::default(),
@@ -315,10 +317,7 @@ async fn the_budget_watcher_reads_v1beta1_under_the_role(
         )
         .await
         .expect("patch the budget's status");
-    assert_eq!(
-        patched.0.status.and_then(|s| s.disruptions_allowed),
-        Some(2)
-    );
+    assert_eq!(patched.status.and_then(|s| s.disruptions_allowed), Some(2));
     let changed = budget_inputs(&inputs, "the status change heard", |seen| {
         seen.iter().any(|i| {
             matches!(i, Input::DisruptionBudgetApplied(b)

@@ -17,9 +17,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
-use k8s_openapi::api::policy::v1::{
-    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
-};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::api::Api;
@@ -171,72 +169,6 @@ impl<'de> Deserialize<'de> for LeanPod {
 }
 
 reflector::pod_view!(LeanPod);
-
-/// A PodDisruptionBudget of `policy/v1beta1`, read into the `policy/v1` struct. Kubernetes
-/// serves `policy/v1` from 1.21 (and `policy/v1beta1` up to 1.24), so against a 1.20 API
-/// server the beta version is the only one; k8s-openapi has no type for it any more, but the
-/// fields gantry reads (`spec.selector`, `status.disruptionsAllowed`,
-/// `status.disruptedPods`) have the same schema in both versions. The beta object is
-/// deserialized field by field (metadata, spec, status), so that its `apiVersion`, which the
-/// v1 struct's own deserializer would refuse, is not read at all.
-///
-/// A newtype rather than [`kube::api::DynamicObject`] with a serde conversion: it is listed
-/// and watched through the same typed reflector as every other kind (which has no dynamic
-/// type to carry), and decoded straight into the v1 struct instead of into a JSON tree that
-/// is converted afterwards.
-#[derive(Debug, Clone, Default)]
-pub struct PodDisruptionBudgetV1beta1(pub PodDisruptionBudget);
-
-/// The parts of a PodDisruptionBudget that both versions share, `apiVersion` and `kind` left
-/// unread.
-#[derive(Deserialize)]
-struct RawDisruptionBudget {
-    #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(default)]
-    spec: Option<PodDisruptionBudgetSpec>,
-    #[serde(default)]
-    status: Option<PodDisruptionBudgetStatus>,
-}
-
-impl<'de> Deserialize<'de> for PodDisruptionBudgetV1beta1 {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let RawDisruptionBudget {
-            metadata,
-            spec,
-            status,
-        } = RawDisruptionBudget::deserialize(deserializer)?;
-        Ok(PodDisruptionBudgetV1beta1(PodDisruptionBudget {
-            metadata,
-            spec,
-            status,
-        }))
-    }
-}
-
-impl Resource for PodDisruptionBudgetV1beta1 {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        PodDisruptionBudget::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        PodDisruptionBudget::group(dt)
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1beta1")
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        PodDisruptionBudget::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
 
 /// PodGroups (`scheduling.x-k8s.io/v1alpha1`, a custom resource) through the typed
 /// reflector like every other kind: the model's serde struct, whose `spec` and `status` are
@@ -518,10 +450,9 @@ where
 /// The name of the PodDisruptionBudget watcher, in the readiness list.
 const DISRUPTION_BUDGETS: &str = "poddisruptionbudgets";
 
-/// The PodDisruptionBudget watcher: `policy/v1` where the API server serves it (Kubernetes
-/// 1.21 and later), else `policy/v1beta1` (through [`PodDisruptionBudgetV1beta1`]), chosen
-/// once by API discovery at start. A server that serves neither has no budgets: the watcher
-/// says so once and reports itself synced with none.
+/// The PodDisruptionBudget watcher, of `policy/v1`, the one version every supported
+/// Kubernetes serves. A server that does not serve it (the policy group turned off) has no
+/// budgets: the watcher says so once and reports itself synced with none.
 fn spawn_disruption_budgets(watching: &Watching) -> tokio::task::JoinHandle<()> {
     let watching = watching.clone();
     let inputs = watching.inputs.clone();
@@ -529,19 +460,6 @@ fn spawn_disruption_budgets(watching: &Watching) -> tokio::task::JoinHandle<()> 
     tokio::spawn(async move {
         if served::<PodDisruptionBudget>(&watching, name).await {
             let _ = spawn::<PodDisruptionBudget, _>(
-                &watching,
-                None,
-                Format::Json,
-                name,
-                DisruptionBudgets,
-            )
-            .await;
-        } else if served::<PodDisruptionBudgetV1beta1>(&watching, name).await {
-            tracing::info!(
-                watcher = name,
-                "the API server does not serve policy/v1 PodDisruptionBudgets: reading policy/v1beta1"
-            );
-            let _ = spawn::<PodDisruptionBudgetV1beta1, _>(
                 &watching,
                 None,
                 Format::Json,
@@ -967,16 +885,6 @@ impl Convert<PodDisruptionBudget> for DisruptionBudgets {
     }
 }
 
-impl Convert<PodDisruptionBudgetV1beta1> for DisruptionBudgets {
-    fn applied(&self, pdb: &PodDisruptionBudgetV1beta1) -> Result<Option<Input>, String> {
-        Convert::<PodDisruptionBudget>::applied(self, &pdb.0)
-    }
-
-    fn deleted(&self, key: &str) -> Option<Input> {
-        Convert::<PodDisruptionBudget>::deleted(self, key)
-    }
-}
-
 /// PodGroups, to the scheduling thread and to their status writer. One that cannot be read
 /// (a `minMember` out of int32's range or not a number, a quantity of `spec.minResources`
 /// that does not parse: the CRD's schema lets all of these through) is absent, and its pods
@@ -1309,49 +1217,23 @@ mod tests {
     }
 
     #[test]
-    fn a_v1beta1_budget_is_read_at_its_own_url_into_the_v1_struct() {
+    fn a_budget_is_read_from_policy_v1() {
         assert_eq!(
-            PodDisruptionBudgetV1beta1::api_version(&()),
-            "policy/v1beta1"
+            PodDisruptionBudget::url_path(&(), Some("shop")),
+            "/apis/policy/v1/namespaces/shop/poddisruptionbudgets"
         );
-        assert_eq!(PodDisruptionBudgetV1beta1::kind(&()), "PodDisruptionBudget");
-        assert_eq!(
-            PodDisruptionBudgetV1beta1::url_path(&(), None),
-            "/apis/policy/v1beta1/poddisruptionbudgets"
-        );
-        assert_eq!(
-            PodDisruptionBudgetV1beta1::url_path(&(), Some("shop")),
-            "/apis/policy/v1beta1/namespaces/shop/poddisruptionbudgets"
-        );
-        assert_eq!(
-            PodDisruptionBudget::url_path(&(), None),
-            "/apis/policy/v1/poddisruptionbudgets"
-        );
-        // As a watch event carries it, with its apiVersion.
-        let json = serde_json::json!({
-            "apiVersion": "policy/v1beta1",
+        // As a watch event carries it.
+        let budget: PodDisruptionBudget = serde_json::from_value(serde_json::json!({
+            "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
-            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7",
-                "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": "7"},
             "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}},
             "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2,
                 "expectedPods": 3, "observedGeneration": 1,
                 "disruptedPods": {"web-0": "2024-01-02T03:04:05Z"}}
-        });
-        assert!(
-            serde_json::from_value::<PodDisruptionBudget>(json.clone()).is_err(),
-            "the v1 struct refuses the beta apiVersion"
-        );
-        let beta: PodDisruptionBudgetV1beta1 = serde_json::from_value(json).unwrap();
-        assert_eq!(
-            (beta.name_any(), beta.namespace(), beta.resource_version()),
-            (
-                "web".to_string(),
-                Some("shop".to_string()),
-                Some("7".to_string())
-            )
-        );
-        match DisruptionBudgets.applied(&beta).unwrap() {
+        }))
+        .unwrap();
+        match DisruptionBudgets.applied(&budget).unwrap() {
             Some(Input::DisruptionBudgetApplied(b)) => {
                 assert_eq!((b.namespace.as_str(), b.name.as_str()), ("shop", "web"));
                 assert_eq!(b.disruptions_allowed, 1);
@@ -1365,7 +1247,7 @@ mod tests {
             other => panic!("expected DisruptionBudgetApplied, got {other:?}"),
         }
         assert!(matches!(
-            Convert::<PodDisruptionBudgetV1beta1>::deleted(&DisruptionBudgets, "shop/web"),
+            Convert::<PodDisruptionBudget>::deleted(&DisruptionBudgets, "shop/web"),
             Some(Input::DisruptionBudgetDeleted { namespace, name }) if namespace == "shop" && name == "web"
         ));
     }

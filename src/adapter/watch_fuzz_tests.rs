@@ -204,12 +204,6 @@ fuzz_kind!(
     DisruptionBudgets
 );
 fuzz_kind!(
-    fuzz_watched_beta_budgets,
-    "poddisruptionbudgets",
-    PodDisruptionBudgetV1beta1,
-    DisruptionBudgets
-);
-fuzz_kind!(
     fuzz_watched_pod_groups,
     "podgroups",
     PodGroup,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{ControlPlane, free_port, http_get, kube_bins, on_test_exit};
+use super::{ControlPlane, free_port, kube_bins, on_test_exit};
 
 /// How long a component may take to exit after SIGTERM before it gets SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -127,46 +127,40 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// kube-scheduler (1.20, the version `scripts/install-kube.sh` builds) running against a
-/// control plane as its admin.
+/// kube-scheduler (the version `scripts/install-kube.sh` builds) running against a control
+/// plane as its admin.
 pub struct KubeScheduler {
     component: Component,
-    /// Where it serves /healthz and /metrics over plain HTTP.
-    insecure: SocketAddr,
+    /// Its HTTPS port, where /healthz and /metrics are served to anyone.
+    secure: SocketAddr,
 }
 
 impl KubeScheduler {
-    /// Starts kube-scheduler with `config` (a `KubeSchedulerConfiguration` as JSON, `v1beta1`
-    /// for 1.20), which gets the admin kubeconfig as its client connection's and a free
-    /// loopback port for /healthz and /metrics; its files are `kube-scheduler-<n>.yaml` and
-    /// `.log` in the control plane's directory. Returns once /healthz answers ok; fails with
-    /// the end of its log if it exits first (a configuration it refuses, say) or is not
-    /// healthy within 60 s.
+    /// Starts kube-scheduler with `config` (a `KubeSchedulerConfiguration` as JSON, `v1`),
+    /// which gets the admin kubeconfig as its client connection's; its files are
+    /// `kube-scheduler-<n>.yaml` and `.log` in the control plane's directory. Returns once
+    /// /healthz answers ok; fails with the end of its log if it exits first (a configuration
+    /// it refuses, say) or is not healthy within 60 s.
     pub fn start(plane: &ControlPlane, config: &Value) -> Result<KubeScheduler, String> {
         let files = plane.run_files("kube-scheduler");
         let kubeconfig = plane.kubeconfig().display().to_string();
-        let insecure: SocketAddr = format!("127.0.0.1:{}", free_port())
+        let secure: SocketAddr = format!("127.0.0.1:{}", free_port())
             .parse()
             .expect("address");
         let mut config = config.clone();
         config["clientConnection"]["kubeconfig"] = json!(kubeconfig);
-        // 1.20 always serves healthz and metrics over plain HTTP, without authn/authz, beside
-        // its secure port. With --config it ignores --port/--address and listens where these
-        // say: by default (also for "") 0.0.0.0:10251, a fixed port on all interfaces that a
-        // second scheduler would clash on; port 0 fails validation.
-        config["healthzBindAddress"] = json!(insecure.to_string());
-        config["metricsBindAddress"] = json!(insecure.to_string());
         let config_file = with_suffix(&files, ".yaml");
         let text = serde_yaml::to_string(&config).map_err(|e| e.to_string())?;
         std::fs::write(&config_file, text)
             .map_err(|e| format!("{}: {e}", config_file.display()))?;
         let args = [
             format!("--config={}", config_file.display()),
-            // Its HTTPS port on loopback, on a free port instead of the fixed 10259.
+            // Its HTTPS port on loopback, on a free port instead of the fixed 10259, with a
+            // self-signed certificate made in memory.
             "--bind-address=127.0.0.1".to_string(),
-            format!("--secure-port={}", free_port()),
-            // Delegated authn/authz on that port (/metrics there takes the admin token);
-            // without them 1.20 looks for an in-cluster config and warns.
+            format!("--secure-port={}", secure.port()),
+            // Delegated authn/authz on that port; without them it looks for an in-cluster
+            // configuration and warns.
             format!("--authentication-kubeconfig={kubeconfig}"),
             // Bearer tokens are checked by TokenReview against the apiserver; otherwise the
             // scheduler also looks for client CA settings in the configmap
@@ -174,34 +168,46 @@ impl KubeScheduler {
             // --client-ca-file) never writes, and logs an error per retry.
             "--authentication-skip-lookup".to_string(),
             format!("--authorization-kubeconfig={kubeconfig}"),
+            // /metrics to anyone too, as /healthz is by default: the tests read it.
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".to_string(),
         ];
         let mut component = Component::start("kube-scheduler", &args, &files)?;
-        component.wait_until(
-            Duration::from_secs(60),
-            || matches!(http_get(insecure, "/healthz"), Some((200, body)) if body == "ok"),
-        )?;
-        Ok(KubeScheduler {
-            component,
-            insecure,
-        })
+        component.wait_until(Duration::from_secs(60), || https_ok(secure, "/healthz"))?;
+        Ok(KubeScheduler { component, secure })
     }
 
     /// Its metrics (Prometheus text exposition).
     pub fn metrics(&self) -> Result<String, String> {
-        let problem = match http_get(self.insecure, "/metrics") {
+        let problem = match https_get(self.secure, "/metrics") {
             Some((200, body)) => return Ok(body),
             Some((status, _)) => format!("status {status}"),
             None => "no answer".to_string(),
         };
         Err(format!(
             "kube-scheduler's /metrics at {}: {problem} (log: {})",
-            self.insecure,
+            self.secure,
             self.component.log.display()
         ))
     }
 }
 
-/// kube-controller-manager (1.20, the version `scripts/install-kube.sh` builds) running
+/// A GET over HTTPS to a component's self-signed port (curl, as the control plane's script
+/// uses): the status and the body, none when nothing answers.
+fn https_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let out = Command::new("curl")
+        .args(["-sk", "--max-time", "5", "-w", "\n%{http_code}"])
+        .arg(format!("https://{addr}{path}"))
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, status) = text.rsplit_once('\n')?;
+    Some((
+        status.trim().parse().ok().filter(|s| *s != 0)?,
+        body.to_string(),
+    ))
+}
+
+/// kube-controller-manager (the version `scripts/install-kube.sh` builds) running
 /// against a control plane as its admin, with only the PersistentVolume controller: it binds
 /// claims to volumes, completes the bindings a scheduler starts, and provisions volumes, in
 /// directories of the test machine, for StorageClasses of `kubernetes.io/host-path`.
@@ -242,11 +248,8 @@ impl KubeControllerManager {
             // with a self-signed certificate made in memory.
             "--bind-address=127.0.0.1".to_string(),
             format!("--secure-port={}", secure.port()),
-            // 1.20 still serves plain HTTP by default, on 0.0.0.0:10252, a fixed port that a
-            // second controller manager would clash on; 0 turns it off.
-            "--port=0".to_string(),
             // Delegated authn/authz on the secure port (where /healthz is always allowed), as
-            // for kube-scheduler: without them 1.20 warns that it can check neither tokens nor
+            // for kube-scheduler: without them it warns that it can check neither tokens nor
             // client certificates; without the skip it looks for client CA settings in the
             // configmap kube-system/extension-apiserver-authentication, which this apiserver
             // (no --client-ca-file) never writes, and logs an error per retry.
@@ -263,12 +266,7 @@ impl KubeControllerManager {
     }
 }
 
-/// True when `GET https://<addr><path>` answers `ok`, the certificate unchecked (a component's
-/// own self-signed one), through curl as the control plane's readiness is checked.
+/// True when `GET https://<addr><path>` answers `ok` (see [`https_get`]).
 fn https_ok(addr: SocketAddr, path: &str) -> bool {
-    Command::new("curl")
-        .args(["-sk", "--max-time", "2"])
-        .arg(format!("https://{addr}{path}"))
-        .output()
-        .is_ok_and(|out| out.stdout == b"ok")
+    matches!(https_get(addr, path), Some((200, body)) if body == "ok")
 }

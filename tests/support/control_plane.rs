@@ -22,15 +22,35 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The folder `scripts/install-kube.sh` fills, as `scripts/lib.sh` names it (one place says
+/// which Kubernetes, and where it is built).
+fn install_folder() -> PathBuf {
+    let lib = repo().join("scripts/lib.sh");
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(r#". "$1" && printf '%s' "${GANTRY_KUBE_BIN}""#)
+        .arg("bash")
+        .arg(&lib)
+        .output()
+        .expect("run bash");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        lib.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// The Kubernetes binaries `names` (etcd, kube-apiserver, kube-scheduler, kubectl, ...), found
 /// as `scripts/lib.sh` finds them: in `$KUBEBUILDER_ASSETS` when it has the binary, else in
-/// `<repo>/.cache/kube/bin`, which `scripts/install-kube.sh` fills. Panics naming every one
-/// that is missing, so a machine without them fails with one message saying how to get them.
+/// the folder `scripts/install-kube.sh` fills. Panics naming every one that is missing, so a
+/// machine without them fails with one message saying how to get them.
 pub fn kube_bins<const N: usize>(names: [&str; N]) -> [PathBuf; N] {
     let assets = std::env::var_os("KUBEBUILDER_ASSETS")
         .filter(|a| !a.is_empty())
         .map(PathBuf::from);
-    let cache = repo().join(".cache/kube/bin");
+    let cache = install_folder();
     let found = names.map(|name| {
         assets
             .iter()

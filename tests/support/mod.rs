@@ -892,3 +892,48 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Every `status.nominatedNodeName` the pods of a namespace carried, as a watch saw them: the
+/// API server clears a pod's nomination when it is bound, so a test that wants to know where
+/// a preemptor was nominated must have seen it before.
+pub struct Nominations {
+    seen: Arc<Mutex<BTreeMap<String, String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Nominations {
+    /// Starts watching the pods of `namespace`.
+    pub fn watch(client: &Client, namespace: &str) -> Nominations {
+        use futures::StreamExt;
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            let events = kube::runtime::watcher(pods, Default::default());
+            let mut objects =
+                std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(events));
+            while let Some(next) = objects.next().await {
+                let Ok(pod) = next else { continue };
+                let nominated = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.nominated_node_name.clone());
+                if let (Some(name), Some(node)) = (pod.metadata.name.clone(), nominated) {
+                    record.lock().expect("nominations").insert(name, node);
+                }
+            }
+        });
+        Nominations { seen, task }
+    }
+
+    /// The node `pod` was last seen nominated to.
+    pub fn of(&self, pod: &str) -> Option<String> {
+        self.seen.lock().expect("nominations").get(pod).cloned()
+    }
+}
+
+impl Drop for Nominations {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
