@@ -47,10 +47,8 @@ set -a
 set +a
 k() { "${KUBECTL}" --kubeconfig "${KUBECONFIG}" "$@"; }
 
-# The example is written for today's Kubernetes; the local API server is 1.20:
-#  * it rejects a pod-level `priority` without a PriorityClass: each value becomes a class;
-#  * it does not know `schedulingGates` nor affinity `namespaceSelector`, and drops them
-#    (so those pods are scheduled as 1.20 sees them, not as `gantry simulate` does).
+# The example gives pods a `priority`, which the API server takes only from a PriorityClass:
+# each value becomes a class.
 EXAMPLE=src/sim/example.yaml
 for value in $(grep -oE '^ +priority: [0-9]+$' "${EXAMPLE}" | awk '{print $2}' | sort -u); do
   k apply -f - >/dev/null <<EOF
@@ -135,5 +133,3 @@ wait "${GANTRY_PID}" || die "gantry did not stop cleanly; see ${STATE}/gantry.lo
 GANTRY_PID=
 echo
 echo "Compare with the simulator on the same cluster: cargo run --release -- simulate"
-echo "(Kubernetes 1.20 drops the fields it does not know, schedulingGates and affinity"
-echo "namespaceSelector, so the pods using them are scheduled differently here.)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of gantry: unit tests, the scenario suite, the scenario suite checked against
-# kube-scheduler 1.20.2 (tests/kube_scheduler_parity.rs), and the integration tests against a
-# real kube-apiserver and etcd (and, for node load, a real Prometheus; for volumes, the real
-# PersistentVolume controller of kube-controller-manager 1.20.2, tests/run_pv_controller.rs).
+# the real kube-scheduler (tests/kube_scheduler_parity.rs), and the integration tests against a
+# real kube-apiserver and etcd (and, for node load, a real Prometheus; where a controller takes
+# part, the real kube-controller-manager), all of the Kubernetes scripts/install-kube.sh builds.
 # Safe on a fresh machine: installs what the tests need first (scripts/install-kube.sh,
 # scripts/install-prometheus.sh), and fails if an install fails.
 set -euo pipefail

@@ -20,7 +20,7 @@ use prost::Message;
 use support::*;
 use tokio::sync::mpsc;
 
-/// A pod using every field the model reads that a 1.20 API server keeps.
+/// A pod using every field the model reads that the API server keeps.
 fn rich_pod(namespace: &str, name: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1",

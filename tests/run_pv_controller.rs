@@ -1,4 +1,4 @@
-//! The real PersistentVolume controller (kube-controller-manager 1.20.2 with only its
+//! The real PersistentVolume controller (kube-controller-manager with only its
 //! persistentvolume-binder controller, started by `tests/support`'s `KubeControllerManager`)
 //! against a real kube-apiserver, without gantry: the harness the volume tests of `gantry run`
 //! stand on does what a cluster does with claims. A claim of immediate binding is bound to a
@@ -32,7 +32,7 @@ const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 /// Set on a claim by the controller when it asks a provisioner for a volume.
 const STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-/// Where the host-path provisioner of 1.20 makes its volumes' directories.
+/// Where the host-path provisioner makes its volumes' directories (no flag chooses it).
 const HOST_PATH_PV_DIR: &str = "/tmp/hostpath_pv";
 
 /// The three cases in turn against one control plane and one controller, each in a namespace

@@ -1,5 +1,5 @@
 //! `gantry run` with pods that use PersistentVolumeClaims, against a real kube-apiserver and
-//! the real PV controller (kube-controller-manager 1.20.2, its persistentvolume-binder and
+//! the real PV controller (kube-controller-manager, its persistentvolume-binder and
 //! statefulset controllers): gantry binds the volumes it chooses and the controller completes
 //! them, as with kube-scheduler.
 
