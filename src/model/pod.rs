@@ -601,6 +601,7 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), Resourc
         non_zero_sum.0.max(non_zero_init_max.0),
         non_zero_sum.1.max(non_zero_init_max.1),
     );
+    apply_pod_level_requests(spec, &mut sum, &mut non_zero_sum)?;
     if let Some(overhead) = &spec.overhead {
         let o = Resources::from_list(
             overhead.iter().map(|(k, v)| (k, v.0.as_str())),
@@ -610,6 +611,44 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), Resourc
         non_zero_sum = (non_zero_sum.0 + o.milli_cpu, non_zero_sum.1 + o.memory);
     }
     Ok((sum, non_zero_sum))
+}
+
+/// Pod-level requests (`spec.resources.requests`, on by default since Kubernetes 1.34) of the
+/// resources Kubernetes manages at pod level (cpu, memory, hugepages) replace what the
+/// containers add up to, for fitting and for scoring alike (kube-scheduler's `PodRequests`);
+/// other resources stay the containers'.
+fn apply_pod_level_requests(
+    spec: &core::PodSpec,
+    sum: &mut Resources,
+    non_zero: &mut (i64, i64),
+) -> Result<(), ResourceError> {
+    let Some(requests) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) else {
+        return Ok(());
+    };
+    let supported = requests
+        .iter()
+        .filter(|(name, _)| is_pod_level_resource(name))
+        .map(|(k, v)| (k, v.0.as_str()));
+    let pod_level = Resources::from_list(supported, "spec.resources.requests")?;
+    for name in requests.keys().filter(|n| is_pod_level_resource(n)) {
+        match name.as_str() {
+            "cpu" => {
+                sum.milli_cpu = pod_level.milli_cpu;
+                non_zero.0 = pod_level.milli_cpu;
+            }
+            "memory" => {
+                sum.memory = pod_level.memory;
+                non_zero.1 = pod_level.memory;
+            }
+            _ => sum.set_scalar(name, pod_level.scalar(name)),
+        }
+    }
+    Ok(())
+}
+
+/// A resource Kubernetes manages at pod level (its `IsSupportedPodLevelResource`).
+fn is_pod_level_resource(name: &str) -> bool {
+    matches!(name, "cpu" | "memory") || name.starts_with("hugepages-")
 }
 
 /// Kubernetes' QoS rule over every container, init ones included: only cpu and memory count,

@@ -280,3 +280,56 @@ spec:
     assert_eq!(p.qos_class, super::pod::QosClass::Burstable);
     assert_eq!(p.requests.memory, 2 << 30);
 }
+
+#[test]
+fn pod_level_requests_replace_the_containers_sum_of_their_resources() {
+    // 12 cpu at pod level over containers of 1 cpu: the pod asks 12, plus its overhead.
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  overhead: {cpu: 100m}
+  resources: {requests: {cpu: "12", hugepages-2Mi: 4Mi}, limits: {cpu: "12"}}
+  initContainers:
+  - {name: sidecar, restartPolicy: Always, resources: {requests: {cpu: "1", memory: 1Gi}}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "1", memory: 1Gi, nvidia.com/gpu: "1"}}}
+"#)
+    .unwrap();
+    assert_eq!(p.requests.milli_cpu, 12_100);
+    assert_eq!(
+        p.non_zero_milli_cpu, 12_100,
+        "scoring reads the pod level too"
+    );
+    // Memory is not set at pod level: the containers' sum stands.
+    assert_eq!(p.requests.memory, 2 << 30);
+    assert_eq!(p.requests.scalar("hugepages-2Mi"), 4 << 20);
+    // Resources Kubernetes does not manage at pod level stay the containers'.
+    assert_eq!(p.requests.scalar("nvidia.com/gpu"), 1);
+
+    // Pod-level memory over containers asking none: scoring takes it, not the default.
+    let q = pod(r#"
+metadata: {name: q}
+spec:
+  resources: {requests: {memory: 64Mi}}
+  containers:
+  - {name: a}
+"#)
+    .unwrap();
+    assert_eq!(q.requests.memory, 64 << 20);
+    assert_eq!(q.non_zero_memory, 64 << 20);
+    assert_eq!(
+        q.non_zero_milli_cpu, 100,
+        "cpu keeps the containers' default"
+    );
+
+    let bad = pod(r#"
+metadata: {name: bad}
+spec:
+  resources: {requests: {cpu: lots}}
+  containers:
+  - {name: a}
+"#)
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("spec.resources.requests[cpu]"), "{bad}");
+}

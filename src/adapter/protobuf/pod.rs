@@ -131,6 +131,9 @@ pub struct PodSpec {
     /// `schedulingGates`.
     #[prost(message, repeated, tag = "38")]
     pub scheduling_gates: Vec<PodSchedulingGate>,
+    /// `resources`: the pod-level requests and limits.
+    #[prost(message, optional, tag = "40")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 impl From<PodSpec> for api::PodSpec {
@@ -150,6 +153,7 @@ impl From<PodSpec> for api::PodSpec {
             overhead: quantities(s.overhead),
             topology_spread_constraints: some_vec(s.topology_spread_constraints),
             scheduling_gates: some_vec(s.scheduling_gates),
+            resources: s.resources.map(Into::into),
             ..Default::default()
         }
     }

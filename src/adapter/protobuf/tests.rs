@@ -267,7 +267,7 @@ fn tags_match_kubernetes_generated_proto() {
     // Written by hand from core/v1's generated.proto, not with the structs under test: a
     // pod with metadata (1) { name (1), namespace (3) } and spec (2) { containers (2) {
     // name (1), restartPolicy (24) }, nodeName (10), schedulerName (19), schedulingGates (38)
-    // { name (1) } }.
+    // { name (1) }, resources (40) { requests (2) { key (1), value (2) { string (1) } } } }.
     let mut meta = field(1, b"web");
     meta.extend(field(3, b"shop"));
     let mut container = field(1, b"app");
@@ -276,6 +276,9 @@ fn tags_match_kubernetes_generated_proto() {
     spec.extend(field(10, b"n1"));
     spec.extend(field(19, b"gantry"));
     spec.extend(field(38, &field(1, b"wait")));
+    let mut cpu = field(1, b"cpu");
+    cpu.extend(field(2, &field(1, b"12")));
+    spec.extend(field(40, &field(2, &cpu)));
     let mut raw = field(1, &meta);
     raw.extend(field(2, &spec));
     let p: k8s_openapi::api::core::v1::Pod = Pod::decode(raw.as_slice()).unwrap().into();
@@ -286,6 +289,8 @@ fn tags_match_kubernetes_generated_proto() {
     assert_eq!(spec.scheduler_name.as_deref(), Some("gantry"));
     assert_eq!(spec.containers[0].restart_policy.as_deref(), Some("Always"));
     assert_eq!(spec.scheduling_gates.unwrap()[0].name, "wait");
+    let pod_level = spec.resources.and_then(|r| r.requests).unwrap_or_default();
+    assert_eq!(pod_level.get("cpu").map(|q| q.0.as_str()), Some("12"));
     assert_eq!(object_key(&raw), "shop/web");
 }
 
