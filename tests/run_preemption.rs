@@ -564,6 +564,7 @@ value: 1000
     for (i, node) in nodes.iter().cycle().take(lows).enumerate() {
         create_pod(&client, &placed(low(&format!("low-{i:03}")), node)).await;
     }
+    let kubelets = tokio::spawn(finish_terminating(client.clone()));
     let mut gantry = Gantry::start_ready(
         plane.dir(),
         "crash",
@@ -629,8 +630,27 @@ value: 1000
         "gantry exited:\n{}",
         running.log_text()
     );
+    kubelets.abort();
     // Asserted here, with gantry still there: a failure shows its log.
     assert_eq!(evicted, FEWEST_EVICTIONS, "evicted across {fault:?}");
+}
+
+/// Plays the kubelets' part for the pods being deleted: a deletion cut short when the client
+/// that made it was killed (or the API server was) can leave a pod terminating, which its
+/// kubelet would remove once stopped (their grace period is 0). Runs until aborted.
+async fn finish_terminating(client: kube::Client) {
+    let api: Api<Pod> = Api::namespaced(client, NS);
+    loop {
+        if let Ok(list) = api.list(&Default::default()).await {
+            for p in list.items {
+                if p.metadata.deletion_timestamp.is_some() {
+                    let gone = kube::api::DeleteParams::default().grace_period(0);
+                    let _ = api.delete(name(&p), &gone).await;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// gantry killed partway through a burst of preemptions: the nominations it wrote are what
