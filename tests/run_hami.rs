@@ -254,16 +254,7 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
         "eight shares allocated",
         || async {
             let ps = pods(&client, ns).await;
-            let done: Vec<Pod> = ps
-                .into_iter()
-                .filter(|p| {
-                    p.metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(BIND_PHASE))
-                        .is_some_and(|b| b == "success")
-                })
-                .collect();
+            let done: Vec<Pod> = ps.into_iter().filter(allocated).collect();
             (done.len() == 8).then_some(done)
         },
     )
@@ -345,6 +336,15 @@ async fn hamis_device_plugin_allocates_exactly_what_gantry_chose() {
         a.abort();
     }
     assert_eq!(gantry.terminate().code(), Some(0));
+}
+
+/// The device plugin allocated `p`'s devices (its bind phase is `success`).
+fn allocated(p: &Pod) -> bool {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BIND_PHASE))
+        .is_some_and(|b| b == "success")
 }
 
 /// `p`, kept to the node `node`.
@@ -479,13 +479,7 @@ async fn a_node_whose_lock_cannot_be_had_slows_no_other() {
             .await
             .into_iter()
             .filter(|p| p.name_any().starts_with("share-"))
-            .filter(|p| {
-                p.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(BIND_PHASE))
-                    .is_some_and(|b| b == "success")
-            })
+            .filter(allocated)
             .collect();
         (done.len() == 16).then_some(done)
     })

@@ -71,8 +71,7 @@ fn judge(
     let Some(value) = value else {
         return Held::Free;
     };
-    let expiry = SignedDuration::try_from(LOCK_EXPIRY).unwrap_or(SignedDuration::MAX);
-    let expired = |t: Timestamp| now.duration_since(t) > expiry;
+    let expired = |t: Timestamp| now.duration_since(t) > expiry();
     let (taken, ns, pod) = match read_lock(value, now) {
         Ok(lock) => lock,
         Err(why) if written.is_some_and(expired) => {
@@ -93,6 +92,11 @@ fn judge(
     Held::Other(format!("{ns}/{pod}"))
 }
 
+/// [`LOCK_EXPIRY`] as a span between timestamps.
+fn expiry() -> SignedDuration {
+    SignedDuration::try_from(LOCK_EXPIRY).unwrap_or(SignedDuration::MAX)
+}
+
 /// The time and holder of the lock `value`, or why it cannot be read: not HAMi's form, a time
 /// that is not RFC 3339, or a time further in the future than HAMi's expiry (no clock is
 /// that far off).
@@ -103,8 +107,7 @@ fn read_lock(value: &str, now: Timestamp) -> Result<(Timestamp, &str, &str), Str
     let taken: Timestamp = time
         .parse()
         .map_err(|e| format!("annotation {annotation}: time {time:?} is not RFC 3339: {e}"))?;
-    let expiry = SignedDuration::try_from(LOCK_EXPIRY).unwrap_or(SignedDuration::MAX);
-    if taken.duration_since(now) > expiry {
+    if taken.duration_since(now) > expiry() {
         return Err(format!(
             "annotation {annotation}: time {time:?} is in the future"
         ));
@@ -117,16 +120,16 @@ fn read_lock(value: &str, now: Timestamp) -> Result<(Timestamp, &str, &str), Str
 /// write that changed the node happened no earlier than the lock's).
 fn lock_written(node: &Node) -> Option<Timestamp> {
     let entries = node.metadata.managed_fields.as_deref().unwrap_or_default();
+    let field = format!(
+        "/f:metadata/f:annotations/f:{}",
+        hami::NODE_LOCK_ANNOTATION
+            .replace('~', "~0")
+            .replace('/', "~1")
+    );
     let owns = |e: &&ManagedFieldsEntry| {
-        e.fields_v1.as_ref().is_some_and(|f| {
-            f.0.pointer(&format!(
-                "/f:metadata/f:annotations/f:{}",
-                hami::NODE_LOCK_ANNOTATION
-                    .replace('~', "~0")
-                    .replace('/', "~1")
-            ))
-            .is_some()
-        })
+        e.fields_v1
+            .as_ref()
+            .is_some_and(|f| f.0.pointer(&field).is_some())
     };
     let newest = |of: &mut dyn Iterator<Item = &ManagedFieldsEntry>| {
         of.filter_map(|e| e.time.as_ref().map(|t| t.0)).max()
