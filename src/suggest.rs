@@ -17,6 +17,7 @@ use crate::framework::{Code, CycleState, Profile};
 use crate::model::PodInfo;
 use crate::model::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS};
 use crate::plugins::node_resources_fit::{self, INSUFFICIENT_PREFIX, TOO_MANY_PODS};
+use crate::plugins::taint_toleration;
 
 /// Most nodes of one kind whose other filters are checked before giving up on that kind:
 /// bounds the work on a large cluster where every candidate fails something else.
@@ -257,11 +258,27 @@ pub fn suggest(
             out.push(Suggestion::OnlyPlugin {
                 node: node.clone(),
                 plugin: Cow::Borrowed(plugin),
-                reasons: status.reasons().to_vec(),
+                reasons: detailed_reasons(snapshot, pod, node, plugin)
+                    .unwrap_or_else(|| status.reasons().to_vec()),
             });
         }
     }
     out
+}
+
+/// What a plugin's reason leaves out and a person needs to change: the taint to tolerate,
+/// where kube-scheduler's message says only that there is one.
+fn detailed_reasons(
+    snapshot: &Snapshot,
+    pod: &PodInfo,
+    node: &str,
+    plugin: &str,
+) -> Option<Vec<Cow<'static, str>>> {
+    if plugin != taint_toleration::NAME {
+        return None;
+    }
+    let taint = taint_toleration::first_untolerated(pod, snapshot.get(node)?)?;
+    Some(vec![Cow::Owned(format!("untolerated taint {taint}"))])
 }
 
 /// Keeps the `n` first of `items` in `order`, sorted: a cluster has thousands of rejected
@@ -446,8 +463,7 @@ mod tests {
             texts(&suggest(&profile, &snapshot, &p, &d)),
             vec![
                 "n1 would fit with 1 more cpu",
-                "n3 is rejected only by TaintToleration: node(s) had untolerated taint \
-                 {dedicated: gpu}",
+                "n3 is rejected only by TaintToleration: untolerated taint {dedicated: gpu}",
             ]
         );
     }

@@ -223,7 +223,7 @@ impl Diagnosis {
     }
 
     /// kube-scheduler's message: `0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had
-    /// untolerated taint {dedicated: gpu}.`, reasons counted and sorted as strings.
+    /// untolerated taint(s).`, reasons counted and sorted as strings.
     pub fn message(&self) -> String {
         if self.num_all_nodes == 0 {
             return NO_NODES_AVAILABLE.to_string();

@@ -129,10 +129,10 @@ fn message_counts_and_sorts_reasons() {
         node("b").label("reject", "Insufficient cpu").build(),
         node("c").label("reject", "Insufficient cpu").build(),
         node("d")
-            .label("reject", "node(s) had untolerated taint {dedicated: gpu}")
+            .label("reject", "node(s) had untolerated taint(s)")
             .build(),
         node("e")
-            .label("reject", "node(s) had untolerated taint {dedicated: gpu}")
+            .label("reject", "node(s) had untolerated taint(s)")
             .build(),
     ]);
     let err = schedule_one(
@@ -145,7 +145,7 @@ fn message_counts_and_sorts_reasons() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}, 3 Insufficient cpu."
+        "0/5 nodes are available: 2 node(s) had untolerated taint(s), 3 Insufficient cpu."
     );
     let CycleError::Unschedulable(d) = err else {
         panic!("expected unschedulable")

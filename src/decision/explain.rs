@@ -337,7 +337,10 @@ mod tests {
     #[test]
     fn an_unschedulable_attempt_shows_reasons_and_the_single_change() {
         let mut r = base(Outcome::Unschedulable);
-        r.message = Some("0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint {dedicated: gpu}.".into());
+        r.message = Some(
+            "0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint(s)."
+                .into(),
+        );
         r.rejections = vec![
             Rejection {
                 plugin: Some(Cow::Borrowed("NodeResourcesFit")),
@@ -346,7 +349,7 @@ mod tests {
             },
             Rejection {
                 plugin: Some(Cow::Borrowed("TaintToleration")),
-                reason: Cow::Borrowed("node(s) had untolerated taint {dedicated: gpu}"),
+                reason: Cow::Borrowed("node(s) had untolerated taint(s)"),
                 nodes: 2,
             },
         ];
@@ -360,12 +363,12 @@ mod tests {
         assert_eq!(
             explain(&[r]),
             "shop/web-1  attempt 2: unschedulable  (profile default-scheduler, t+1.500s, took 1.2ms)
-  0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint {dedicated: gpu}.
+  0/5 nodes are available: 3 Insufficient cpu, 2 node(s) had untolerated taint(s).
   Nodes: 5 in the cluster, 5 evaluated, 0 feasible
   Why no node could take it:
     PLUGIN            NODES  REASON
     NodeResourcesFit      3  Insufficient cpu
-    TaintToleration       2  node(s) had untolerated taint {dedicated: gpu}
+    TaintToleration       2  node(s) had untolerated taint(s)
   What single change would let it fit:
     - node-7 would fit with 200m more cpu
 "

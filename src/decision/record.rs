@@ -461,7 +461,7 @@ mod tests {
                 },
                 Rejection {
                     plugin: Some(Cow::Borrowed("TaintToleration")),
-                    reason: Cow::Borrowed("node(s) had untolerated taint {dedicated: gpu}"),
+                    reason: Cow::Borrowed("node(s) had untolerated taint(s)"),
                     nodes: 1
                 },
             ]

@@ -13,6 +13,11 @@ pub const NAME: &str = "SchedulingGates";
 /// (Go's `%v` of a string slice): `waiting for scheduling gates: [gate-a gate-b]`.
 pub const ERR_REASON_PREFIX: &str = "waiting for scheduling gates: ";
 
+/// The message of the `PodScheduled=False` condition (reason `SchedulingGated`) that the API
+/// server gives a pod created with gates: what a gated pod says while it waits, since
+/// kube-scheduler writes no condition for a pod it never tried.
+pub const GATED_CONDITION_MESSAGE: &str = "Scheduling is blocked due to non-empty scheduling gates";
+
 /// Parks gated pods; they are enqueued once every gate has been removed.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SchedulingGates;

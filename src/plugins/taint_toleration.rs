@@ -15,9 +15,10 @@ use crate::model::taint::{Taint, TaintEffect, Toleration, find_untolerated};
 /// The name used in configuration files.
 pub const NAME: &str = "TaintToleration";
 
-/// Start of the rejection reason; the taint follows as `{key: value}`:
-/// `node(s) had untolerated taint {dedicated: gpu}`.
-pub const ERR_REASON_UNTOLERATED_PREFIX: &str = "node(s) had untolerated taint ";
+/// The rejection reason, kube-scheduler's wording: it names no taint, so that one reason
+/// counts every tainted node. `gantry explain` names the taint where it matters (see
+/// [`first_untolerated`]).
+pub const ERR_REASON_UNTOLERATED: &str = "node(s) had untolerated taint(s)";
 
 /// Error when Score runs without this plugin's PreScore state (kube-scheduler's wording).
 pub const ERR_MISSING_STATE: &str =
@@ -57,13 +58,18 @@ impl Plugin for TaintToleration {
     }
 }
 
+/// The node's first NoSchedule or NoExecute taint that the pod does not tolerate.
+pub fn first_untolerated<'a>(pod: &PodInfo, node: &'a NodeInfo) -> Option<&'a Taint> {
+    let hard = |t: &Taint| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute);
+    find_untolerated(&node.node.taints, &pod.tolerations, hard)
+}
+
 impl FilterPlugin for TaintToleration {
-    /// Rejects the node on its first NoSchedule or NoExecute taint the pod does not tolerate.
+    /// Rejects the node if it has a NoSchedule or NoExecute taint the pod does not tolerate.
     fn filter(&self, _: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let hard = |t: &Taint| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute);
-        match find_untolerated(&node.node.taints, &pod.tolerations, hard) {
+        match first_untolerated(pod, node) {
             None => Status::success(),
-            Some(taint) => Status::unresolvable(format!("{ERR_REASON_UNTOLERATED_PREFIX}{taint}")),
+            Some(_) => Status::unresolvable(ERR_REASON_UNTOLERATED),
         }
     }
 
@@ -184,6 +190,11 @@ mod tests {
         TaintToleration.filter(&CycleState::new(), &p.build(), &info(n))
     }
 
+    /// The taint [`first_untolerated`] finds, as `{key: value}`.
+    fn untolerated(p: PodBuilder, n: NodeBuilder) -> Option<String> {
+        first_untolerated(&p.build(), &info(n)).map(|t| t.to_string())
+    }
+
     #[test]
     fn a_block_of_nodes_gets_each_node_s_verdict() {
         let nodes = [
@@ -229,17 +240,16 @@ mod tests {
         for effect in ["NoSchedule", "NoExecute"] {
             let s = filter(pod("p"), node("n").taint("dedicated", "gpu", effect));
             assert_eq!(s.code(), Code::UnschedulableAndUnresolvable);
-            assert_eq!(
-                s.message(),
-                "node(s) had untolerated taint {dedicated: gpu}"
-            );
+            assert_eq!(s.message(), "node(s) had untolerated taint(s)");
         }
     }
 
     #[test]
     fn empty_value_is_printed_empty() {
-        let s = filter(pod("p"), node("n").taint("node-role", "", "NoSchedule"));
-        assert_eq!(s.message(), "node(s) had untolerated taint {node-role: }");
+        assert_eq!(
+            untolerated(pod("p"), node("n").taint("node-role", "", "NoSchedule")).as_deref(),
+            Some("{node-role: }")
+        );
     }
 
     #[test]
@@ -253,13 +263,9 @@ mod tests {
             .taint("a", "1", "NoSchedule")
             .taint("b", "2", "NoExecute")
             .taint("c", "3", "NoSchedule");
-        let s = filter(
-            pod("p").toleration("a", "Equal", "1", "NoSchedule"),
-            n.clone(),
-        );
-        assert_eq!(s.message(), "node(s) had untolerated taint {b: 2}");
-        let s = filter(pod("p"), n);
-        assert_eq!(s.message(), "node(s) had untolerated taint {a: 1}");
+        let tolerant = pod("p").toleration("a", "Equal", "1", "NoSchedule");
+        assert_eq!(untolerated(tolerant, n.clone()).as_deref(), Some("{b: 2}"));
+        assert_eq!(untolerated(pod("p"), n).as_deref(), Some("{a: 1}"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::cache::Cache;
 use crate::cache::VolumeDecision;
 use crate::config::Config;
 use crate::decision::DecisionRecorder;
-use crate::framework::PreBindAction;
+use crate::framework::{PreBindAction, Status};
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
 use crate::model::pod_group::PodGroupModel;
@@ -25,6 +25,7 @@ use crate::model::volume::{
     VolumeModel,
 };
 use crate::model::{Labels, NodeModel, PodInfo};
+use crate::plugins::scheduling_gates;
 use crate::scheduler::{Attempt, Scheduler};
 
 pub use input::{ClusterInput, InputError};
@@ -220,12 +221,22 @@ pub fn schedule_pending_until(
     );
     for (queued, _) in sched.waiting() {
         if let (Some(status), Some(&i)) = (&queued.gated, outcome_index.get(&queued.pod.key())) {
-            report.pods[i].message = Some(status.message());
+            report.pods[i].message = Some(gated_message(status));
         }
     }
     report.nodes = node_usage(sched);
     report.groups = group_outcomes(sched, &report, &held);
     report
+}
+
+/// What a pod held back before its first attempt says: the API server's condition for a pod
+/// with scheduling gates, else the gating plugin's reason.
+fn gated_message(status: &Status) -> String {
+    if status.plugin() == Some(scheduling_gates::NAME) {
+        scheduling_gates::GATED_CONDITION_MESSAGE.to_string()
+    } else {
+        status.message()
+    }
 }
 
 /// Schedules until nothing is due; advances the virtual clock over backoffs and waits at

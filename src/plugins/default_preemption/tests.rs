@@ -127,7 +127,7 @@ fn no_victims_and_unhelpful_nodes_are_told_apart() {
     assert_eq!(
         outcome(&report, "important").message.as_deref(),
         Some(
-            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}. preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
+            "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint(s). preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
         )
     );
 }
