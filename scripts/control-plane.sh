@@ -27,10 +27,9 @@
 #
 # Fake nodes (no kubelet): a Node's status CAN be set on create, e.g.
 #   kubectl create -f node.yaml   # with status.capacity/allocatable/conditions
-# keeps it (the 1.20 node strategy keeps all fields on create, unlike pods).
+# keeps it (the node strategy keeps all fields on create, unlike pods).
 # Any later UPDATE of the node object silently keeps the old status; change
-# status through the status subresource instead (kubectl 1.20 has no
-# --subresource flag):
+# status through the status subresource instead:
 #   kubectl replace --raw /api/v1/nodes/NAME/status -f node.json
 #   curl -X PATCH -H 'Content-Type: application/merge-patch+json' \
 #     --data '{"status":{...}}' "$APISERVER_URL/api/v1/nodes/NAME/status" ...

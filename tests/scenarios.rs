@@ -13,8 +13,8 @@
 //!   pod-b: {oneOf: [node-1, node-2]}
 //!   pod-c: {pending: "0/3 nodes are available: 3 Insufficient cpu."}
 //! kubeScheduler:           # optional; tests/kube_scheduler_parity.rs checks every scenario
-//!   parity: false          # against kube-scheduler 1.20.2 unless it opts out here, saying
-//!   why: "..."             # why (a feature 1.20 lacks, a formula that changed since, ...);
+//!   parity: false          # against kube-scheduler 1.37 unless it opts out here, saying
+//!   why: "..."             # why (a plugin of gantry's own, a difference on purpose);
 //!   messages: false        # or: check placements, but not the wording of pending messages
 //! ```
 

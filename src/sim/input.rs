@@ -191,8 +191,9 @@ impl ClusterInput {
             "PodDisruptionBudget" => {
                 let mut value = value;
                 if value.get("apiVersion").and_then(|v| v.as_str()) == Some("policy/v1beta1") {
-                    // Kubernetes 1.20's only version; k8s-openapi knows only v1's struct,
-                    // whose deserializer checks the apiVersion.
+                    // Served until Kubernetes 1.25 and still found in saved manifests;
+                    // k8s-openapi knows only v1's struct, whose deserializer checks the
+                    // apiVersion.
                     value["apiVersion"] = "policy/v1".into();
                 }
                 self.disruption_budgets

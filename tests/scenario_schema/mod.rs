@@ -75,7 +75,7 @@ pub struct Detailed {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KubeSchedulerParity {
-    /// Run against kube-scheduler 1.20.
+    /// Run against kube-scheduler.
     #[serde(default = "yes")]
     pub parity: bool,
     /// Compare the pending pods' messages too.
