@@ -2,13 +2,15 @@
 //! run` with a configuration that fails validation exits non-zero, names the field on
 //! stderr, and never contacts the API server its kubeconfig points to; `gantry webhook` and
 //! `gantry simulate` refuse theirs the same way. The configuration kube-scheduler writes out
-//! is taken whole.
+//! is taken whole, and means what gantry's defaults mean.
 
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
 
 const HEADER: &str =
     "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n";
@@ -295,6 +297,13 @@ fn kube_schedulers_written_defaults_are_accepted_entirely() {
         "gantry run did not get past the configuration: {}",
         stderr(&out)
     );
+    assert!(
+        stderr(&out).contains(
+            "profile default-scheduler: DynamicResources: gantry does not allocate devices"
+        ),
+        "a warning at start for the plugin gantry takes by name: {}",
+        stderr(&out)
+    );
 
     // gantry simulate runs with it too.
     let out = gantry(&[
@@ -303,4 +312,70 @@ fn kube_schedulers_written_defaults_are_accepted_entirely() {
         written.as_os_str(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+/// The text of a configuration file without its comment lines.
+fn without_comments(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The profiles of what `gantry run --write-config-to` writes, given `extra` arguments, with
+/// each profile's plugin arguments in name order (gantry writes those a file gives first).
+fn effective_profiles(dir: &Path, name: &str, extra: &[&std::ffi::OsStr]) -> serde_yaml::Value {
+    let target = dir.join(name);
+    let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref()];
+    args.extend(extra);
+    args.extend(["--write-config-to".as_ref(), target.as_os_str()]);
+    let out = gantry(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&target).expect("the written configuration");
+    let mut written: serde_yaml::Value = serde_yaml::from_str(&text).expect("YAML");
+    for profile in written["profiles"].as_sequence_mut().into_iter().flatten() {
+        if let Some(args) = profile["pluginConfig"].as_sequence_mut() {
+            args.sort_by_key(|a| a["name"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    written["profiles"].clone()
+}
+
+#[test]
+fn kube_schedulers_own_dump_is_the_copy_and_means_gantrys_defaults() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    // kube-scheduler writes its configuration before it would contact anything.
+    let kubeconfig = write(
+        dir.path(),
+        "kubeconfig",
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n\
+         current-context: c\n",
+    );
+    let dump = dir.path().join("dump.yaml");
+    let [scheduler] = support::kube_bins(["kube-scheduler"]);
+    let out = Command::new(&scheduler)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--write-config-to={}", dump.display()))
+        .output()
+        .expect("run kube-scheduler");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&dump).expect("kube-scheduler's dump");
+    let text = text.replace(
+        &format!("  kubeconfig: {}\n", kubeconfig.display()),
+        "  kubeconfig: \"\"\n",
+    );
+    assert_eq!(
+        text,
+        without_comments(KUBE_SCHEDULER_DEFAULTS),
+        "src/config/testdata/kube_scheduler_defaults.yaml is not what {} writes",
+        scheduler.display()
+    );
+    let from_dump = effective_profiles(
+        dir.path(),
+        "from-dump.yaml",
+        &["--config".as_ref(), dump.as_os_str()],
+    );
+    let defaults = effective_profiles(dir.path(), "defaults.yaml", &[]);
+    assert_eq!(from_dump, defaults);
 }

@@ -265,13 +265,13 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
         objects.namespaces.entry(ns.clone()).or_insert_with(
             || json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         );
-        if kind == "PodDisruptionBudget" {
-            if let Some(status) = o.as_object_mut().and_then(|m| m.remove("status")) {
-                objects.statuses.push((
-                    format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"),
-                    status,
-                ));
-            }
+        if kind == "PodDisruptionBudget"
+            && let Some(status) = o.as_object_mut().and_then(|m| m.remove("status"))
+        {
+            objects.statuses.push((
+                format!("/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/{name}"),
+                status,
+            ));
         }
         if kind != "Pod" {
             objects.others.push(o);

@@ -39,6 +39,11 @@ fn rich_pod(namespace: &str, name: &str) -> Pod {
         "spec": {
             "schedulerName": "gantry-proto",
             "priorityClassName": "gantry-proto-high",
+            "resources": {"requests": {"cpu": "2", "memory": "2Gi"}},
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimName": "proto-gpu"},
+                {"name": "nic", "resourceClaimTemplateName": "proto-nic"}
+            ],
             "nodeSelector": {"disk": "ssd"},
             "initContainers": [{
                 "name": "init", "image": "registry.example/init:2",

@@ -991,7 +991,7 @@ profiles:
                 .find_map(|l| l.strip_prefix(series.as_str())?.strip_prefix(' '))
                 .and_then(|v| v.parse::<f64>().ok())
         };
-        // In the default order: NodeUnschedulable sees every node, NodeName and
+        // In the default order: NodeName and NodeUnschedulable see every node,
         // TaintToleration all but the cordoned one, NodeResourcesFit the three untainted.
         // The filters after it skipped themselves at PreFilter (the pod has no volume, no
         // affinity, no spread): they count no run.
@@ -1000,7 +1000,7 @@ profiles:
             Some(5.0),
             "{text}"
         );
-        assert_eq!(evaluations("NodeName", "Filter"), Some(4.0), "{text}");
+        assert_eq!(evaluations("NodeName", "Filter"), Some(5.0), "{text}");
         assert_eq!(
             evaluations("TaintToleration", "Filter"),
             Some(4.0),

@@ -892,6 +892,7 @@ fn placeholder(name: &Arc<str>) -> NodeModel {
         allocatable: Default::default(),
         images: Vec::new(),
         gpu: Default::default(),
+        declared_features: Box::default(),
     }
 }
 

@@ -429,6 +429,7 @@ mod tests {
             class: class.into(),
             topology: LabelSelector::everything(),
             limit: Some(1),
+            capacity: Some(1),
         }
     }
 

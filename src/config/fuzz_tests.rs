@@ -42,6 +42,9 @@ const EXTENSION_POINTS: &[&str] = &[
     "preBind",
     "bind",
     "postBind",
+    "placementGenerate",
+    "placementScore",
+    "podGroupPostFilter",
     "multiPoint",
 ];
 

@@ -1,7 +1,6 @@
 //! Configuration: a `KubeSchedulerConfiguration` (v1) file, validated and resolved into
 //! ready-to-run profiles. No file means kube-scheduler's defaults.
 
-mod duration;
 mod extenders;
 pub mod names;
 mod resolve;
@@ -15,7 +14,7 @@ use crate::extender::Extenders;
 use crate::framework::{Profile, Registry};
 use crate::model::echo::{bound_message, echo};
 
-pub use duration::{GoDuration, parse_go_duration};
+pub use crate::model::duration::{GoDuration, parse_go_duration};
 pub use resolve::{MAX_WEIGHT, UNSUPPORTED_KUBE_PLUGINS};
 pub use types::KubeSchedulerConfiguration;
 

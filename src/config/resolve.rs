@@ -22,7 +22,6 @@ pub const MAX_WEIGHT: i64 = i32::MAX as i64;
 /// arguments, is accepted (a config written for kube-scheduler keeps working); enabling them
 /// is an error.
 pub const UNSUPPORTED_KUBE_PLUGINS: &[&str] = &[
-    "DynamicResources",
     "EBSLimits",
     "GCEPDLimits",
     "AzureDiskLimits",
@@ -44,9 +43,14 @@ enum Point {
     PreBind,
     Bind,
     PostBind,
+    PlacementGenerate,
+    PlacementScore,
+    PodGroupPostFilter,
 }
 
-const POINTS: [Point; 12] = [
+/// Every extension point. The first twelve are in the order [`build_profile`] reads them by
+/// index; the points of groups of pods follow, read and validated only.
+const POINTS: [Point; 15] = [
     Point::PreEnqueue,
     Point::QueueSort,
     Point::PreFilter,
@@ -59,6 +63,9 @@ const POINTS: [Point; 12] = [
     Point::PreBind,
     Point::Bind,
     Point::PostBind,
+    Point::PlacementGenerate,
+    Point::PlacementScore,
+    Point::PodGroupPostFilter,
 ];
 
 impl Point {
@@ -76,6 +83,9 @@ impl Point {
             Point::PreBind => "preBind",
             Point::Bind => "bind",
             Point::PostBind => "postBind",
+            Point::PlacementGenerate => "placementGenerate",
+            Point::PlacementScore => "placementScore",
+            Point::PodGroupPostFilter => "podGroupPostFilter",
         }
     }
 
@@ -93,6 +103,9 @@ impl Point {
             Point::PreBind => &p.pre_bind,
             Point::Bind => &p.bind,
             Point::PostBind => &p.post_bind,
+            Point::PlacementGenerate => &p.placement_generate,
+            Point::PlacementScore => &p.placement_score,
+            Point::PodGroupPostFilter => &p.pod_group_post_filter,
         }
     }
 
@@ -110,6 +123,9 @@ impl Point {
             Point::PreBind => p.as_pre_bind().is_some(),
             Point::Bind => p.as_bind().is_some(),
             Point::PostBind => p.as_post_bind().is_some(),
+            // gantry places the pods of a group one by one (Coscheduling holds them at
+            // Permit); it has no plugin for the Workload API's group cycle.
+            Point::PlacementGenerate | Point::PlacementScore | Point::PodGroupPostFilter => false,
         }
     }
 }

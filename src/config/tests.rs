@@ -36,8 +36,8 @@ fn defaults_match_kube_scheduler() {
     assert_eq!(
         names(&p.filter),
         [
-            "NodeUnschedulable",
             "NodeName",
+            "NodeUnschedulable",
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",
@@ -47,7 +47,24 @@ fn defaults_match_kube_scheduler() {
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "NodeDeclaredFeatures"
+        ]
+    );
+    assert_eq!(
+        names(&p.pre_filter),
+        [
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+            "InterPodAffinity",
+            "DynamicResources",
+            "NodeDeclaredFeatures"
         ]
     );
     let weights: Vec<(&str, i64)> = p.score.iter().map(|(p, w)| (p.name(), *w)).collect();
@@ -57,6 +74,7 @@ fn defaults_match_kube_scheduler() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
@@ -112,12 +130,13 @@ profiles:
             ("NodeResourcesFit", 5),
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2)
         ],
         "an explicit entry overrides the multiPoint one and comes first"
     );
-    assert_eq!(c.profile("default-scheduler").unwrap().score.len(), 7);
+    assert_eq!(c.profile("default-scheduler").unwrap().score.len(), 8);
 }
 
 #[test]
@@ -143,6 +162,7 @@ fn explicit_score_entry_without_weight_weighs_one() {
             ("TaintToleration", 1),
             ("NodeAffinity", 4),
             ("NodeResourcesFit", 1),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),
@@ -197,9 +217,21 @@ fn errors_name_the_field() {
     );
     assert_eq!(
         err(&format!(
-            "{HEADER}profiles:\n- plugins:\n    postFilter:\n      enabled:\n      - name: DynamicResources\n"
+            "{HEADER}profiles:\n- plugins:\n    filter:\n      enabled:\n      - name: EBSLimits\n"
         )),
-        "profiles[0].plugins.postFilter.enabled[0].name: plugin \"DynamicResources\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+        "profiles[0].plugins.filter.enabled[0].name: plugin \"EBSLimits\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it"
+    );
+    assert_eq!(
+        err(&format!(
+            "{HEADER}profiles:\n- plugins:\n    placementScore:\n      enabled:\n      - name: PodGroupPodsCount\n"
+        )),
+        "profiles[0].plugins.placementScore.enabled[0].name: unknown plugin \"PodGroupPodsCount\""
+    );
+    assert_eq!(
+        err(&format!(
+            "{HEADER}profiles:\n- plugins:\n    placementScore:\n      enabled:\n      - name: ImageLocality\n"
+        )),
+        "profiles[0].plugins.placementScore.enabled[0].name: plugin \"ImageLocality\" does not extend the placementScore extension point"
     );
     assert_eq!(
         err(&format!(
@@ -635,7 +667,7 @@ fn layout(p: &crate::framework::Profile) -> Vec<Vec<(&'static str, i64)>> {
 #[test]
 fn kube_schedulers_written_defaults_are_refused_only_for_the_plugins_gantry_lacks() {
     let written = multi_point_names(KUBE_SCHEDULER_DEFAULTS);
-    assert_eq!(written.len(), 18);
+    assert_eq!(written.len(), 20);
     // Each refusal names one multiPoint entry; without it, the next refusal, until none.
     let mut text = KUBE_SCHEDULER_DEFAULTS.to_string();
     let mut refused: Vec<(String, String)> = Vec::new();
@@ -708,11 +740,11 @@ fn kube_schedulers_written_defaults_are_refused_only_for_the_plugins_gantry_lack
 #[test]
 fn a_multi_point_plugin_both_enabled_and_disabled_is_enabled() {
     let e = err(&format!(
-        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: DynamicResources}}]\n      disabled: [{{name: DynamicResources}}]\n"
+        "{HEADER}profiles:\n- plugins:\n    multiPoint:\n      enabled: [{{name: EBSLimits}}]\n      disabled: [{{name: EBSLimits}}]\n"
     ));
     assert_eq!(
         e,
-        "profiles[0].plugins.multiPoint.enabled[0]: plugin \"DynamicResources\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it",
+        "profiles[0].plugins.multiPoint.enabled[0]: plugin \"EBSLimits\" is a kube-scheduler plugin that gantry does not implement; disable it or remove it",
         "kube-scheduler would run it"
     );
     let c = parse(&format!(
@@ -849,7 +881,7 @@ fn args_of_plugins_no_profile_enables_are_read_as_kube_scheduler_reads_them() {
         "OutOfTreePlugin",
         "VolumeZone",
         "NodeVolumeLimits",
-        "DynamicResources",
+        "EBSLimits",
         "NodeName",
     ] {
         plugin_config(&format!(
@@ -885,7 +917,7 @@ fn null_lists_and_sets_are_empty() {
     ] {
         let c = parse(&format!("{HEADER}{text}")).unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(c.profiles.len(), 1, "{text}");
-        assert_eq!(c.profiles[0].score.len(), 7, "the defaults: {text}");
+        assert_eq!(c.profiles[0].score.len(), 8, "the defaults: {text}");
     }
     assert!(
         err(&format!("{HEADER}extenders: {{}}\n")).starts_with("extenders: invalid type: map"),

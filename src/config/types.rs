@@ -202,6 +202,17 @@ pub struct Plugins {
     /// PostBind (no gantry plugin implements it).
     #[serde(default, deserialize_with = "null_is_default")]
     pub post_bind: PluginSet,
+    /// PlacementGenerate: placements proposed for a group of pods (kube-scheduler 1.37's
+    /// topology-aware workload scheduling; no gantry plugin implements it).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub placement_generate: PluginSet,
+    /// PlacementScore: the proposed placements scored (no gantry plugin implements it).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub placement_score: PluginSet,
+    /// PodGroupPostFilter: preemption for a group of pods of the Workload API (no gantry
+    /// plugin implements it).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub pod_group_post_filter: PluginSet,
     /// Every extension point each plugin implements.
     #[serde(default, deserialize_with = "null_is_default")]
     pub multi_point: PluginSet,

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use crate::cache::{NodeInfo, Snapshot};
 use crate::extender::combine::Verdict;
+use crate::framework::resource_claims;
 use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
 use crate::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore,
@@ -603,6 +604,21 @@ struct PreFiltered {
 /// carries its status), skip itself for the pod, or narrow the search to some nodes (the
 /// intersection of what all narrowing plugins allow; the nodes left out are recorded in the
 /// diagnosis as kube-scheduler reports them). Errors end the cycle.
+/// The refusal of a pod with resource claims by a profile without DynamicResources, which
+/// would otherwise bind it without its devices (kube-scheduler would; its kubelet then fails
+/// to start it).
+fn claims_nobody_allocates(profile: &Profile, pod: &PodInfo) -> Option<Status> {
+    if pod.resource_claims.is_empty()
+        || profile
+            .pre_filter
+            .iter()
+            .any(|p| p.name() == resource_claims::PLUGIN)
+    {
+        return None;
+    }
+    resource_claims::refusal(pod)
+}
+
 fn pre_filter(
     profile: &Profile,
     state: &mut CycleState,
@@ -610,6 +626,9 @@ fn pre_filter(
     snapshot: &Snapshot,
     mut diagnosis: Diagnosis,
 ) -> Result<(PreFiltered, Diagnosis), CycleError> {
+    if let Some(status) = claims_nobody_allocates(profile, pod) {
+        return Err(reject_all(snapshot, diagnosis, status));
+    }
     let mut skip_filter: Vec<&'static str> = Vec::new();
     let mut allowed: Option<BTreeSet<Arc<str>>> = None;
     let mut narrowing_plugins: Vec<&'static str> = Vec::new();

@@ -6,6 +6,7 @@ pub mod events;
 pub mod plugin;
 pub mod profile;
 pub mod registry;
+pub mod resource_claims;
 pub mod run;
 pub mod status;
 pub mod waiting;

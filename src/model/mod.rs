@@ -3,12 +3,14 @@
 
 pub(crate) mod arc_str;
 pub mod disruption_budget;
+pub mod duration;
 pub mod echo;
 pub mod gpu;
 pub mod hami;
 pub mod labels;
 pub mod load;
 pub mod node;
+pub mod node_features;
 pub mod pod;
 pub mod pod_group;
 pub mod quantity;

@@ -41,6 +41,8 @@ pub struct NodeModel {
     pub images: Vec<NodeImage>,
     /// The node's GPUs.
     pub gpu: NodeGpus,
+    /// The features its kubelet declares (`status.declaredFeatures`), sorted.
+    pub declared_features: Box<[String]>,
 }
 
 impl NodeModel {
@@ -109,9 +111,29 @@ impl NodeModel {
             unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
             allocatable,
             images,
+            declared_features: declared_features(status),
             name_hash: name_hash(&name),
             name: Arc::from(name.as_str()),
         })
+    }
+}
+
+/// `status.declaredFeatures`, sorted and without repeats.
+fn declared_features(status: Option<&core::NodeStatus>) -> Box<[String]> {
+    let mut features: Vec<String> = status
+        .and_then(|s| s.declared_features.clone())
+        .unwrap_or_default();
+    features.sort_unstable();
+    features.dedup();
+    features.into()
+}
+
+impl NodeModel {
+    /// Whether the node declares the feature `name`.
+    pub fn declares(&self, name: &str) -> bool {
+        self.declared_features
+            .binary_search_by(|f| f.as_str().cmp(name))
+            .is_ok()
     }
 }
 

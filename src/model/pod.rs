@@ -224,6 +224,13 @@ pub struct PodInfo {
     pub affinity: PodAffinity,
     /// Scheduling gates still present.
     pub scheduling_gates: Vec<String>,
+    /// The names of the pod's resource claims (`spec.resourceClaims`): devices that only
+    /// Dynamic Resource Allocation can give, so the pod is never bound until gantry
+    /// allocates them.
+    pub resource_claims: Box<[String]>,
+    /// The features its node must declare (`status.declaredFeatures`), by
+    /// [`super::node_features::required_by`].
+    pub required_node_features: Box<[&'static str]>,
     /// Images of all containers (init ones included), normalized to carry a tag.
     pub images: Vec<String>,
     /// Number of containers, init ones included, with or without an image (ImageLocality
@@ -434,6 +441,13 @@ impl PodInfo {
                 .flatten()
                 .map(|g| g.name.clone())
                 .collect(),
+            resource_claims: spec
+                .resource_claims
+                .iter()
+                .flatten()
+                .map(|c| c.name.clone())
+                .collect(),
+            required_node_features: super::node_features::required_by(spec).into(),
             images,
             num_containers: spec.init_containers.as_ref().map_or(0, Vec::len)
                 + spec.containers.len(),

@@ -794,6 +794,8 @@ pub struct StorageCapacityModel {
     /// The largest volume it can take, in bytes: `maximumVolumeSize` where set (the more
     /// precise figure), else `capacity`; `None` when neither is, and then no claim fits.
     pub limit: Option<i64>,
+    /// `capacity`: the free storage in total, in bytes, which VolumeBinding scores by.
+    pub capacity: Option<i64>,
 }
 
 impl StorageCapacityModel {
@@ -816,12 +818,21 @@ impl StorageCapacityModel {
             Some(q) => Some(Quantity::parse(&q.0).map_err(|e| fail(field, &e))?.value()),
             None => None,
         };
+        let capacity = match &c.capacity {
+            Some(q) => Some(
+                Quantity::parse(&q.0)
+                    .map_err(|e| fail("capacity", &e))?
+                    .value(),
+            ),
+            None => None,
+        };
         let topology = LabelSelector::compile(c.node_topology.as_ref(), "nodeTopology")
             .map_err(|e| fail("nodeTopology", &e))?;
         Ok(StorageCapacityModel {
             class: c.storage_class_name.clone(),
             topology,
             limit,
+            capacity,
             namespace,
             name,
         })

@@ -61,7 +61,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: Some(DefaultPlace {
-        order: 40,
+        order: 30,
         weight: None,
     }),
     args: None,

@@ -28,6 +28,8 @@ use super::resource_allocation::{
     CpuMemory, PodRequests, RequestView, ResourceAllocation, ResourceSpec, default_resources,
     deserialize_resources,
 };
+pub use super::shape::{MAX_SHAPE_SCORE, MAX_SHAPE_UTILIZATION, UtilizationShapePoint};
+use super::shape::{broken_linear, check_shape, scaled_to_node_scores};
 
 /// The plugin's name in configuration files.
 pub const NAME: &str = "NodeResourcesFit";
@@ -42,12 +44,6 @@ pub const INSUFFICIENT_MEMORY: &str = "Insufficient memory";
 pub const INSUFFICIENT_EPHEMERAL_STORAGE: &str = "Insufficient ephemeral-storage";
 /// Prefix of the reason for any other resource: `Insufficient nvidia.com/gpu`.
 pub const INSUFFICIENT_PREFIX: &str = "Insufficient ";
-
-/// Highest score a point of a RequestedToCapacityRatio shape may give (kube-scheduler's
-/// `MaxCustomPriorityScore`); shape scores are scaled to [`MAX_NODE_SCORE`].
-pub const MAX_SHAPE_SCORE: i32 = 10;
-/// Highest utilization (percent) a shape point may name.
-pub const MAX_SHAPE_UTILIZATION: i32 = 100;
 
 /// How nodes are scored.
 #[derive(Debug, Clone, Copy, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -64,17 +60,6 @@ impl ScoringStrategyType {
     /// The names configuration files use, for error messages.
     const SUPPORTED: &'static str =
         r#"supported values: "LeastAllocated", "MostAllocated", "RequestedToCapacityRatio""#;
-}
-
-/// A point of the RequestedToCapacityRatio function: at `utilization` percent the score is
-/// `score` (0..=10).
-#[derive(Debug, Clone, Copy, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct UtilizationShapePoint {
-    /// Utilization in percent, 0..=100.
-    pub utilization: i32,
-    /// Score at that utilization, 0..=10.
-    pub score: i32,
 }
 
 /// Parameters of the RequestedToCapacityRatio strategy.
@@ -202,49 +187,6 @@ impl PluginArgs for NodeResourcesFitArgs {
     }
 }
 
-/// kube-scheduler's checks of a RequestedToCapacityRatio shape: at least one point,
-/// utilization strictly increasing and within 0..=100, score within 0..=10.
-fn check_shape(shape: &[UtilizationShapePoint], field: &str) -> Result<(), ArgsError> {
-    if shape.is_empty() {
-        return Err(ArgsError::new(
-            field,
-            "Required value: at least one point must be specified",
-        ));
-    }
-    for (i, pair) in shape.windows(2).enumerate() {
-        if pair[0].utilization >= pair[1].utilization {
-            return Err(ArgsError::new(
-                format!("{field}[{}].utilization", i + 1),
-                format!(
-                    "Invalid value: {}: values must be sorted in increasing order",
-                    pair[1].utilization
-                ),
-            ));
-        }
-    }
-    for (i, p) in shape.iter().enumerate() {
-        if !(0..=MAX_SHAPE_UTILIZATION).contains(&p.utilization) {
-            return Err(ArgsError::new(
-                format!("{field}[{i}].utilization"),
-                format!(
-                    "Invalid value: {}: not in valid range [0, {MAX_SHAPE_UTILIZATION}]",
-                    p.utilization
-                ),
-            ));
-        }
-        if !(0..=MAX_SHAPE_SCORE).contains(&p.score) {
-            return Err(ArgsError::new(
-                format!("{field}[{i}].score"),
-                format!(
-                    "Invalid value: {}: not in valid range [0, {MAX_SHAPE_SCORE}]",
-                    p.score
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// Checks a qualified name in these arguments, naming the field as kube does.
 fn check_qualified_name(value: &str, field: &str) -> Result<(), ArgsError> {
     validate_qualified_name(value)
@@ -290,18 +232,15 @@ impl NodeResourcesFit {
     /// The plugin for validated arguments.
     pub fn new(args: &NodeResourcesFitArgs) -> Self {
         let strategy = &args.scoring_strategy;
-        let scale = MAX_NODE_SCORE / i64::from(MAX_SHAPE_SCORE);
         let strategy_kind = match strategy.r#type {
             Some(ScoringStrategyType::MostAllocated) => Strategy::MostAllocated,
             Some(ScoringStrategyType::RequestedToCapacityRatio) => {
-                Strategy::RequestedToCapacityRatio(
+                Strategy::RequestedToCapacityRatio(scaled_to_node_scores(
                     strategy
                         .requested_to_capacity_ratio
-                        .iter()
-                        .flat_map(|p| &p.shape)
-                        .map(|p| (i64::from(p.utilization), i64::from(p.score) * scale))
-                        .collect(),
-                )
+                        .as_ref()
+                        .map_or(&[][..], |p| &p.shape),
+                ))
             }
             Some(ScoringStrategyType::LeastAllocated) | None => Strategy::LeastAllocated,
         };
@@ -808,21 +747,6 @@ fn utilization(requested: i64, capacity: i64) -> i64 {
         return 0;
     }
     scaled(requested, capacity)
-}
-
-/// The piecewise-linear function through `shape` at `p`, flat beyond the first and last
-/// points, with kube-scheduler's integer interpolation (truncating towards zero).
-fn broken_linear(shape: &[(i64, i64)], p: i64) -> i64 {
-    for (i, &(u, s)) in shape.iter().enumerate() {
-        if p <= u {
-            if i == 0 {
-                return s;
-            }
-            let (u0, s0) = shape[i - 1];
-            return s0 + (s - s0) * (p - u0) / (u - u0);
-        }
-    }
-    shape.last().map_or(0, |&(_, s)| s)
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub const SPEC: PluginSpec = PluginSpec {
     name: NAME,
     factory,
     default: Some(DefaultPlace {
-        order: 30,
+        order: 40,
         weight: None,
     }),
     args: None,

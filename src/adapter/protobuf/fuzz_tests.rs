@@ -12,7 +12,8 @@ use prost::Message;
 use super::meta::{ObjectMeta, OwnerReference, Quantity, Time};
 use super::node::{Node, NodeSpec, NodeStatus, Taint};
 use super::pod::{
-    Container, ContainerPort, Pod, PodSpec, ResourceRequirements, TopologySpreadConstraint,
+    Container, ContainerPort, ContainerRestartRule, Pod, PodSpec, ResourceRequirements,
+    TopologySpreadConstraint,
 };
 use super::tests::{envelope, field};
 use super::volume::{
@@ -107,9 +108,16 @@ fn container() -> impl Strategy<Value = Container> {
             0..2,
         ),
         prop::option::of(prop_oneof![Just("Always".to_string()), short()]),
+        prop::collection::vec(
+            prop::option::of(prop_oneof![
+                Just("RestartAllContainers".to_string()),
+                short()
+            ]),
+            0..2,
+        ),
     )
         .prop_map(
-            |(name, requests, limits, ports, restart_policy)| Container {
+            |(name, requests, limits, ports, restart_policy, rules)| Container {
                 name,
                 image: Some("app:1".to_string()),
                 ports: ports
@@ -123,6 +131,10 @@ fn container() -> impl Strategy<Value = Container> {
                     .collect(),
                 resources: Some(ResourceRequirements { limits, requests }),
                 restart_policy,
+                restart_policy_rules: rules
+                    .into_iter()
+                    .map(|action| ContainerRestartRule { action })
+                    .collect(),
             },
         )
 }
@@ -271,6 +283,7 @@ fn node() -> impl Strategy<Value = Node> {
             status: Some(NodeStatus {
                 allocatable,
                 images: Vec::new(),
+                declared_features: vec!["RestartAllContainersOnContainerExits".to_string()],
             }),
         })
 }

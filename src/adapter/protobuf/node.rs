@@ -34,6 +34,7 @@ impl From<Node> for api::Node {
             status: n.status.map(|s| api::NodeStatus {
                 allocatable: quantities(s.allocatable),
                 images: some_vec(s.images),
+                declared_features: some_vec(s.declared_features),
                 ..Default::default()
             }),
         }
@@ -60,6 +61,9 @@ pub struct NodeStatus {
     /// `images`.
     #[prost(message, repeated, tag = "8")]
     pub images: Vec<ContainerImage>,
+    /// `declaredFeatures`.
+    #[prost(string, repeated, tag = "14")]
+    pub declared_features: Vec<String>,
 }
 
 /// `ContainerImage`.

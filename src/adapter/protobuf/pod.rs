@@ -101,6 +101,9 @@ pub struct PodSpec {
     /// `nodeName`.
     #[prost(string, optional, tag = "10")]
     pub node_name: Option<String>,
+    /// `hostNetwork`.
+    #[prost(bool, optional, tag = "11")]
+    pub host_network: Option<bool>,
     /// `affinity`.
     #[prost(message, optional, tag = "18")]
     pub affinity: Option<Affinity>,
@@ -128,9 +131,15 @@ pub struct PodSpec {
     /// `topologySpreadConstraints`.
     #[prost(message, repeated, tag = "33")]
     pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// `hostUsers`.
+    #[prost(bool, optional, tag = "37")]
+    pub host_users: Option<bool>,
     /// `schedulingGates`.
     #[prost(message, repeated, tag = "38")]
     pub scheduling_gates: Vec<PodSchedulingGate>,
+    /// `resourceClaims`.
+    #[prost(message, repeated, tag = "39")]
+    pub resource_claims: Vec<PodResourceClaim>,
     /// `resources`: the pod-level requests and limits.
     #[prost(message, optional, tag = "40")]
     pub resources: Option<ResourceRequirements>,
@@ -143,6 +152,8 @@ impl From<PodSpec> for api::PodSpec {
             containers: s.containers.into_iter().map(Into::into).collect(),
             node_selector: some_map(s.node_selector),
             node_name: text(s.node_name),
+            host_network: s.host_network,
+            host_users: s.host_users,
             affinity: s.affinity.map(Into::into),
             scheduler_name: text(s.scheduler_name),
             init_containers: some_vec(s.init_containers),
@@ -153,6 +164,7 @@ impl From<PodSpec> for api::PodSpec {
             overhead: quantities(s.overhead),
             topology_spread_constraints: some_vec(s.topology_spread_constraints),
             scheduling_gates: some_vec(s.scheduling_gates),
+            resource_claims: some_vec(s.resource_claims),
             resources: s.resources.map(Into::into),
             ..Default::default()
         }
@@ -177,6 +189,9 @@ pub struct Container {
     /// `restartPolicy` (`Always` makes an init container a sidecar).
     #[prost(string, optional, tag = "24")]
     pub restart_policy: Option<String>,
+    /// `restartPolicyRules`.
+    #[prost(message, repeated, tag = "25")]
+    pub restart_policy_rules: Vec<ContainerRestartRule>,
 }
 
 impl From<Container> for api::Container {
@@ -187,7 +202,25 @@ impl From<Container> for api::Container {
             ports: some_vec(c.ports),
             resources: c.resources.map(Into::into),
             restart_policy: text(c.restart_policy),
+            restart_policy_rules: some_vec(c.restart_policy_rules),
             ..Default::default()
+        }
+    }
+}
+
+/// `ContainerRestartRule`: its action (the exit codes it applies to are not read).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerRestartRule {
+    /// `action`.
+    #[prost(string, optional, tag = "1")]
+    pub action: Option<String>,
+}
+
+impl From<ContainerRestartRule> for api::ContainerRestartRule {
+    fn from(r: ContainerRestartRule) -> Self {
+        api::ContainerRestartRule {
+            action: r.action.unwrap_or_default(),
+            exit_codes: None,
         }
     }
 }
@@ -503,6 +536,30 @@ impl From<PodSchedulingGate> for api::PodSchedulingGate {
     fn from(g: PodSchedulingGate) -> Self {
         api::PodSchedulingGate {
             name: g.name.unwrap_or_default(),
+        }
+    }
+}
+
+/// `PodResourceClaim`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodResourceClaim {
+    /// `name`.
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    /// `resourceClaimName`.
+    #[prost(string, optional, tag = "3")]
+    pub resource_claim_name: Option<String>,
+    /// `resourceClaimTemplateName`.
+    #[prost(string, optional, tag = "4")]
+    pub resource_claim_template_name: Option<String>,
+}
+
+impl From<PodResourceClaim> for api::PodResourceClaim {
+    fn from(c: PodResourceClaim) -> Self {
+        api::PodResourceClaim {
+            name: c.name.unwrap_or_default(),
+            resource_claim_name: text(c.resource_claim_name),
+            resource_claim_template_name: text(c.resource_claim_template_name),
         }
     }
 }

@@ -11,7 +11,7 @@ use gantry::adapter::questions::QuestionSettings;
 use gantry::adapter::serving::Serving;
 use gantry::adapter::{self, DecisionSettings, Options};
 use gantry::config::{self, Config, GoDuration};
-use gantry::plugins;
+use gantry::plugins::{self, dynamic_resources};
 use gantry::whatif::{self, Limits};
 
 use crate::kube_flags::{self, DeprecatedArgs, LeaderElectionArgs, ServingArgs};
@@ -252,6 +252,7 @@ fn effective_configuration(
             _ => e.context("the command line's configuration"),
         }
     })?;
+    warnings.extend(plugins_not_doing_their_work(&resolved));
     if let Some(gates) = &args.feature_gates {
         warnings.extend(
             crate::feature_gates::parse(gates)
@@ -259,6 +260,28 @@ fn effective_configuration(
         );
     }
     Ok((file, resolved, warnings))
+}
+
+/// A warning per profile that enables a plugin gantry accepts by name but does not do the work
+/// of yet: DynamicResources, which leaves pods with resource claims pending.
+fn plugins_not_doing_their_work(config: &Config) -> Vec<String> {
+    config
+        .profiles
+        .iter()
+        .filter(|p| {
+            p.pre_filter
+                .iter()
+                .any(|x| x.name() == dynamic_resources::NAME)
+        })
+        .map(|p| {
+            format!(
+                "profile {}: {}: {}",
+                p.scheduler_name,
+                dynamic_resources::NAME,
+                dynamic_resources::START_WARNING
+            )
+        })
+        .collect()
 }
 
 /// Runs the scheduler until SIGTERM or SIGINT; `matches` tells which flags were given.

@@ -5,20 +5,25 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::framework::{ArgsError, PluginArgs};
+use crate::plugins::shape::{
+    MAX_SHAPE_SCORE, MAX_SHAPE_UTILIZATION, UtilizationShapePoint, check_shape,
+};
 
 /// kube-scheduler's default `bindTimeoutSeconds`.
 pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
 
-/// One point of the utilization-to-score shape (only read with kube-scheduler's
-/// `StorageCapacityScoring` feature, which gantry does not have).
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
-pub struct UtilizationShapePoint {
-    /// Utilization, 0..=100.
-    pub utilization: i32,
-    /// Score, 0..=10.
-    pub score: i32,
-}
+/// kube-scheduler 1.37's default shape (its `StorageCapacityScoring` gate is on by
+/// default): the emptier the storage, the better.
+pub const DEFAULT_SHAPE: [UtilizationShapePoint; 2] = [
+    UtilizationShapePoint {
+        utilization: 0,
+        score: MAX_SHAPE_SCORE,
+    },
+    UtilizationShapePoint {
+        utilization: MAX_SHAPE_UTILIZATION,
+        score: 0,
+    },
+];
 
 /// VolumeBinding's arguments.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
@@ -26,8 +31,8 @@ pub struct UtilizationShapePoint {
 pub struct VolumeBindingArgs {
     /// How long PreBind waits for the PV controller to bind the pod's claims.
     pub bind_timeout_seconds: i64,
-    /// Scoring by storage utilization: kube-scheduler refuses it unless its
-    /// `StorageCapacityScoring` feature gate is on (off by default), and so does gantry.
+    /// The score of a node by the utilization of the storage the pod's claims would use
+    /// there ([`DEFAULT_SHAPE`] when unset or empty, as kube-scheduler defaults it).
     pub shape: Option<Vec<UtilizationShapePoint>>,
 }
 
@@ -35,7 +40,7 @@ impl Default for VolumeBindingArgs {
     fn default() -> Self {
         VolumeBindingArgs {
             bind_timeout_seconds: DEFAULT_BIND_TIMEOUT_SECONDS,
-            shape: None,
+            shape: Some(DEFAULT_SHAPE.to_vec()),
         }
     }
 }
@@ -44,6 +49,14 @@ impl VolumeBindingArgs {
     /// The bind timeout.
     pub fn bind_timeout(&self) -> Duration {
         Duration::from_secs(u64::try_from(self.bind_timeout_seconds).unwrap_or(0))
+    }
+
+    /// The shape nodes are scored by.
+    pub fn effective_shape(&self) -> &[UtilizationShapePoint] {
+        match &self.shape {
+            Some(points) if !points.is_empty() => points,
+            _ => &DEFAULT_SHAPE,
+        }
     }
 }
 
@@ -57,13 +70,7 @@ impl PluginArgs for VolumeBindingArgs {
                 "invalid BindTimeoutSeconds, should not be a negative value",
             ));
         }
-        if self.shape.is_some() {
-            return Err(ArgsError::new(
-                "shape",
-                "unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring",
-            ));
-        }
-        Ok(())
+        check_shape(self.effective_shape(), "shape")
     }
 }
 
@@ -83,10 +90,24 @@ mod tests {
             decode_args::<VolumeBindingArgs>(Some(&serde_json::json!({"bindTimeoutSeconds": -1})))
                 .unwrap_err();
         assert_eq!(negative.field, "bindTimeoutSeconds");
-        let shape = decode_args::<VolumeBindingArgs>(Some(&serde_json::json!({
-            "shape": [{"utilization": 0, "score": 10}]
+        assert_eq!(args.effective_shape(), DEFAULT_SHAPE);
+        let packing: VolumeBindingArgs = decode_args(Some(&serde_json::json!({
+            "shape": [{"utilization": 0, "score": 0}, {"utilization": 100, "score": 10}]
+        })))
+        .unwrap();
+        assert_eq!(packing.effective_shape()[1].score, 10);
+        let empty: VolumeBindingArgs =
+            decode_args(Some(&serde_json::json!({"shape": []}))).unwrap();
+        assert_eq!(empty.effective_shape(), DEFAULT_SHAPE);
+        let unsorted = decode_args::<VolumeBindingArgs>(Some(&serde_json::json!({
+            "shape": [{"utilization": 50, "score": 1}, {"utilization": 50, "score": 2}]
         })))
         .unwrap_err();
-        assert_eq!(shape.field, "shape");
+        assert_eq!(unsorted.field, "shape[1].utilization");
+        let too_high = decode_args::<VolumeBindingArgs>(Some(&serde_json::json!({
+            "shape": [{"utilization": 0, "score": 11}]
+        })))
+        .unwrap_err();
+        assert_eq!(too_high.field, "shape[0].score");
     }
 }

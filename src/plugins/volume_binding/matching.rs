@@ -59,8 +59,8 @@ pub struct PodClaims {
 /// What one node can do for the pod's claims.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeVolumes {
-    /// It can: bind these volumes, provision these claims.
-    Fits(Vec<VolumeDecision>),
+    /// It can: bind these volumes, provision these claims, using this much storage.
+    Fits(Vec<VolumeDecision>, StorageUse),
     /// It cannot, for these reasons (kube-scheduler's order).
     Rejected(Vec<&'static str>),
 }
@@ -108,7 +108,9 @@ impl PodClaims {
             reasons.push(ERR_PV_NOT_EXIST);
         }
         match delayed {
-            Delayed::Fits(decisions) if reasons.is_empty() => NodeVolumes::Fits(decisions),
+            Delayed::Fits(decisions, used) if reasons.is_empty() => {
+                NodeVolumes::Fits(decisions, used)
+            }
             _ => NodeVolumes::Rejected(reasons),
         }
     }
@@ -119,6 +121,7 @@ impl PodClaims {
     /// conflict).
     fn check_delayed(&self, name: &str, labels: &Labels) -> Delayed {
         let mut decisions = Vec::new();
+        let mut used = StorageUse::default();
         let mut to_provision: Vec<&DelayedClaim> = Vec::new();
         let mut to_match: Vec<&DelayedClaim> = Vec::new();
         for d in &self.delayed {
@@ -134,6 +137,11 @@ impl PodClaims {
             match find_matching_volume(&d.claim, &d.candidates, name, labels, &chosen) {
                 Some(v) => {
                     chosen.push(&v.name);
+                    used.bound.push(ClassUse {
+                        class: v.class.clone(),
+                        requested: d.claim.request,
+                        capacity: v.capacity,
+                    });
                     decisions.push(VolumeDecision::Bind {
                         claim: key(&d.claim),
                         claim_uid: d.claim.uid.clone(),
@@ -148,10 +156,15 @@ impl PodClaims {
             if !d.class.can_provision() || !d.class.allows_node(name, labels) {
                 return Delayed::Conflict;
             }
-            if let Some(capacities) = &d.capacities
-                && !capacities.iter().any(|c| c.topology.matches(labels))
-            {
-                return Delayed::NoSpace;
+            if let Some(capacities) = &d.capacities {
+                let Some(reported) = capacities.iter().find(|c| c.topology.matches(labels)) else {
+                    return Delayed::NoSpace;
+                };
+                used.provisioned.push(ClassUse {
+                    class: d.class.name.clone(),
+                    requested: d.claim.request,
+                    capacity: reported.capacity.unwrap_or(0),
+                });
             }
             decisions.push(VolumeDecision::Provision {
                 claim: key(&d.claim),
@@ -159,14 +172,37 @@ impl PodClaims {
                 node: name.to_string(),
             });
         }
-        Delayed::Fits(decisions)
+        Delayed::Fits(decisions, used)
     }
+}
+
+/// Storage of one class a claim would use on a node: what it requests of what there is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassUse {
+    /// The storage class.
+    pub class: String,
+    /// Bytes the claim requests.
+    pub requested: i64,
+    /// Bytes there are: the volume's capacity for a claim bound to an existing volume, the
+    /// reported capacity's total (0 when it reports none) for a claim to provision.
+    pub capacity: i64,
+}
+
+/// The storage a node would give the pod's claims that wait for their first consumer, for
+/// VolumeBinding's score.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StorageUse {
+    /// Claims bound to existing volumes there.
+    pub bound: Vec<ClassUse>,
+    /// Claims provisioned there against a capacity their CSI driver reports (claims whose
+    /// provisioning is not held to reports are not counted).
+    pub provisioned: Vec<ClassUse>,
 }
 
 /// What a node can do for the delayed claims.
 enum Delayed {
     /// Everything: these bindings and provisionings.
-    Fits(Vec<VolumeDecision>),
+    Fits(Vec<VolumeDecision>, StorageUse),
     /// Some claim has neither a volume nor provisioning there.
     Conflict,
     /// Some claim could be provisioned there but no reported capacity has room for it.

@@ -9,13 +9,15 @@
 //! (`CSIDriver.spec.storageCapacity`) needs, on the node, a CSIStorageCapacity of the class
 //! with room for its request and a topology that selects the node.
 //!
-//! As today's kube-scheduler with its default feature gates: no Score (storage capacity
-//! scoring is an alpha feature there). In-tree volumes are not translated to their CSI
-//! driver's topology before their node affinity is checked.
+//! Score, as kube-scheduler 1.37's storage capacity scoring (on by default): for a pod with
+//! claims that wait for their first consumer, how full the storage it would use on the node
+//! is, per storage class, through a shape (emptiest best by default). In-tree volumes are not
+//! translated to their CSI driver's topology before their node affinity is checked.
 
 mod args;
 mod matching;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,15 +27,17 @@ use crate::framework::events::is_a_claim_of_the_pod;
 use crate::framework::{
     ArgsError, ClusterChange, ClusterEvent, CycleState, DefaultPlace, EventHint, FilterPlugin,
     Plugin, PluginSpec, PreBindAction, PreBindPlugin, PreFilterPlugin, PreFilterResult,
-    QueueingHint, ReservePlugin, ReservedVolumes, Status, VolumeBinding as Binding, decode_args,
+    QueueingHint, ReservePlugin, ReservedVolumes, ScorePlugin, Status, VolumeBinding as Binding,
+    decode_args,
 };
 use crate::model::PodInfo;
 use crate::model::volume::{BindingMode, ClaimModel, StorageCapacityModel, StorageClassModel};
+use crate::plugins::shape::{broken_linear, scaled_to_node_scores};
 
-pub use args::{DEFAULT_BIND_TIMEOUT_SECONDS, UtilizationShapePoint, VolumeBindingArgs};
+pub use args::{DEFAULT_BIND_TIMEOUT_SECONDS, DEFAULT_SHAPE, VolumeBindingArgs};
 pub use matching::{
-    BoundClaim, DelayedClaim, ERR_BIND_CONFLICT, ERR_NODE_CONFLICT, ERR_NOT_ENOUGH_SPACE,
-    ERR_PV_NOT_EXIST, NodeVolumes, PodClaims, find_matching_volume,
+    BoundClaim, ClassUse, DelayedClaim, ERR_BIND_CONFLICT, ERR_NODE_CONFLICT, ERR_NOT_ENOUGH_SPACE,
+    ERR_PV_NOT_EXIST, NodeVolumes, PodClaims, StorageUse, find_matching_volume,
 };
 
 /// The name used in configuration files.
@@ -58,6 +62,8 @@ struct VolumeBindingState {
 #[derive(Debug, Clone)]
 pub struct VolumeBinding {
     timeout: Duration,
+    /// The scoring shape, scores scaled to node scores.
+    shape: Vec<(i64, i64)>,
 }
 
 impl VolumeBinding {
@@ -65,8 +71,48 @@ impl VolumeBinding {
     pub fn new(args: &VolumeBindingArgs) -> Self {
         VolumeBinding {
             timeout: args.bind_timeout(),
+            shape: scaled_to_node_scores(args.effective_shape()),
         }
     }
+
+    /// kube-scheduler's score of the storage `used`: per class, the shape at the share of
+    /// it the claims request (volumes bound here when there are any, else capacities
+    /// provisioned from), averaged over the classes and rounded; 0 with none.
+    fn storage_score(&self, used: &StorageUse) -> i64 {
+        let mut classes: BTreeMap<&str, (i64, i64)> = BTreeMap::new();
+        if used.bound.is_empty() {
+            for u in &used.provisioned {
+                let c = classes.entry(&u.class).or_default();
+                c.0 = c.0.saturating_add(u.requested);
+                // One capacity serves every claim of its class: not summed.
+                c.1 = u.capacity;
+            }
+        } else {
+            for u in &used.bound {
+                let c = classes.entry(&u.class).or_default();
+                c.0 = c.0.saturating_add(u.requested);
+                c.1 = c.1.saturating_add(u.capacity);
+            }
+        }
+        if classes.is_empty() {
+            return 0;
+        }
+        let total: i64 = classes
+            .values()
+            .map(|&(requested, capacity)| {
+                broken_linear(&self.shape, storage_utilization(requested, capacity))
+            })
+            .sum();
+        (total as f64 / classes.len() as f64).round() as i64
+    }
+}
+
+/// Utilization in whole percent (truncated), 100 when there is nothing or too little.
+fn storage_utilization(requested: i64, capacity: i64) -> i64 {
+    if capacity <= 0 || requested > capacity {
+        return 100;
+    }
+    (i128::from(requested) * 100 / i128::from(capacity)) as i64
 }
 
 fn allowed_topologies_changed(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {
@@ -154,6 +200,10 @@ impl Plugin for VolumeBinding {
     }
 
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
     }
 
@@ -297,12 +347,38 @@ impl FilterPlugin for VolumeBinding {
             return Status::error(ERR_MISSING_STATE);
         };
         match s.claims.check(&node.node.name, &node.node.labels) {
-            NodeVolumes::Fits(_) => Status::success(),
+            NodeVolumes::Fits(..) => Status::success(),
             NodeVolumes::Rejected(reasons) => Status::with_reasons(
                 crate::framework::Code::UnschedulableAndUnresolvable,
                 reasons.into_iter().map(Into::into).collect(),
             ),
         }
+    }
+}
+
+impl ScorePlugin for VolumeBinding {
+    fn score(&self, state: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.get::<VolumeBindingState>() else {
+            return Ok(0);
+        };
+        Ok(match s.claims.check(&node.node.name, &node.node.labels) {
+            NodeVolumes::Fits(_, used) => self.storage_score(&used),
+            NodeVolumes::Rejected(_) => 0,
+        })
+    }
+
+    /// Only claims waiting for their first consumer use storage a node chooses: without
+    /// them, every node scores 0.
+    fn uniform_score(&self, state: &CycleState, _: &PodInfo, _: &Snapshot) -> Option<i64> {
+        let waiting = state
+            .get::<VolumeBindingState>()
+            .is_some_and(|s| !s.claims.delayed.is_empty());
+        (!waiting).then_some(0)
+    }
+
+    /// kube-scheduler does not normalize these scores.
+    fn normalizes(&self) -> bool {
+        false
     }
 }
 
@@ -315,7 +391,7 @@ impl ReservePlugin for VolumeBinding {
             return Status::success();
         };
         match s.claims.check(&node.node.name, &node.node.labels) {
-            NodeVolumes::Fits(decisions) => {
+            NodeVolumes::Fits(decisions, _) => {
                 if !decisions.is_empty() {
                     state.insert(ReservedVolumes(decisions));
                 }

@@ -337,6 +337,7 @@ fn reported_capacity_changes_requeue_the_pods_they_may_help() {
         class: "capped".into(),
         topology: crate::model::selector::LabelSelector::everything(),
         limit,
+        capacity: limit,
     };
     let pod = crate::testing::pod("web-0").build();
     let (on, off) = (driver(true), driver(false));

@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
+use crate::model::node_features;
 use crate::model::pod::{
     AffinityTerm, InclusionPolicy, Protocol, QosClass, WeightedAffinityTerm, WhenUnsatisfiable,
 };
@@ -200,6 +201,8 @@ fn node_object(n: &NodeModel) -> core::Node {
                     })
                     .collect()
             }),
+            declared_features: (!n.declared_features.is_empty())
+                .then(|| n.declared_features.to_vec()),
             ..Default::default()
         }),
     }
@@ -347,6 +350,15 @@ fn containers(p: &PodInfo) -> Vec<core::Container> {
                 }
             }),
             ports: (i == 0 && !ports.is_empty()).then(|| ports.clone()),
+            restart_policy_rules: (i == 0
+                && p.required_node_features
+                    .contains(&node_features::RESTART_ALL_CONTAINERS))
+            .then(|| {
+                vec![core::ContainerRestartRule {
+                    action: "RestartAllContainers".to_string(),
+                    exit_codes: None,
+                }]
+            }),
             ..Default::default()
         })
         .collect()
@@ -354,6 +366,9 @@ fn containers(p: &PodInfo) -> Vec<core::Container> {
 
 /// A pod as the API would hold it, with what the scheduler reads.
 fn pod_object(p: &PodInfo) -> core::Pod {
+    let user_namespaces_on_host = p
+        .required_node_features
+        .contains(&node_features::USER_NAMESPACES_HOST_NETWORK);
     let owner = p.owner.as_ref().map(|o| {
         vec![meta::OwnerReference {
             api_version: String::new(),
@@ -450,6 +465,17 @@ fn pod_object(p: &PodInfo) -> core::Pod {
                 p.scheduling_gates
                     .iter()
                     .map(|g| core::PodSchedulingGate { name: g.clone() })
+                    .collect()
+            }),
+            host_network: user_namespaces_on_host.then_some(true),
+            host_users: user_namespaces_on_host.then_some(false),
+            resource_claims: (!p.resource_claims.is_empty()).then(|| {
+                p.resource_claims
+                    .iter()
+                    .map(|name| core::PodResourceClaim {
+                        name: name.clone(),
+                        ..Default::default()
+                    })
                     .collect()
             }),
             volumes: (!volumes.is_empty()).then_some(volumes),
