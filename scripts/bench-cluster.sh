@@ -34,10 +34,13 @@
 #  gantry          `gantry run`, default profile, leader election off, clientConnection
 #                  qps/burst 5000; for gangs, with Coscheduling in place of PrioritySort
 #                  (--coscheduling: for every workload);
-#  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
-#                  election off, clientConnection qps/burst 5000.
+#  kube-scheduler  kube-scheduler 1.37.2 (scripts/install-kube.sh), default profile, leader
+#                  election off, clientConnection qps/burst 5000, its /metrics read over
+#                  HTTPS from its secure port on loopback (self-signed certificate).
 # All use the admin kubeconfig (system:masters: exempt from API priority and fairness).
-# kube-scheduler 1.20.2 has no gang scheduling and the null binder decides nothing: they
+# kube-scheduler 1.37.2 ignores the PodGroups of deploy/05-podgroup-crd.yaml
+# (scheduling.x-k8s.io, Coscheduling's; its own gang scheduling, behind the GenericWorkload
+# gate, off by default, reads scheduling.k8s.io's) and the null binder decides nothing: they
 # would place the gangs' pods as plain ones, so only gantry runs the gangs workload. The
 # PodGroup CRD (deploy/05-podgroup-crd.yaml) is installed when gangs are asked for.
 #
@@ -80,7 +83,7 @@ PERF_APISERVER=
 PERF_OPTIONS=${PERF_OPTIONS:-}
 BUILD=1
 
-usage() { bench_usage 4 6; }
+usage() { bench_usage 5 8; }
 
 while (($#)); do
   bench_option "$@"
@@ -188,8 +191,10 @@ for nodes in "${NODE_LIST[@]}"; do
             [[ -z "${PERF}" ]] || extra+=(--perf "${RUN}/perf.data")
             ;;
           kube-scheduler)
-            bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
-            command=("${KUBE_SCHEDULER}" --config "${RUN}/kube-scheduler.yaml" --secure-port=0)
+            bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}"
+            bench_kube_scheduler_command "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
+            command=("${KUBE_SCHEDULER_COMMAND[@]}")
+            metrics=(--metrics "https://127.0.0.1:${port}/metrics")
             ;;
         esac
         log "${name}: measuring"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 19's volume benchmark: kube-scheduler's own scheduler_perf workloads with volumes
-# (Kubernetes 1.20.2, test/integration/scheduler_perf/config: SchedulingInTreePVs,
-# SchedulingCSIPVs, SchedulingMigratedInTreePVs), gantry against kube-scheduler 1.20.2 side by
-# side, through a real (local) kube-apiserver and etcd with the real PersistentVolume
-# controller running.
+# (Kubernetes 1.37.2, test/integration/scheduler_perf/volumes/performance-config.yaml:
+# SchedulingInTreePVs, SchedulingCSIPVs, SchedulingMigratedInTreePVs), gantry against
+# kube-scheduler 1.37.2 side by side, through a real (local) kube-apiserver and etcd with the
+# real PersistentVolume controller running.
 #
 #   scripts/bench-volumes.sh [--nodes 5000] [--init-pods N] [--pods 1000]
 #       [--workload in-tree,csi,migrated] [--schedulers gantry,kube-scheduler[,null]]
@@ -12,21 +12,21 @@
 # The workloads, with scheduler_perf's node and pod templates (see
 # src/bin/cluster-bench/volumes.rs):
 #  in-tree   (SchedulingInTreePVs)          every pod has a claim of its own on an in-tree
-#            AWS EBS volume; the nodes (node-default.yaml: 4 cpu, 32Gi, 110 pods, Ready)
-#            have no CSINode;
+#            AWS EBS volume; the nodes (scheduler_perf's base node, as node-default.yaml:
+#            4 cpu, 32Gi, 110 pods, Ready) have no CSINode;
 #  csi       (SchedulingCSIPVs)              the volumes are EBS CSI volumes; every node has
 #            the allocatable attachable-volumes-csi-ebs.csi.aws.com 39 and a CSINode with
 #            the driver ebs.csi.aws.com and 39 volumes;
 #  migrated  (SchedulingMigratedInTreePVs)   in-tree AWS EBS volumes on the csi nodes, whose
-#            CSINodes say the in-tree plugin is migrated to the CSI driver. kube-scheduler
-#            1.20 and the PV controller then run with --feature-gates=CSIMigrationAWS=true
-#            (scheduler_perf turns CSIMigration and CSIMigrationAWS on; CSIMigration is on by
-#            default in 1.20); gantry follows today's kube-scheduler, where the AWS EBS
-#            migration is always on.
+#            CSINodes say the in-tree plugin is migrated to the CSI driver (the AWS EBS
+#            migration is always on in kube-scheduler 1.37, which has no gate for it, as in
+#            gantry).
 # Counts as in scheduler_perf: --init-pods (default: as many as nodes; its 500Nodes and
-# 5000Nodes workloads) and --pods measured pods (1000), one claim and one volume each.
+# 5000Nodes workloads) and --pods measured pods (1000), one claim and one volume each (its
+# 5000Nodes_2000Pods, in-tree, is --nodes 5000 --init-pods 1000 --pods 2000, and
+# 5000Nodes_5000Pods, CSI and migrated, --nodes 5000 --pods 5000).
 #
-# For every workload, one control plane (the nodes differ), and kube-controller-manager 1.20.2
+# For every workload, one control plane (the nodes differ), and kube-controller-manager 1.37.2
 # with only the PV binder controller (--kube-api-qps/burst 5000; its log in
 # DIR/control-plane-<workload>/kube-controller-manager.log), started once and running
 # through every measurement. `cluster-bench populate` creates the nodes (and CSINodes). Then
@@ -49,11 +49,13 @@
 # median of the rounds.
 #
 # Two deviations from scheduler_perf, both for the real control plane:
-#  * scheduler_perf creates the claims and volumes bound already (the claim's bind-completed
-#    annotation, no volumeName) for a fake PV controller to complete; the real one would mark
-#    such a claim Lost. Here each pair is pre-bound the way a user does it (the volume's
-#    claimRef names the claim without a uid, the claim's spec.volumeName names the volume)
-#    and the PV controller binds them before the scheduler starts.
+#  * scheduler_perf creates the claims and volumes bound already (both phases Bound, the
+#    claim's bind-completed annotation, the volume's claimRef without the claim's uid), with
+#    no PV controller running; the real one would mark such a claim Lost (its volume names
+#    another claimant: no uid). Here each pair is pre-bound the way a user does it (the
+#    volume's claimRef names the claim without a uid, the claim's spec.volumeName names the
+#    volume, no annotation, no status) and the PV controller binds them before the scheduler
+#    starts.
 #  * scheduler_perf creates its measured pods while the scheduler runs, so its figure is
 #    bounded by how fast it creates them. Here all the pods (init and measured) are pending
 #    before the scheduler starts, as in scripts/bench-cluster.sh; the throughput is from the
@@ -62,8 +64,9 @@
 #    after the init pods', so both schedulers queue them last).
 # The schedulers (all with the admin kubeconfig, exempt from API priority and fairness):
 #  gantry          `gantry run`, default profile, leader election off, qps/burst 5000;
-#  kube-scheduler  kube-scheduler 1.20.2 (scripts/install-kube.sh), default profile, leader
-#                  election off, qps/burst 5000;
+#  kube-scheduler  kube-scheduler 1.37.2 (scripts/install-kube.sh), default profile, leader
+#                  election off, qps/burst 5000, its /metrics read over HTTPS from its secure
+#                  port on loopback (self-signed certificate);
 #  null            `cluster-bench null-binder`, which binds round-robin without deciding
 #                  (not by default: the claims are bound already, so it measures only the
 #                  API server's ceiling, as in bench-cluster.sh).
@@ -166,8 +169,6 @@ pv_controller_running() {
 RESULTS=()
 for w in "${WORKLOAD_LIST[@]}"; do
   workload=$(bench_workload "${w}")
-  gates=()
-  [[ "${w}" != migrated ]] || gates=(--feature-gates=CSIMigrationAWS=true)
   bench_wait_quiet
   STATE="${OUT}/control-plane-${workload}"
   mkdir -p "${STATE}"
@@ -177,7 +178,7 @@ for w in "${WORKLOAD_LIST[@]}"; do
   . "${STATE}/env"
   # shellcheck disable=SC2153  # KUBECONFIG comes from the control plane's env
   start_pv_controller "${KUBECONFIG}" "${STATE}/kube-controller-manager.log" \
-    --kube-api-qps=5000 --kube-api-burst=5000 "${gates[@]}"
+    --kube-api-qps=5000 --kube-api-burst=5000
   "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --nodes "${NODES}" --workload "${workload}"
   for ((round = 1; round <= ROUNDS; round++)); do
     suffix=
@@ -208,9 +209,10 @@ for w in "${WORKLOAD_LIST[@]}"; do
           [[ -z "${PERF}" || -z "${PERF_OPTIONS:-}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")
           ;;
         kube-scheduler)
-          bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
-          command=("${KUBE_SCHEDULER}" --config "${RUN}/kube-scheduler.yaml" --secure-port=0
-            "${gates[@]}")
+          bench_kube_scheduler_config "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}"
+          bench_kube_scheduler_command "${RUN}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
+          command=("${KUBE_SCHEDULER_COMMAND[@]}")
+          metrics=(--metrics "https://127.0.0.1:${port}/metrics")
           ;;
       esac
       log "${name}: measuring"

@@ -66,7 +66,8 @@ kube_bin() {
 
 # start_pv_controller KUBECONFIG LOG [ARG...]: the PersistentVolume controller in the
 # background: kube-controller-manager running that controller only, without leader election
-# or an HTTP port, all its output in LOG, ARGs added to its command line. Sets
+# or a port of its own (--secure-port=0: nothing reads its /healthz or /metrics), all its
+# output in LOG, ARGs added to its command line. Sets
 # PV_CONTROLLER_PID.
 # shellcheck disable=SC2034  # the variables it sets are the caller's
 start_pv_controller() {
@@ -112,13 +113,14 @@ EOC
   fi
 }
 
-# bench_kube_scheduler_config FILE KUBECONFIG PORT: kube-scheduler 1.20's counterpart, in
-# v1beta1 (the newest version 1.20 reads), its healthz and metrics served over plain HTTP on
-# PORT (run it with --secure-port=0, which turns the HTTPS port and its delegated
-# authentication off).
+# bench_kube_scheduler_config FILE KUBECONFIG: kube-scheduler's counterpart (the version
+# install-kube.sh builds), in kubescheduler.config.k8s.io/v1: the default profile, leader
+# election off, KUBECONFIG as its client connection, qps/burst 5000. Where it serves /healthz
+# and /metrics is on its command line (bench_kube_scheduler_command): the v1 configuration has
+# no address for them.
 bench_kube_scheduler_config() {
   cat >"$1" <<EOC
-apiVersion: kubescheduler.config.k8s.io/v1beta1
+apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 leaderElection:
   leaderElect: false
@@ -126,11 +128,26 @@ clientConnection:
   kubeconfig: $2
   qps: 5000
   burst: 5000
-healthzBindAddress: 127.0.0.1:$3
-metricsBindAddress: 127.0.0.1:$3
 profiles:
 - schedulerName: default-scheduler
 EOC
+}
+
+# bench_kube_scheduler_command CONFIG KUBECONFIG PORT: sets KUBE_SCHEDULER_COMMAND to
+# KUBE_SCHEDULER's command line with the configuration CONFIG, serving /healthz and /metrics
+# over HTTPS on 127.0.0.1:PORT (its only way to serve them; a self-signed certificate made in
+# memory, which whoever reads them accepts on loopback), as tests/support/component.rs starts
+# it. KUBECONFIG is for the delegated authentication and authorization of that port, whose
+# lookup of client CA settings is skipped (this API server publishes none: it would log an
+# error per retry), and /metrics is open to anyone like /healthz, so that cluster-bench reads it
+# without a token.
+# shellcheck disable=SC2034  # the variable it sets is the caller's
+bench_kube_scheduler_command() {
+  KUBE_SCHEDULER_COMMAND=("${KUBE_SCHEDULER}" --config "$1"
+    --bind-address=127.0.0.1 --secure-port="$3"
+    --authentication-kubeconfig="$2" --authentication-skip-lookup
+    --authorization-kubeconfig="$2"
+    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics)
 }
 
 # The end-to-end benchmarks' shared steps (bench-cluster.sh, bench-volumes.sh,

@@ -18,10 +18,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::TryStreamExt;
+use gantry::adapter::extender::NoVerification;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::HttpConnector;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, WatchParams};
@@ -47,12 +51,8 @@ const METRICS_DELAY: Duration = Duration::from_secs(1);
 const COUNTS_SETTLE: Duration = Duration::from_secs(5);
 /// How long a stopped scheduler may take to exit before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(30);
-/// The pod scheduling SLI histograms: gantry's (today's kube-scheduler name), then
-/// kube-scheduler 1.20's.
-const SLI_METRICS: [&str; 2] = [
-    "scheduler_pod_scheduling_sli_duration_seconds",
-    "scheduler_pod_scheduling_duration_seconds",
-];
+/// The pod scheduling SLI histogram, as gantry and kube-scheduler 1.37 name it.
+const SLI_METRIC: &str = "scheduler_pod_scheduling_sli_duration_seconds";
 
 /// Arguments of `cluster-bench run`.
 #[derive(Debug, clap::Args)]
@@ -72,7 +72,9 @@ pub struct Args {
     /// The number of nodes, for the result.
     #[arg(long)]
     nodes: usize,
-    /// The scheduler's metrics URL (`http://127.0.0.1:PORT/metrics`), for the SLI histogram.
+    /// The scheduler's metrics URL, for the SLI histogram: `http://127.0.0.1:PORT/metrics`,
+    /// or `https://` on a loopback address (kube-scheduler's secure port, whose self-signed
+    /// certificate is taken unverified).
     #[arg(long)]
     metrics: Option<String>,
     /// kube-apiserver's pid: its CPU time, and the run waits until it is idle.
@@ -491,13 +493,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         match http_get(url).await {
             Ok(text) => {
                 let samples = prom::parse(&text);
-                for name in SLI_METRICS {
-                    if let Some(h) = prom::histogram(&samples, name) {
-                        result.sli_metric = Some(name.to_string());
-                        result.sli_p50_s = prom::quantile(0.5, &h);
-                        result.sli_p99_s = prom::quantile(0.99, &h);
-                        break;
-                    }
+                if let Some(h) = prom::histogram(&samples, SLI_METRIC) {
+                    result.sli_metric = Some(SLI_METRIC.to_string());
+                    result.sli_p50_s = prom::quantile(0.5, &h);
+                    result.sli_p99_s = prom::quantile(0.99, &h);
                 }
                 if let Some(p) = result.preemption.as_mut() {
                     let present = |name: &str| samples.iter().any(|s| s.name == name);
@@ -793,7 +792,10 @@ async fn apiserver_counts(client: &Client) -> anyhow::Result<(ApiCounts, String)
     Ok((counts, text))
 }
 
-/// GET over plain HTTP (the schedulers' metrics endpoints).
+/// GET of a scheduler's metrics endpoint: over plain HTTP (gantry's, `--secure-port 0`), or
+/// over HTTPS on a loopback address only (kube-scheduler's secure port: its certificate is
+/// self-signed, made in memory when it starts, so there is nothing to verify it against and
+/// [`unverified_tls`] takes it as it is).
 async fn http_get(url: &str) -> anyhow::Result<String> {
     use http_body_util::{BodyExt, Empty};
     use hyper::body::Bytes;
@@ -801,7 +803,12 @@ async fn http_get(url: &str) -> anyhow::Result<String> {
     use hyper_util::rt::TokioExecutor;
 
     let uri: hyper::Uri = url.parse().with_context(|| format!("invalid URL {url}"))?;
-    let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    anyhow::ensure!(
+        uri.scheme_str() != Some("https") || is_loopback(&uri),
+        "{url}: HTTPS without certificate verification is for loopback addresses only"
+    );
+    let client =
+        HttpClient::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(unverified_tls()?);
     let body = tokio::time::timeout(Duration::from_secs(10), async {
         let response = client.get(uri).await?;
         anyhow::ensure!(response.status().is_success(), "HTTP {}", response.status());
@@ -810,6 +817,32 @@ async fn http_get(url: &str) -> anyhow::Result<String> {
     .await
     .context("no answer within 10 s")??;
     Ok(String::from_utf8(body.to_vec())?)
+}
+
+/// Whether `uri`'s host is a loopback IP address (127.0.0.0/8 or `[::1]`); a name is not,
+/// whatever it resolves to.
+fn is_loopback(uri: &hyper::Uri) -> bool {
+    uri.host()
+        .map(|host| host.trim_start_matches('[').trim_end_matches(']'))
+        .and_then(|host| host.parse::<std::net::IpAddr>().ok())
+        .is_some_and(|ip| ip.is_loopback())
+}
+
+/// A connector for plain HTTP, and for HTTPS without verifying the server's certificate (only
+/// its handshake signatures): [`http_get`] uses it for loopback addresses only.
+fn unverified_tls() -> anyhow::Result<HttpsConnector<HttpConnector>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("TLS")?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+        .with_no_client_auth();
+    Ok(HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .build())
 }
 
 /// Starts `perf record` with `options` on `pid`, its output in `out`.
@@ -845,4 +878,20 @@ fn stop(mut child: Child, what: &str) {
     eprintln!("cluster-bench: {what} ignored the signal for {STOP_GRACE:?}; killing it");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_addresses_are_loopback() {
+        let loopback = |url: &str| is_loopback(&url.parse().unwrap());
+        assert!(loopback("https://127.0.0.1:10259/metrics"));
+        assert!(loopback("https://127.1.2.3:10259/metrics"));
+        assert!(loopback("https://[::1]:10259/metrics"));
+        assert!(!loopback("https://localhost:10259/metrics"));
+        assert!(!loopback("https://10.0.0.1:10259/metrics"));
+        assert!(!loopback("https://scheduler.example:10259/metrics"));
+    }
 }

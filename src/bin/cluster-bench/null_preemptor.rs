@@ -1,32 +1,34 @@
 //! `cluster-bench null-preemptor`: the preemption workload's ceiling, a preemptor that decides
 //! nothing. It lists the nodes, the low-priority pods on each and the pending preemptors, gives
-//! preemptor i node i (sorted by name) and the three low-priority pods there as victims, and
-//! makes the API writes kube-scheduler 1.20 makes for a preemption: the preemptor's status
-//! patch (nominated node and `PodScheduled=False`), its `FailedScheduling` event, per victim a
-//! DELETE and a `Preempted` event, then once the victims are gone the binding and its
-//! `Scheduled` event: ten writes. Many preemptions are in flight over one client, so its rate
-//! is what the API server and etcd can carry of this workload on this machine: the ceiling of
-//! any scheduler's preemptors per second. Then it waits for SIGTERM or SIGINT, like a
-//! scheduler would, so that the harness treats it like the others.
+//! preemptor i node i (sorted by name) and the four low-priority pods there as victims, and
+//! makes the API writes kube-scheduler 1.37 makes for a preemption with its default feature
+//! gates (asynchronous preemption on, asynchronous API calls off): the preemptor's
+//! `FailedScheduling` event and status patch (nominated node and `PodScheduled=False`) while
+//! its victims are evicted, each with a status patch (its `DisruptionTarget` condition), a
+//! DELETE and a `Preempted` event; then, once all that is done, the binding and its `Scheduled`
+//! event: sixteen writes. Many preemptions are in flight over one client, so its rate is what
+//! the API server and etcd can carry of this workload on this machine: the ceiling of any
+//! scheduler's preemptors per second. Then it waits for SIGTERM or SIGINT, like a scheduler
+//! would, so that the harness treats it like the others.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use futures::{StreamExt, stream};
+use futures::{StreamExt, future, stream};
 use gantry::config::DEFAULT_SCHEDULER_NAME;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::preemption::PRIORITY_LABEL;
 
-/// Victims per preemptor: the workload's preemptor fits where three of the four low-priority
-/// pods of a node leave.
-const VICTIMS: usize = 3;
+/// Victims per preemptor: the workload's preemptor (3970m) fits a node (4 cpu, four
+/// low-priority pods of 900m) only once all four of them leave.
+const VICTIMS: usize = 4;
 /// The reporting controller of the events, as kube-scheduler names itself.
 const REPORTER: &str = "default-scheduler";
 
@@ -102,13 +104,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect();
     let listed = start.elapsed();
-    // What no node fitting says, as kube-scheduler words it for this workload.
-    let unfit = format!(
-        "0/{n} nodes are available: {n} Insufficient cpu.",
-        n = nodes.len()
-    );
     let results: Vec<anyhow::Result<()>> = stream::iter(plan)
-        .map(|p| preempt(client.clone(), p, &unfit))
+        .map(|p| preempt(client.clone(), p, nodes.len()))
         .buffer_unordered(args.in_flight.max(1))
         .collect()
         .await;
@@ -128,60 +125,153 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     crate::wait_for_signal().await
 }
 
-/// The ten writes of one preemption, in kube-scheduler 1.20's order.
-/// `unfit` is the message of the preemptor's failed attempt.
-async fn preempt(client: kube::Client, p: Preemption, unfit: &str) -> anyhow::Result<()> {
-    let namespace = p.preemptor.metadata.namespace.clone().unwrap_or_default();
-    let name = p.preemptor.metadata.name.clone().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
-    let status = json!({"status": {
-        "nominatedNodeName": p.node,
-        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-            "message": unfit}],
-    }});
-    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
-        .await
-        .with_context(|| format!("{namespace}/{name}: status"))?;
+/// The sixteen writes of one preemption among `nodes` nodes, in kube-scheduler 1.37's order:
+/// its preemption goroutine evicts the victims while the failed attempt is recorded, and the
+/// preemptor, held back until its last victim is gone, is then bound.
+async fn preempt(client: kube::Client, p: Preemption, nodes: usize) -> anyhow::Result<()> {
+    let (failed, evicted) = future::join(
+        record_failure(&client, &p, nodes),
+        evict(&client, &p.preemptor, &p.victims, &p.node),
+    )
+    .await;
+    failed?;
+    evicted?;
+    bind(&client, &p.preemptor, &p.node).await
+}
+
+/// What no node fitting says with the preemption found on `node`, as kube-scheduler words it
+/// for this workload (the fit error, then DefaultPreemption's message).
+fn unfit(nodes: usize, node: &str) -> String {
+    format!(
+        "0/{nodes} nodes are available: {nodes} Insufficient cpu. preemption: found a potential \
+         placement for pod on node {node}, preempting {VICTIMS} victims"
+    )
+}
+
+/// The failed attempt of the preemptor: its `FailedScheduling` event, then the status patch
+/// with `PodScheduled=False` and the nominated node.
+async fn record_failure(client: &kube::Client, p: &Preemption, nodes: usize) -> anyhow::Result<()> {
+    let (namespace, name) = key(&p.preemptor);
+    let message = unfit(nodes, &p.node);
     let failed = event(
         &p.preemptor,
         "FailedScheduling",
         "Warning",
         "Scheduling",
-        unfit,
+        &message,
     );
-    events
+    Api::<Event>::namespaced(client.clone(), &namespace)
         .create(&PostParams::default(), &failed)
         .await
         .with_context(|| format!("{namespace}/{name}: event"))?;
-    for victim in &p.victims {
-        let victim_name = victim.metadata.name.clone().unwrap_or_default();
-        pods.delete(&victim_name, &DeleteParams::default())
-            .await
-            .with_context(|| format!("{namespace}/{victim_name}: delete"))?;
-        let note = format!("Preempted by {namespace}/{name} on node {}", p.node);
-        let preempted = event(victim, "Preempted", "Normal", "Preempting", &note);
-        events
-            .create(&PostParams::default(), &preempted)
-            .await
-            .with_context(|| format!("{namespace}/{victim_name}: event"))?;
-    }
-    let binding = crate::null_binder::binding(p.preemptor.metadata.clone(), &p.node);
-    pods.create_subresource::<_, serde_json::Value>(
-        "binding",
-        &name,
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .with_context(|| format!("{namespace}/{name}: binding"))?;
-    let note = format!("Successfully assigned {namespace}/{name} to {}", p.node);
-    let scheduled = event(&p.preemptor, "Scheduled", "Normal", "Binding", &note);
-    events
+    let status = json!({"status": {
+        "nominatedNodeName": p.node,
+        "conditions": [condition(&p.preemptor, "PodScheduled", "False", "Unschedulable", &message)],
+    }});
+    Api::<Pod>::namespaced(client.clone(), &namespace)
+        .patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .with_context(|| format!("{namespace}/{name}: status"))?;
+    Ok(())
+}
+
+/// Evicts `victims` for `preemptor` on `node` as kube-scheduler's preemption goroutine does:
+/// all but the last at once, then the last.
+async fn evict(
+    client: &kube::Client,
+    preemptor: &Pod,
+    victims: &[Pod],
+    node: &str,
+) -> anyhow::Result<()> {
+    let Some((last, others)) = victims.split_last() else {
+        return Ok(());
+    };
+    future::try_join_all(others.iter().map(|v| evict_one(client, preemptor, v, node))).await?;
+    evict_one(client, preemptor, last, node).await
+}
+
+/// One victim's three writes: its `DisruptionTarget` condition, its DELETE, and the
+/// `Preempted` event naming the preemptor's uid.
+async fn evict_one(
+    client: &kube::Client,
+    preemptor: &Pod,
+    victim: &Pod,
+    node: &str,
+) -> anyhow::Result<()> {
+    let (namespace, name) = key(victim);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let scheduler = preemptor
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.as_deref());
+    let message = format!(
+        "{}: preempting to accommodate a higher priority pod",
+        scheduler.unwrap_or_default()
+    );
+    let target = condition(
+        victim,
+        "DisruptionTarget",
+        "True",
+        "PreemptionByScheduler",
+        &message,
+    );
+    let status = json!({"status": {"conditions": [target]}});
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(status))
+        .await
+        .with_context(|| format!("{namespace}/{name}: status"))?;
+    pods.delete(&name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("{namespace}/{name}: delete"))?;
+    let uid = preemptor.metadata.uid.as_deref().unwrap_or_default();
+    let note = format!("Preempted by pod {uid} on node {node}");
+    // No `related`: kube-scheduler 1.37 passes the preemptor in a wrapper type that its event
+    // recorder cannot make a reference to, so the field stays empty.
+    let preempted = event(victim, "Preempted", "Normal", "Preempting", &note);
+    Api::<Event>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &preempted)
+        .await
+        .with_context(|| format!("{namespace}/{name}: event"))?;
+    Ok(())
+}
+
+/// The binding of `preemptor` to `node` and its `Scheduled` event.
+async fn bind(client: &kube::Client, preemptor: &Pod, node: &str) -> anyhow::Result<()> {
+    let (namespace, name) = key(preemptor);
+    let binding = crate::null_binder::binding(preemptor.metadata.clone(), node);
+    Api::<Pod>::namespaced(client.clone(), &namespace)
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .with_context(|| format!("{namespace}/{name}: binding"))?;
+    let note = format!("Successfully assigned {namespace}/{name} to {node}");
+    let scheduled = event(preemptor, "Scheduled", "Normal", "Binding", &note);
+    Api::<Event>::namespaced(client.clone(), &namespace)
         .create(&PostParams::default(), &scheduled)
         .await
         .with_context(|| format!("{namespace}/{name}: event"))?;
     Ok(())
+}
+
+/// `pod`'s namespace and name.
+fn key(pod: &Pod) -> (String, String) {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    (namespace, pod.metadata.name.clone().unwrap_or_default())
+}
+
+/// A pod condition as kube-scheduler sets it: changed now, observed at `pod`'s generation.
+fn condition(pod: &Pod, type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": pod.metadata.generation,
+        "lastTransitionTime": Time(k8s_openapi::jiff::Timestamp::now()),
+    })
 }
 
 /// An events.k8s.io/v1 event about `pod`, as kube-scheduler writes them: named after the pod

@@ -1,23 +1,26 @@
-//! kube-scheduler's own volume workloads, from scheduler_perf in the Kubernetes 1.20.2 source
-//! (`test/integration/scheduler_perf/config`): `SchedulingInTreePVs`, `SchedulingCSIPVs` and
-//! `SchedulingMigratedInTreePVs`, so that gantry and kube-scheduler are compared on the
+//! kube-scheduler's own volume workloads, from scheduler_perf in the Kubernetes 1.37.2 source
+//! (`test/integration/scheduler_perf/volumes/performance-config.yaml`, templates in
+//! `test/integration/scheduler_perf/templates`): `SchedulingInTreePVs`, `SchedulingCSIPVs`
+//! and `SchedulingMigratedInTreePVs`, so that gantry and kube-scheduler are compared on the
 //! objects kube-scheduler's authors measure it with.
 //!
-//! The nodes are `node-default.yaml` (4 cpu, 32Gi, 110 pods, Ready); the two CSI workloads add
-//! the allocatable `attachable-volumes-csi-ebs.csi.aws.com: 39` and a CSINode of driver
-//! `ebs.csi.aws.com` with 39 volumes, which the migrated workload annotates with the in-tree
-//! AWS EBS plugin as migrated. Every pod (`makeBasePod`: one `pause` container, 100m and 500Mi
-//! requested and limited) has a claim of its own (`pvc.yaml`: ReadOnlyMany, 1Gi) on a volume
-//! of its own (`pv-aws.yaml`, an in-tree AWS EBS volume, or `pv-csi.yaml`, the same volume
-//! through the EBS CSI driver).
+//! The nodes are `node-default.yaml` (4 cpu, 32Gi, 110 pods, Ready; the in-tree workload's
+//! `makeBaseNode` is the same node); the two CSI workloads add the allocatable
+//! `attachable-volumes-csi-ebs.csi.aws.com: 39` and a CSINode of driver `ebs.csi.aws.com`
+//! with 39 volumes, which the migrated workload annotates with the in-tree AWS EBS plugin as
+//! migrated. Every pod (`makeBasePod`: one `pause` container, 100m and 500Mi requested and
+//! limited) has a claim of its own (`pvc.yaml`: ReadOnlyMany, 1Gi) on a volume of its own
+//! (`pv-aws.yaml`, an in-tree AWS EBS volume, or `pv-csi.yaml`, the same volume through the
+//! EBS CSI driver, its handle the volume's name).
 //!
-//! One deviation: scheduler_perf writes each claim and volume bound already (the claim with
-//! the bind-completed annotation and no `spec.volumeName`, both phases Bound) for its fake PV
-//! controller to fill in the volume's name; the real PV controller, which the benchmark runs,
-//! would mark such a claim Lost. So each pair is pre-bound the way a user does it and the
-//! controller completes: the volume names its claim (namespace and name, no uid), the claim
-//! names its volume (`spec.volumeName`), and the controller binds them before the scheduler
-//! starts.
+//! One deviation: scheduler_perf writes each claim and volume bound already (both phases
+//! Bound, the claim with the bind-completed annotation and `spec.volumeName`, the volume's
+//! `claimRef` without the claim's uid) and runs no PV controller; the real one, which the
+//! benchmark runs, would mark such a claim Lost (its volume's claimant, without a uid, is not
+//! the claim). So each pair is pre-bound the way a user does it and the controller completes:
+//! the volume names its claim (namespace and name, no uid), the claim names its volume
+//! (`spec.volumeName`), neither has an annotation or a status, and the controller binds them
+//! before the scheduler starts.
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
@@ -117,8 +120,8 @@ pub fn csi_nodes(nodes: &[Node], kind: Kind) -> Vec<CSINode> {
 
 /// `count` pods in `namespace` for `scheduler_name`, pod `pod-NNNNN` (numbered in the order
 /// they are created, so that a list returns them in that order) with claim `pvc-<i>` on
-/// volume `<namespace>-vol-<i>` (volume ID or handle `vol-<i>`), as scheduler_perf names
-/// them.
+/// volume `<namespace>-vol-<i>` (volume ID `vol-<i>`, handle the volume's name), as
+/// scheduler_perf names them.
 pub fn objects(count: usize, namespace: &str, kind: Kind, scheduler_name: &str) -> Objects {
     let mut objects = Objects {
         volumes: Vec::with_capacity(count),
@@ -131,7 +134,7 @@ pub fn objects(count: usize, namespace: &str, kind: Kind, scheduler_name: &str) 
         let (source, details) = match kind {
             Kind::Csi => (
                 "csi",
-                json!({"driver": EBS_CSI_DRIVER, "volumeHandle": format!("vol-{i}")}),
+                json!({"driver": EBS_CSI_DRIVER, "volumeHandle": &volume}),
             ),
             Kind::InTree | Kind::MigratedInTree => (
                 "awsElasticBlockStore",
@@ -164,7 +167,7 @@ pub fn objects(count: usize, namespace: &str, kind: Kind, scheduler_name: &str) 
                 "schedulerName": scheduler_name,
                 "containers": [{
                     "name": "pause",
-                    "image": "k8s.gcr.io/pause:3.2",
+                    "image": "registry.k8s.io/pause:3.10.2",
                     "ports": [{"containerPort": 80}],
                     "resources": {"requests": resources, "limits": resources},
                 }],
@@ -265,7 +268,7 @@ mod tests {
         let source = spec.csi.as_ref().unwrap();
         assert_eq!(
             (source.driver.as_str(), source.volume_handle.as_str()),
-            ("ebs.csi.aws.com", "vol-0")
+            ("ebs.csi.aws.com", "ns-vol-0")
         );
         assert!(spec.aws_elastic_block_store.is_none());
     }
