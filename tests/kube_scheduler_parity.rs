@@ -323,8 +323,15 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
             objects.terminating.push((ns.clone(), name.clone()));
         }
         if bound {
-            // Preemption's victims are ordered by start time, which only a kubelet sets.
-            if let Some(status) = status.filter(|s| s.get("startTime").is_some()) {
+            // What only a kubelet sets: the start time preemption orders victims by, and the
+            // resources an in-place resize has allocated and actuated.
+            let kubelets = [
+                "startTime",
+                "containerStatuses",
+                "allocatedResources",
+                "resources",
+            ];
+            if let Some(status) = status.filter(|s| kubelets.iter().any(|k| s.get(*k).is_some())) {
                 objects
                     .statuses
                     .push((format!("/api/v1/namespaces/{ns}/pods/{name}"), status));

@@ -248,6 +248,22 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     create_pod(&client, &pod(ns, "plain", "gantry-proto", "100m", "128Mi")).await;
     create_pod(&client, &pod(ns, "bound", "gantry-proto", "1", "1Gi")).await;
     bind(&client, ns, "bound", "proto-n2").await.expect("bind");
+    // The bound pod's kubelet reports an in-place resize under way, which its requests count.
+    pods.patch_status(
+        "bound",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {
+            "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
+            "containerStatuses": [{
+                "name": "app", "image": "registry.example/app:1", "imageID": "",
+                "ready": false, "restartCount": 0, "state": {"waiting": {}},
+                "allocatedResources": {"cpu": "1500m", "memory": "1Gi"},
+                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}
+            }]
+        }})),
+    )
+    .await
+    .expect("the bound pod's status");
     // A pod being deleted: its finalizer holds it with a deletion timestamp.
     pods.delete("rich", &DeleteParams::default())
         .await
@@ -342,9 +358,20 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         "metadata.name",
         "kubernetes.io/hostname",
         "ClaimUse { name: \"proto-data\"",
+        "resource_claims: [\"gpu\", \"nic\"]",
+        "requests: Resources { milli_cpu: 2000,",
     ] {
         assert!(rich.contains(read), "{read} missing from {rich}");
     }
+    // The pod-level 2 cpu of the rich pod, the 2 cpu its kubelet runs the bound one with.
+    let bound = items
+        .iter()
+        .find(|p| p.contains("name: \"bound\""))
+        .unwrap();
+    assert!(
+        bound.contains("requests: Resources { milli_cpu: 2000,"),
+        "{bound}"
+    );
     let listed = next(&mut nodes_proto).await;
     assert_eq!(listed, next(&mut nodes_json).await);
     let Seen::Listed(items) = &listed else {

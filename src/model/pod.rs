@@ -1,5 +1,6 @@
 //! The scheduler's view of a pod, computed once when the pod arrives.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
@@ -328,7 +329,7 @@ impl PodInfo {
         let empty_spec = core::PodSpec::default();
         let spec = pod.spec.as_ref().unwrap_or(&empty_spec);
         let labels = meta.labels.as_ref().map(Labels::from).unwrap_or_default();
-        let (requests, non_zero) = pod_requests(spec).map_err(|e| fail(e.to_string()))?;
+        let (requests, non_zero) = pod_requests(spec, status).map_err(|e| fail(e.to_string()))?;
         let host_ports = host_ports(spec).map_err(fail)?;
         let qos_class = qos_class(spec).map_err(fail)?;
         let tolerations = spec
@@ -555,54 +556,104 @@ fn mentions(c: &core::Container, name: &str) -> bool {
     })
 }
 
-/// The pod's effective requests and its non-zero cpu and memory for scoring.
-///
-/// Kubernetes' rules: regular containers are summed; each init container runs alone, so the
-/// init phase needs the largest of them, plus the restartable (sidecar) init containers started
-/// before it; sidecars keep running, so they also add to the sum; overhead is added last.
-fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), ResourceError> {
-    let mut sum = Resources::default();
-    let mut non_zero_sum = (0i64, 0i64);
-    let non_zero = |c: &core::Container, r: &Resources| {
+/// What one container asks: its requests, and whether cpu and memory are named at all (a
+/// container that names neither is scored as asking kube-scheduler's defaults).
+struct Ask {
+    requests: Resources,
+    names_cpu: bool,
+    names_memory: bool,
+}
+
+impl Ask {
+    /// The container's spec: its requests, defaulted from its limits.
+    fn spec(c: &core::Container, field: &str) -> Result<Ask, ResourceError> {
+        Ok(Ask {
+            requests: container_requests(c, field)?,
+            names_cpu: mentions(c, "cpu"),
+            names_memory: mentions(c, "memory"),
+        })
+    }
+
+    /// A resource list the kubelet reports.
+    fn reported(list: &BTreeMap<String, ApiQuantity>, field: &str) -> Result<Ask, ResourceError> {
+        Ok(Ask {
+            requests: Resources::from_list(list.iter().map(|(k, v)| (k, v.0.as_str())), field)?,
+            names_cpu: list.contains_key("cpu"),
+            names_memory: list.contains_key("memory"),
+        })
+    }
+
+    /// Nothing at all (a container whose resize is infeasible and reported no resources):
+    /// scored as asking kube-scheduler's defaults.
+    fn nothing() -> Ask {
+        Ask {
+            requests: Resources::default(),
+            names_cpu: false,
+            names_memory: false,
+        }
+    }
+
+    /// Cpu and memory with kube-scheduler's defaults for the unnamed, for scoring.
+    fn non_zero(&self) -> (i64, i64) {
         (
-            if mentions(c, "cpu") {
-                r.milli_cpu
+            if self.names_cpu {
+                self.requests.milli_cpu
             } else {
                 DEFAULT_MILLI_CPU_REQUEST
             },
-            if mentions(c, "memory") {
-                r.memory
+            if self.names_memory {
+                self.requests.memory
             } else {
                 DEFAULT_MEMORY_REQUEST
             },
         )
-    };
+    }
+}
+
+/// Requests and the non-zero cpu and memory scored with them.
+type Requests = (Resources, (i64, i64));
+
+/// The larger of each amount.
+fn max_requests(mut a: Requests, b: &Requests) -> Requests {
+    a.0.max_with(&b.0);
+    a.1 = (a.1.0.max(b.1.0), a.1.1.max(b.1.1));
+    a
+}
+
+/// What the containers need together, each asking what `ask` says.
+///
+/// Kubernetes' rules: regular containers are summed; each init container runs alone, so the
+/// init phase needs the largest of them, plus the restartable (sidecar) init containers
+/// started before it; sidecars keep running, so they also add to the sum.
+fn containers_need(
+    spec: &core::PodSpec,
+    ask: impl Fn(&core::Container, &str) -> Result<Ask, ResourceError>,
+) -> Result<Requests, ResourceError> {
+    let add = |a: (i64, i64), b: (i64, i64)| (a.0 + b.0, a.1 + b.1);
+    let mut sum = Resources::default();
+    let mut non_zero_sum = (0i64, 0i64);
     for (i, c) in spec.containers.iter().enumerate() {
-        let r = container_requests(c, &format!("spec.containers[{i}]"))?;
-        let nz = non_zero(c, &r);
-        non_zero_sum = (non_zero_sum.0 + nz.0, non_zero_sum.1 + nz.1);
-        sum.add(&r);
+        let a = ask(c, &format!("spec.containers[{i}]"))?;
+        non_zero_sum = add(non_zero_sum, a.non_zero());
+        sum.add(&a.requests);
     }
     let mut init_max = Resources::default();
     let mut non_zero_init_max = (0i64, 0i64);
     let mut sidecars = Resources::default();
     let mut non_zero_sidecars = (0i64, 0i64);
     for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-        let r = container_requests(c, &format!("spec.initContainers[{i}]"))?;
-        let nz = non_zero(c, &r);
+        let a = ask(c, &format!("spec.initContainers[{i}]"))?;
+        let nz = a.non_zero();
         let (phase, nz_phase) = if c.restart_policy.as_deref() == Some("Always") {
-            sum.add(&r);
-            non_zero_sum = (non_zero_sum.0 + nz.0, non_zero_sum.1 + nz.1);
-            sidecars.add(&r);
-            non_zero_sidecars = (non_zero_sidecars.0 + nz.0, non_zero_sidecars.1 + nz.1);
+            sum.add(&a.requests);
+            non_zero_sum = add(non_zero_sum, nz);
+            sidecars.add(&a.requests);
+            non_zero_sidecars = add(non_zero_sidecars, nz);
             (sidecars.clone(), non_zero_sidecars)
         } else {
-            let mut phase = r;
+            let mut phase = a.requests;
             phase.add(&sidecars);
-            (
-                phase,
-                (nz.0 + non_zero_sidecars.0, nz.1 + non_zero_sidecars.1),
-            )
+            (phase, add(nz, non_zero_sidecars))
         };
         init_max.max_with(&phase);
         non_zero_init_max = (
@@ -610,12 +661,27 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), Resourc
             non_zero_init_max.1.max(nz_phase.1),
         );
     }
-    sum.max_with(&init_max);
-    non_zero_sum = (
-        non_zero_sum.0.max(non_zero_init_max.0),
-        non_zero_sum.1.max(non_zero_init_max.1),
-    );
-    apply_pod_level_requests(spec, &mut sum, &mut non_zero_sum)?;
+    Ok(max_requests(
+        (sum, non_zero_sum),
+        &(init_max, non_zero_init_max),
+    ))
+}
+
+/// The pod's effective requests and its non-zero cpu and memory for scoring, as
+/// kube-scheduler 1.37's `PodRequests` counts them: the containers' (see [`containers_need`]),
+/// at least what an in-place resize has allocated or actuated (see [`Resize`]), replaced by
+/// the pod-level requests where the pod has them, overhead added last.
+fn pod_requests(
+    spec: &core::PodSpec,
+    status: Option<&core::PodStatus>,
+) -> Result<Requests, ResourceError> {
+    let mut need = containers_need(spec, Ask::spec)?;
+    let resize = status.and_then(Resize::of);
+    if let Some(resize) = &resize {
+        need = resize.apply(spec, need)?;
+    }
+    apply_pod_level_requests(spec, resize.as_ref(), &mut need)?;
+    let (mut sum, mut non_zero_sum) = need;
     if let Some(overhead) = &spec.overhead {
         let o = Resources::from_list(
             overhead.iter().map(|(k, v)| (k, v.0.as_str())),
@@ -627,24 +693,153 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, (i64, i64)), Resourc
     Ok((sum, non_zero_sum))
 }
 
+/// What the kubelet reports of a pod's in-place resize (GA in 1.35): the resources it has
+/// allocated and those it has actuated, per container or for the pod. A pod counts the most
+/// of its spec, the allocated and the actuated resources, for a resize may be under way in
+/// either direction; the spec is left out when the resize was found infeasible.
+struct Resize<'a> {
+    status: &'a core::PodStatus,
+    /// `PodResizePending` with reason `Infeasible`.
+    infeasible: bool,
+}
+
+impl<'a> Resize<'a> {
+    /// The resize `status` reports, if it reports resources at all (a pod not yet running
+    /// reports none, and counts its spec alone).
+    fn of(status: &'a core::PodStatus) -> Option<Resize<'a>> {
+        let containers = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten());
+        let reported = status.allocated_resources.is_some()
+            || status.resources.is_some()
+            || containers
+                .clone()
+                .any(|cs| cs.allocated_resources.is_some() || cs.resources.is_some());
+        let infeasible =
+            status.conditions.iter().flatten().any(|c| {
+                c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible")
+            });
+        reported.then_some(Resize { status, infeasible })
+    }
+
+    /// The status of the container `name`, with its path (`status.containerStatuses[0]`).
+    fn container(&self, name: &str) -> Option<(String, &'a core::ContainerStatus)> {
+        let s = self.status;
+        let find = |list: Option<&'a Vec<core::ContainerStatus>>, field: &str| {
+            let (i, cs) = list?.iter().enumerate().find(|(_, cs)| cs.name == name)?;
+            Some((format!("status.{field}[{i}]"), cs))
+        };
+        find(s.container_statuses.as_ref(), "containerStatuses")
+            .or_else(|| find(s.init_container_statuses.as_ref(), "initContainerStatuses"))
+    }
+
+    /// `spec_need` (the containers' spec) raised to what the resize allocated and actuated,
+    /// or, for an infeasible resize, just those.
+    fn apply(&self, spec: &core::PodSpec, spec_need: Requests) -> Result<Requests, ResourceError> {
+        let (allocated, actuated) = match self.pod_level_status() {
+            Some(both) => both?,
+            None => (
+                containers_need(spec, |c, field| self.allocated(c, field))?,
+                containers_need(spec, |c, field| self.actuated(c, field))?,
+            ),
+        };
+        let reported = max_requests(allocated, &actuated);
+        Ok(if self.infeasible {
+            reported
+        } else {
+            max_requests(spec_need, &reported)
+        })
+    }
+
+    /// The pod-level allocated and actuated requests, when the kubelet reports both (1.36's
+    /// in-place resize of pod-level resources): they already add the containers up.
+    fn pod_level_status(&self) -> Option<Result<(Requests, Requests), ResourceError>> {
+        let allocated = self.status.allocated_resources.as_ref()?;
+        let actuated = self.status.resources.as_ref()?.requests.as_ref()?;
+        let read = |list, field| {
+            Ask::reported(list, field).map(|a| {
+                let nz = a.non_zero();
+                (a.requests, nz)
+            })
+        };
+        Some(
+            read(allocated, "status.allocatedResources")
+                .and_then(|a| Ok((a, read(actuated, "status.resources.requests")?))),
+        )
+    }
+
+    /// What the container was allocated: the kubelet's report, else its spec (nothing when the
+    /// resize is infeasible).
+    fn allocated(&self, c: &core::Container, field: &str) -> Result<Ask, ResourceError> {
+        let reported = self
+            .container(&c.name)
+            .and_then(|(at, cs)| Some((at, cs.allocated_resources.as_ref()?)));
+        match reported {
+            Some((at, list)) => Ask::reported(list, &format!("{at}.allocatedResources")),
+            None if self.infeasible => Ok(Ask::nothing()),
+            None => Ask::spec(c, field),
+        }
+    }
+
+    /// What the container runs with: the kubelet's report of its requests, else what it was
+    /// allocated.
+    fn actuated(&self, c: &core::Container, field: &str) -> Result<Ask, ResourceError> {
+        let reported = self
+            .container(&c.name)
+            .and_then(|(at, cs)| Some((at, cs.resources.as_ref()?.requests.as_ref()?)));
+        match reported {
+            Some((at, list)) => Ask::reported(list, &format!("{at}.resources.requests")),
+            None => self.allocated(c, field),
+        }
+    }
+}
+
 /// Pod-level requests (`spec.resources.requests`, on by default since Kubernetes 1.34) of the
 /// resources Kubernetes manages at pod level (cpu, memory, hugepages) replace what the
 /// containers add up to, for fitting and for scoring alike (kube-scheduler's `PodRequests`);
-/// other resources stay the containers'.
+/// other resources stay the containers'. While a resize of them is reported, each is the most
+/// of the spec (unless the resize is infeasible), the actuated and the allocated amounts.
 fn apply_pod_level_requests(
     spec: &core::PodSpec,
-    sum: &mut Resources,
-    non_zero: &mut (i64, i64),
+    resize: Option<&Resize<'_>>,
+    (sum, non_zero): &mut Requests,
 ) -> Result<(), ResourceError> {
     let Some(requests) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) else {
         return Ok(());
     };
-    let supported = requests
-        .iter()
-        .filter(|(name, _)| is_pod_level_resource(name))
-        .map(|(k, v)| (k, v.0.as_str()));
-    let pod_level = Resources::from_list(supported, "spec.resources.requests")?;
-    for name in requests.keys().filter(|n| is_pod_level_resource(n)) {
+    let read = |list: &BTreeMap<String, ApiQuantity>, field: &str| {
+        Resources::from_list(
+            list.iter()
+                .filter(|(name, _)| is_pod_level_resource(name))
+                .map(|(k, v)| (k, v.0.as_str())),
+            field,
+        )
+    };
+    let mut pod_level = read(requests, "spec.resources.requests")?;
+    let mut names: BTreeSet<&String> = requests.keys().collect();
+    if let Some(r) = resize.filter(|r| r.status.resources.is_some()) {
+        if r.infeasible {
+            pod_level = Resources::default();
+            names.clear();
+        }
+        let status = r.status;
+        let actuated = status.resources.as_ref().and_then(|x| x.requests.as_ref());
+        for (list, field) in [
+            (actuated, "status.resources.requests"),
+            (
+                status.allocated_resources.as_ref(),
+                "status.allocatedResources",
+            ),
+        ] {
+            if let Some(list) = list {
+                pod_level.max_with(&read(list, field)?);
+                names.extend(list.keys());
+            }
+        }
+    }
+    for name in names.into_iter().filter(|n| is_pod_level_resource(n)) {
         match name.as_str() {
             "cpu" => {
                 sum.milli_cpu = pod_level.milli_cpu;

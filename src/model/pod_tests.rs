@@ -333,3 +333,83 @@ spec:
     .to_string();
     assert!(bad.contains("spec.resources.requests[cpu]"), "{bad}");
 }
+
+/// A running pod of one container asking `spec_cpu`, whose kubelet reports `status`.
+fn resized(spec_cpu: &str, status: &str) -> PodInfo {
+    pod(&format!(
+        r#"
+metadata: {{name: r}}
+spec:
+  nodeName: n1
+  containers:
+  - {{name: a, resources: {{requests: {{cpu: "{spec_cpu}", memory: 1Gi}}}}}}
+status:
+{status}
+"#
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_resize_counts_the_most_of_spec_allocated_and_actuated() {
+    // Shrinking from 2 cpu: the container still runs with 2.
+    let shrinking = resized(
+        "1",
+        "  containerStatuses:\n  - {name: a, allocatedResources: {cpu: \"1\"}, resources: {requests: {cpu: \"2\"}}}",
+    );
+    assert_eq!(shrinking.requests.milli_cpu, 2000);
+    assert_eq!(shrinking.non_zero_milli_cpu, 2000);
+    assert_eq!(
+        shrinking.requests.memory,
+        1 << 30,
+        "memory as the spec says"
+    );
+    // Growing to 3 cpu, not yet allocated: the spec's 3 count already.
+    let growing = resized(
+        "3",
+        "  containerStatuses:\n  - {name: a, allocatedResources: {cpu: \"1\"}, resources: {requests: {cpu: \"1\"}}}",
+    );
+    assert_eq!(growing.requests.milli_cpu, 3000);
+    // Growing to 8 cpu, found infeasible: what runs counts, not the spec.
+    let infeasible = resized(
+        "8",
+        "  conditions:\n  - {type: PodResizePending, status: \"True\", reason: Infeasible}\n  containerStatuses:\n  - {name: a, allocatedResources: {cpu: \"1\", memory: 1Gi}, resources: {requests: {cpu: \"1\", memory: 1Gi}}}",
+    );
+    assert_eq!(infeasible.requests.milli_cpu, 1000);
+    assert_eq!(infeasible.requests.memory, 1 << 30);
+    // A pod that reports no resources counts its spec.
+    let plain = resized("4", "  phase: Running");
+    assert_eq!(plain.requests.milli_cpu, 4000);
+}
+
+#[test]
+fn a_resize_of_pod_level_resources_counts_the_most_reported() {
+    let p = pod(r#"
+metadata: {name: p}
+spec:
+  nodeName: n1
+  resources: {requests: {cpu: "2"}}
+  containers:
+  - {name: a, resources: {requests: {cpu: "1"}}}
+status:
+  allocatedResources: {cpu: "2"}
+  resources: {requests: {cpu: "3"}}
+"#)
+    .unwrap();
+    assert_eq!(p.requests.milli_cpu, 3000);
+    let bad = pod(r#"
+metadata: {name: bad}
+spec:
+  containers:
+  - {name: a}
+status:
+  containerStatuses:
+  - {name: a, allocatedResources: {cpu: lots}}
+"#)
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.contains("status.containerStatuses[0].allocatedResources"),
+        "{bad}"
+    );
+}

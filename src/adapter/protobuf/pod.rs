@@ -45,9 +45,21 @@ pub struct PodStatus {
     /// `startTime`.
     #[prost(message, optional, tag = "7")]
     pub start_time: Option<Time>,
+    /// `containerStatuses`.
+    #[prost(message, repeated, tag = "8")]
+    pub container_statuses: Vec<ContainerStatus>,
+    /// `initContainerStatuses`.
+    #[prost(message, repeated, tag = "10")]
+    pub init_container_statuses: Vec<ContainerStatus>,
     /// `nominatedNodeName`.
     #[prost(string, optional, tag = "11")]
     pub nominated_node_name: Option<String>,
+    /// `allocatedResources`: what the kubelet allocated to the pod (pod-level resize).
+    #[prost(btree_map = "string, message", tag = "19")]
+    pub allocated_resources: BTreeMap<String, Quantity>,
+    /// `resources`: what the pod runs with (pod-level resize).
+    #[prost(message, optional, tag = "20")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 impl From<PodStatus> for api::PodStatus {
@@ -55,7 +67,37 @@ impl From<PodStatus> for api::PodStatus {
         api::PodStatus {
             conditions: some_vec(s.conditions),
             start_time: s.start_time.and_then(Time::into_api),
+            container_statuses: some_vec(s.container_statuses),
+            init_container_statuses: some_vec(s.init_container_statuses),
             nominated_node_name: text(s.nominated_node_name),
+            allocated_resources: quantities(s.allocated_resources),
+            resources: s.resources.map(Into::into),
+            ..Default::default()
+        }
+    }
+}
+
+/// `ContainerStatus`, as far as an in-place resize goes: what the kubelet allocated to the
+/// container and what it runs with.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ContainerStatus {
+    /// `name`.
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    /// `allocatedResources`.
+    #[prost(btree_map = "string, message", tag = "10")]
+    pub allocated_resources: BTreeMap<String, Quantity>,
+    /// `resources`.
+    #[prost(message, optional, tag = "11")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+impl From<ContainerStatus> for api::ContainerStatus {
+    fn from(c: ContainerStatus) -> Self {
+        api::ContainerStatus {
+            name: c.name.unwrap_or_default(),
+            allocated_resources: quantities(c.allocated_resources),
+            resources: c.resources.map(Into::into),
             ..Default::default()
         }
     }

@@ -447,7 +447,7 @@ fn volumes_read_as_protobuf_equal_what_json_gives() {
 #[test]
 fn what_preemption_reads_of_a_pod_is_decoded() {
     use super::meta::Time;
-    use super::pod::{PodCondition, PodStatus};
+    use super::pod::{ContainerStatus, PodCondition, PodStatus};
     let mut p = pod("a", "1");
     if let Some(spec) = p.spec.as_mut() {
         spec.preemption_policy = Some("Never".to_string());
@@ -463,11 +463,26 @@ fn what_preemption_reads_of_a_pod_is_decoded() {
             nanos: Some(5),
         }),
         nominated_node_name: Some("n1".to_string()),
+        container_statuses: vec![ContainerStatus {
+            name: Some("app".to_string()),
+            allocated_resources: BTreeMap::from([(
+                "cpu".to_string(),
+                Quantity {
+                    string: Some("3".to_string()),
+                },
+            )]),
+            resources: None,
+        }],
+        ..Default::default()
     });
     let api: k8s_openapi::api::core::v1::Pod =
         Pod::decode(p.encode_to_vec().as_slice()).unwrap().into();
     let info = crate::model::PodInfo::from_api(&api).unwrap();
     assert!(info.never_preempts && info.preempted_by_scheduler);
+    assert_eq!(
+        info.requests.milli_cpu, 3000,
+        "the resize's allocation counts"
+    );
     assert_eq!(info.start_time, Some((1_700_000_000, 5)));
     assert_eq!(info.nominated_node.as_deref(), Some("n1"));
 }

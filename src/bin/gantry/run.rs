@@ -44,8 +44,8 @@ pub struct Args {
     /// --address, to anyone who reaches it: these cost far more than a health check.
     #[arg(long, requires = "address")]
     address_serves_debug: bool,
-    /// Kubernetes feature gates, `Name=true|false,...`: an unknown gate is an error; a
-    /// scheduler gate gantry does not honour is a warning naming it.
+    /// Kubernetes feature gates, `Name=true|false,...` (or `kube:Name=...`): an unknown or
+    /// locked gate is an error, and so is a scheduler's gate set away from its default.
     #[arg(long)]
     feature_gates: Option<String>,
     /// The log filter.
@@ -236,7 +236,7 @@ fn effective_configuration(
         None => None,
     };
     let from_file = file.is_some();
-    let (file, mut warnings) = kube_flags::apply(
+    let (file, warnings) = kube_flags::apply(
         file,
         &args.leader,
         &args.deprecated,
@@ -252,12 +252,8 @@ fn effective_configuration(
             _ => e.context("the command line's configuration"),
         }
     })?;
-    warnings.extend(plugins_not_doing_their_work(&resolved));
     if let Some(gates) = &args.feature_gates {
-        warnings.extend(
-            crate::feature_gates::parse(gates)
-                .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?,
-        );
+        crate::feature_gates::parse(gates).map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))?;
     }
     Ok((file, resolved, warnings))
 }
@@ -293,7 +289,10 @@ pub fn run(args: Args, matches: &ArgMatches) -> anyhow::Result<()> {
     if let Some(target) = &args.write_config_to {
         return crate::write_config::write(target, &file, &config);
     }
-    for warning in &warnings {
+    for warning in warnings
+        .iter()
+        .chain(&plugins_not_doing_their_work(&config))
+    {
         tracing::warn!("{warning}");
     }
     let node_load = args.load.settings()?;
