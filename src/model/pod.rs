@@ -860,10 +860,14 @@ fn is_pod_level_resource(name: &str) -> bool {
     matches!(name, "cpu" | "memory") || name.starts_with("hugepages-")
 }
 
-/// Kubernetes' QoS rule over every container, init ones included: only cpu and memory count,
+/// Kubernetes' QoS rule: from the pod-level resources where the pod has them (see
+/// [`pod_level_qos`]), else over every container, init ones included: only cpu and memory count,
 /// a missing request defaults to the limit (as the API server defaults it), and zero amounts
 /// count as unset.
 fn qos_class(spec: &core::PodSpec) -> Result<QosClass, String> {
+    if let Some(pod_level) = pod_level_qos(spec) {
+        return pod_level;
+    }
     const NAMES: [&str; 2] = ["cpu", "memory"];
     let mut requests = [0i64; 2];
     let mut limits = [0i64; 2];
@@ -909,6 +913,37 @@ fn qos_class(spec: &core::PodSpec) -> Result<QosClass, String> {
         return Ok(QosClass::Guaranteed);
     }
     Ok(QosClass::Burstable)
+}
+
+/// The QoS class of a pod with pod-level resources (any request or limit of cpu, memory or
+/// hugepages in `spec.resources`), which kube-scheduler 1.37 takes from them alone: per cpu
+/// and memory, equal non-zero request and limit is Guaranteed, both unset BestEffort,
+/// anything else Burstable; the classes must agree, else the pod is Burstable.
+fn pod_level_qos(spec: &core::PodSpec) -> Option<Result<QosClass, String>> {
+    let r = spec.resources.as_ref()?;
+    let set = |list: Option<&BTreeMap<String, ApiQuantity>>| {
+        list.is_some_and(|l| l.keys().any(|k| is_pod_level_resource(k)))
+    };
+    if !set(r.requests.as_ref()) && !set(r.limits.as_ref()) {
+        return None;
+    }
+    let class_of = |name: &str| -> Result<QosClass, String> {
+        let request = milli_amount(r.requests.as_ref(), name, "spec", "requests")?.unwrap_or(0);
+        let limit = milli_amount(r.limits.as_ref(), name, "spec", "limits")?.unwrap_or(0);
+        Ok(match (request == limit, request) {
+            (false, _) => QosClass::Burstable,
+            (true, 0) => QosClass::BestEffort,
+            (true, _) => QosClass::Guaranteed,
+        })
+    };
+    Some((|| {
+        let (cpu, memory) = (class_of("cpu")?, class_of("memory")?);
+        Ok(if cpu == memory {
+            cpu
+        } else {
+            QosClass::Burstable
+        })
+    })())
 }
 
 /// The amount of `name` in a container's `requests` or `limits` (`kind`), in thousandths;

@@ -413,3 +413,26 @@ status:
         "{bad}"
     );
 }
+
+#[test]
+fn pod_level_resources_decide_the_qos_class() {
+    use super::pod::QosClass;
+    let with = |resources: &str| {
+        pod(&format!(
+            "metadata: {{name: p}}\nspec:\n  resources: {resources}\n  containers:\n  - {{name: a, resources: {{requests: {{cpu: 100m}}}}}}\n"
+        ))
+        .unwrap()
+        .qos_class
+    };
+    assert_eq!(
+        with("{requests: {cpu: \"2\", memory: 1Gi}, limits: {cpu: \"2\", memory: 1Gi}}"),
+        QosClass::Guaranteed,
+        "the containers' own requests do not count"
+    );
+    assert_eq!(with("{requests: {cpu: \"2\"}}"), QosClass::Burstable);
+    assert_eq!(
+        with("{requests: {nvidia.com/gpu: \"1\"}}"),
+        QosClass::Burstable,
+        "no pod-level resource set: the containers decide"
+    );
+}
