@@ -600,25 +600,20 @@ struct PreFiltered {
     exhaustive: bool,
 }
 
-/// Runs every PreFilter plugin. A plugin may reject the pod outright (every node then
-/// carries its status), skip itself for the pod, or narrow the search to some nodes (the
-/// intersection of what all narrowing plugins allow; the nodes left out are recorded in the
-/// diagnosis as kube-scheduler reports them). Errors end the cycle.
 /// The refusal of a pod with resource claims by a profile without DynamicResources, which
 /// would otherwise bind it without its devices (kube-scheduler would; its kubelet then fails
 /// to start it).
 fn claims_nobody_allocates(profile: &Profile, pod: &PodInfo) -> Option<Status> {
-    if pod.resource_claims.is_empty()
-        || profile
-            .pre_filter
-            .iter()
-            .any(|p| p.name() == resource_claims::PLUGIN)
-    {
+    if pod.resource_claims.is_empty() || resource_claims::refused_by(profile) {
         return None;
     }
     resource_claims::refusal(pod)
 }
 
+/// Runs every PreFilter plugin. A plugin may reject the pod outright (every node then
+/// carries its status), skip itself for the pod, or narrow the search to some nodes (the
+/// intersection of what all narrowing plugins allow; the nodes left out are recorded in the
+/// diagnosis as kube-scheduler reports them). Errors end the cycle.
 fn pre_filter(
     profile: &Profile,
     state: &mut CycleState,

@@ -3,7 +3,7 @@
 //! the devices it asks for. The DynamicResources plugin refuses it at PreFilter; the
 //! scheduling cycle refuses it the same way under a profile without that plugin.
 
-use super::Status;
+use super::{Profile, Status};
 use crate::model::PodInfo;
 
 /// kube-scheduler's name of the plugin that allocates claims.
@@ -15,6 +15,11 @@ pub const ERR_REASON_PREFIX: &str = "pod has resource claims [";
 
 /// End of the reason a pod with claims stays pending.
 pub const ERR_REASON_SUFFIX: &str = "], which gantry does not allocate yet";
+
+/// Whether `profile` runs the plugin that refuses such pods at PreFilter.
+pub fn refused_by(profile: &Profile) -> bool {
+    profile.pre_filter.iter().any(|p| p.name() == PLUGIN)
+}
 
 /// Why `pod` cannot be bound, if it has resource claims: unresolvable on every node.
 pub fn refusal(pod: &PodInfo) -> Option<Status> {

@@ -116,6 +116,13 @@ impl NodeModel {
             name: Arc::from(name.as_str()),
         })
     }
+
+    /// Whether the node declares the feature `name`.
+    pub fn declares(&self, name: &str) -> bool {
+        self.declared_features
+            .binary_search_by(|f| f.as_str().cmp(name))
+            .is_ok()
+    }
 }
 
 /// `status.declaredFeatures`, sorted and without repeats.
@@ -126,15 +133,6 @@ fn declared_features(status: Option<&core::NodeStatus>) -> Box<[String]> {
     features.sort_unstable();
     features.dedup();
     features.into()
-}
-
-impl NodeModel {
-    /// Whether the node declares the feature `name`.
-    pub fn declares(&self, name: &str) -> bool {
-        self.declared_features
-            .binary_search_by(|f| f.as_str().cmp(name))
-            .is_ok()
-    }
 }
 
 /// A hash of a node name that is the same on every run and platform.

@@ -13,7 +13,7 @@ pub const RESTART_ALL_CONTAINERS: &str = "RestartAllContainersOnContainerExits";
 pub const USER_NAMESPACES_HOST_NETWORK: &str = "UserNamespacesHostNetworkSupport";
 
 /// The restart rule action that needs [`RESTART_ALL_CONTAINERS`].
-const RESTART_ALL_ACTION: &str = "RestartAllContainers";
+pub const RESTART_ALL_ACTION: &str = "RestartAllContainers";
 
 /// The features a node must declare to run a pod with `spec`, in the registry's order.
 pub fn required_by(spec: &PodSpec) -> Vec<&'static str> {

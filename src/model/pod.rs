@@ -707,16 +707,14 @@ impl<'a> Resize<'a> {
     /// The resize `status` reports, if it reports resources at all (a pod not yet running
     /// reports none, and counts its spec alone).
     fn of(status: &'a core::PodStatus) -> Option<Resize<'a>> {
-        let containers = status
+        let mut containers = status
             .container_statuses
             .iter()
             .flatten()
             .chain(status.init_container_statuses.iter().flatten());
         let reported = status.allocated_resources.is_some()
             || status.resources.is_some()
-            || containers
-                .clone()
-                .any(|cs| cs.allocated_resources.is_some() || cs.resources.is_some());
+            || containers.any(|cs| cs.allocated_resources.is_some() || cs.resources.is_some());
         let infeasible =
             status.conditions.iter().flatten().any(|c| {
                 c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible")
@@ -927,6 +925,11 @@ fn pod_level_qos(spec: &core::PodSpec) -> Option<Result<QosClass, String>> {
     if !set(r.requests.as_ref()) && !set(r.limits.as_ref()) {
         return None;
     }
+    Some(pod_level_qos_of(r))
+}
+
+/// [`pod_level_qos`] of the pod-level `resources`.
+fn pod_level_qos_of(r: &core::ResourceRequirements) -> Result<QosClass, String> {
     let class_of = |name: &str| -> Result<QosClass, String> {
         let request = milli_amount(r.requests.as_ref(), name, "spec", "requests")?.unwrap_or(0);
         let limit = milli_amount(r.limits.as_ref(), name, "spec", "limits")?.unwrap_or(0);
@@ -936,14 +939,12 @@ fn pod_level_qos(spec: &core::PodSpec) -> Option<Result<QosClass, String>> {
             (true, _) => QosClass::Guaranteed,
         })
     };
-    Some((|| {
-        let (cpu, memory) = (class_of("cpu")?, class_of("memory")?);
-        Ok(if cpu == memory {
-            cpu
-        } else {
-            QosClass::Burstable
-        })
-    })())
+    let (cpu, memory) = (class_of("cpu")?, class_of("memory")?);
+    Ok(if cpu == memory {
+        cpu
+    } else {
+        QosClass::Burstable
+    })
 }
 
 /// The amount of `name` in a container's `requests` or `limits` (`kind`), in thousandths;

@@ -738,8 +738,9 @@ fn most_requested_score(requested: i64, capacity: i64) -> i64 {
     scaled(requested.min(capacity), capacity)
 }
 
-/// Utilization in whole percent (truncated), 100 when over capacity.
-fn utilization(requested: i64, capacity: i64) -> i64 {
+/// Utilization in whole percent (truncated), 100 when over capacity: what a shape is read
+/// at, here and by VolumeBinding's storage scoring.
+pub(crate) fn utilization(requested: i64, capacity: i64) -> i64 {
     if capacity <= 0 || requested >= capacity {
         return 100;
     }

@@ -11,6 +11,7 @@ use gantry::adapter::questions::QuestionSettings;
 use gantry::adapter::serving::Serving;
 use gantry::adapter::{self, DecisionSettings, Options};
 use gantry::config::{self, Config, GoDuration};
+use gantry::framework::resource_claims;
 use gantry::plugins::{self, dynamic_resources};
 use gantry::whatif::{self, Limits};
 
@@ -264,11 +265,7 @@ fn plugins_not_doing_their_work(config: &Config) -> Vec<String> {
     config
         .profiles
         .iter()
-        .filter(|p| {
-            p.pre_filter
-                .iter()
-                .any(|x| x.name() == dynamic_resources::NAME)
-        })
+        .filter(|p| resource_claims::refused_by(p))
         .map(|p| {
             format!(
                 "profile {}: {}: {}",

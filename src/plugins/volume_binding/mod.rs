@@ -32,6 +32,7 @@ use crate::framework::{
 };
 use crate::model::PodInfo;
 use crate::model::volume::{BindingMode, ClaimModel, StorageCapacityModel, StorageClassModel};
+use crate::plugins::node_resources_fit::utilization;
 use crate::plugins::shape::{broken_linear, scaled_to_node_scores};
 
 pub use args::{DEFAULT_BIND_TIMEOUT_SECONDS, DEFAULT_SHAPE, VolumeBindingArgs};
@@ -100,19 +101,11 @@ impl VolumeBinding {
         let total: i64 = classes
             .values()
             .map(|&(requested, capacity)| {
-                broken_linear(&self.shape, storage_utilization(requested, capacity))
+                broken_linear(&self.shape, utilization(requested, capacity))
             })
             .sum();
         (total as f64 / classes.len() as f64).round() as i64
     }
-}
-
-/// Utilization in whole percent (truncated), 100 when there is nothing or too little.
-fn storage_utilization(requested: i64, capacity: i64) -> i64 {
-    if capacity <= 0 || requested > capacity {
-        return 100;
-    }
-    (i128::from(requested) * 100 / i128::from(capacity)) as i64
 }
 
 fn allowed_topologies_changed(change: &ClusterChange<'_>, _: &PodInfo) -> QueueingHint {

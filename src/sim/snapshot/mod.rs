@@ -355,7 +355,7 @@ fn containers(p: &PodInfo) -> Vec<core::Container> {
                     .contains(&node_features::RESTART_ALL_CONTAINERS))
             .then(|| {
                 vec![core::ContainerRestartRule {
-                    action: "RestartAllContainers".to_string(),
+                    action: node_features::RESTART_ALL_ACTION.to_string(),
                     exit_codes: None,
                 }]
             }),
