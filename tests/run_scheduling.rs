@@ -302,6 +302,14 @@ async fn binding_conflicts_are_read_back_and_pods_deleted_in_flight_dropped() {
     )
     .await;
     assert_eq!(bound_third, "race-a");
+    // The API server shows the binding before gantry has read its answer: wait until gantry
+    // has, so that the binding counted in flight below can only be the next pod's.
+    eventually(
+        Duration::from_secs(10),
+        "the third pod's binding answered",
+        || async { (gantry.metric(in_flight) == 0.0).then_some(()) },
+    )
+    .await;
     proxy.pause();
     create_node(&client, &node("race-c", ns, "1", "4Gi")).await;
     create_pod(&client, &pod(ns, "ephemeral", profile, "1", "1Gi")).await;
