@@ -25,9 +25,14 @@
 //! pod gets `terminationGracePeriodSeconds: 0` (unless it has one), so that a victim goes at
 //! once, as its kubelet would end it. Statuses the API server ignores on create (a pod's
 //! `startTime`, by which victims are ordered; a PodDisruptionBudget's allowed disruptions) are
-//! written through the status subresource. No controller runs: claims and volumes are created
-//! as the scenario shows them (bound ones already bound), and their protection finalizers are
-//! taken off before they are deleted.
+//! written through the status subresource, as is a volume's phase. Claims and volumes are
+//! created as the scenario shows them (bound ones already bound), and their protection
+//! finalizers are taken off before they are deleted. No controller runs, except where a
+//! StorageClass delays binding until a pod uses the claim: kube-scheduler then binds and
+//! provisions in PreBind and waits for others to finish, so kube-controller-manager's
+//! PersistentVolume controller runs for that scenario, and the test plays a CSI driver's
+//! external provisioner (`support::while_provisioning`), whose volumes are deleted with the
+//! scenario's.
 //!
 //! The binaries come from `$KUBEBUILDER_ASSETS` or `scripts/install-kube.sh`'s folder.
 //! `GANTRY_PARITY_FILTER=text` checks only the scenarios whose file name contains `text`.
@@ -42,7 +47,9 @@ use serde_json::{Value, json};
 mod scenario_schema;
 mod support;
 use scenario_schema::{Detailed, Expect};
-use support::{ControlPlane, KubeScheduler, kube_bins, metric};
+use support::{
+    ControlPlane, KubeControllerManager, KubeScheduler, kube_bins, metric, while_provisioning,
+};
 
 /// The minor release of kube-scheduler whose decisions and words the scenarios state.
 const ORACLE: &str = "v1.37.";
@@ -273,6 +280,13 @@ fn prepare(cluster: &[Value]) -> Result<Objects, String> {
                 status,
             ));
         }
+        if kind == "PersistentVolume"
+            && let Some(status) = o.as_object_mut().and_then(|m| m.remove("status"))
+        {
+            objects
+                .statuses
+                .push((format!("/api/v1/persistentvolumes/{name}"), status));
+        }
         if kind != "Pod" {
             objects.others.push(o);
             continue;
@@ -429,8 +443,9 @@ fn refused(plane: &ControlPlane, config: &Value, error: &str) -> Outcome {
     }
 }
 
-/// Loads the cluster, schedules the pending pods with kube-scheduler and compares;
-/// kube-scheduler is stopped again when it returns.
+/// Loads the cluster, then schedules the pending pods with kube-scheduler and compares, with
+/// the PersistentVolume controller and a CSI provisioner running where claims wait for their
+/// first consumer; all of them are stopped again when it returns.
 fn run(
     plane: &ControlPlane,
     objects: &Objects,
@@ -480,7 +495,7 @@ fn run(
         )?;
     }
     // The victims' uids, while they are there.
-    let mut uids = pod_uids(plane)?;
+    let uids = pod_uids(plane)?;
     for (ns, name) in &objects.terminating {
         plane.try_kubectl(&["delete", "pod", "-n", ns, name, "--wait=false"], None)?;
     }
@@ -489,6 +504,37 @@ fn run(
     // holds exactly this cluster.
     wait_for_watch_cache(plane, &watched(objects, true))?;
 
+    if !delays_binding(objects) {
+        return schedule_and_compare(plane, objects, config, expect, compare_messages, uids);
+    }
+    // kube-scheduler binds claims of delayed binding in PreBind, and then waits for the
+    // PersistentVolume controller to complete the bindings, and for the CSI driver's
+    // provisioner where it asked for a volume to be provisioned.
+    let _controller = KubeControllerManager::start(plane, &[])?;
+    while_provisioning(plane, || {
+        schedule_and_compare(plane, objects, config, expect, compare_messages, uids)
+    })?
+}
+
+/// True when the cluster has a StorageClass of delayed binding (`WaitForFirstConsumer`).
+fn delays_binding(objects: &Objects) -> bool {
+    objects
+        .others
+        .iter()
+        .any(|o| o["kind"] == "StorageClass" && o["volumeBindingMode"] == "WaitForFirstConsumer")
+}
+
+/// Starts kube-scheduler on the loaded cluster, creates the pending pods one at a time, lets
+/// retries settle and compares the outcome with `expect`; kube-scheduler is stopped again
+/// when it returns. `uids` are the pods' uids before any was evicted.
+fn schedule_and_compare(
+    plane: &ControlPlane,
+    objects: &Objects,
+    config: &Value,
+    expect: &BTreeMap<String, Expect>,
+    compare_messages: bool,
+    mut uids: HashMap<String, String>,
+) -> Result<Vec<String>, String> {
     let profiles = profile_names(config);
     let scheduler = KubeScheduler::start(plane, config)?;
 
@@ -724,6 +770,7 @@ fn cleanup(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
             return Err(e);
         }
     }
+    delete_provisioned_volumes(plane, objects)?;
     let mut rest = objects.others.clone();
     rest.extend(objects.classes.iter().cloned());
     if !rest.is_empty() {
@@ -776,6 +823,37 @@ fn cleanup(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
     }
     // Everything gone, also from where the next kube-scheduler will start.
     wait_for_watch_cache(plane, &watched(objects, false))
+}
+
+/// Deletes the volumes the scenario does not show (those the test's provisioner made),
+/// protection finalizer and all.
+fn delete_provisioned_volumes(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
+    let shown: BTreeSet<String> = objects
+        .others
+        .iter()
+        .filter(|o| o["kind"] == "PersistentVolume")
+        .map(|o| ns_name(o).1)
+        .collect();
+    let volumes = kubectl_json(plane, &["get", "persistentvolumes"])?;
+    for volume in volumes["items"].as_array().into_iter().flatten() {
+        let name = ns_name(volume).1;
+        if shown.contains(&name) {
+            continue;
+        }
+        plane.try_kubectl(
+            &[
+                "patch",
+                "persistentvolume",
+                &name,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ],
+            None,
+        )?;
+        plane.try_kubectl(&["delete", "persistentvolume", &name, "--wait=false"], None)?;
+    }
+    Ok(())
 }
 
 /// The API paths of the kinds kube-scheduler watches, by kind.

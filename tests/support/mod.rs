@@ -13,6 +13,7 @@
 mod component;
 mod control_plane;
 pub mod prometheus;
+mod provisioner;
 mod storage;
 pub mod tls;
 
@@ -21,6 +22,8 @@ pub mod tls;
 pub use component::{Component, KubeControllerManager, KubeScheduler};
 #[allow(unused_imports)]
 pub use control_plane::{ControlPlane, kube_bins, repo};
+#[allow(unused_imports)]
+pub use provisioner::while_provisioning;
 #[allow(unused_imports)]
 pub use storage::{host_path_volume, storage_class, volume_claim};
 
