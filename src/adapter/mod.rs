@@ -318,7 +318,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();
     let (release, activate, done) = (inputs.clone(), inputs.clone(), inputs.clone());
     let preemption_task = tokio::spawn(preemption::run(
-        client.clone(),
+        preemption::PodApi(client.clone()),
         preempt_rx,
         recorder.clone(),
         // Through the same channel as the watchers' events: the scheduling thread sees the

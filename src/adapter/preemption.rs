@@ -46,6 +46,11 @@ use crate::model::pod::{DISRUPTION_TARGET, PREEMPTION_BY_SCHEDULER};
 
 /// Victims evicted at once by one preemption (kube-scheduler's parallelism).
 pub const MAX_PARALLEL_EVICTIONS: usize = 16;
+/// Preemptions carried out at once; the next wait their turn in the order they were
+/// decided. Without a bound, a burst of preemptions interleaves its calls at the API server
+/// and every one of them ends only when nearly all have, so the first preemptor waits for
+/// the last one's evictions before it can be bound.
+pub const MAX_PREEMPTIONS_AT_ONCE: usize = 64;
 /// Tries of one call that keeps failing for a reason that may pass.
 pub const MAX_TRIES: u32 = 4;
 /// Wait before the second try; each later wait is [`RETRY_FACTOR`] times longer.
@@ -78,13 +83,14 @@ pub struct PreemptRequest {
     pub denominated: Vec<PodRef>,
 }
 
-/// Carries out every request from `requests`, each in a task of its own, until the channel
-/// closes and the tasks are done (at most [`SHUTDOWN_WAIT`] longer). `release` is called
+/// Carries out every request from `requests`, each in a task of its own, at most
+/// [`MAX_PREEMPTIONS_AT_ONCE`] at a time, until the channel closes and the tasks are done
+/// (at most [`SHUTDOWN_WAIT`] longer). `release` is called
 /// with the preemptor before its last victim is evicted (see [`carry_out`]), `done` once
 /// its task is over (with whether every victim was evicted), then `activate` if its calls
 /// failed or its last victim was gone already.
 pub async fn run(
-    client: Client,
+    calls: impl Calls + Clone + Send + 'static,
     mut requests: mpsc::UnboundedReceiver<PreemptRequest>,
     recorder: Recorder,
     release: impl Fn(&PodRef) + Clone + Send + 'static,
@@ -95,8 +101,11 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     while let Some(request) = requests.recv().await {
         while tasks.try_join_next().is_some() {}
-        let (client, recorder, release, activate, done, metrics) = (
-            client.clone(),
+        while tasks.len() >= MAX_PREEMPTIONS_AT_ONCE {
+            tasks.join_next().await;
+        }
+        let (api, recorder, release, activate, done, metrics) = (
+            calls.clone(),
             recorder.clone(),
             release.clone(),
             activate.clone(),
@@ -105,7 +114,6 @@ pub async fn run(
         );
         tasks.spawn(async move {
             let start = Instant::now();
-            let api = PodApi(client);
             let preemptor = request.preemptor.clone();
             let outcome = carry_out(&api, &request, &recorder, FIRST_RETRY_WAIT, move || {
                 release(&preemptor)
@@ -142,7 +150,8 @@ pub trait Calls: Sync {
 }
 
 /// The calls, made to the API server.
-struct PodApi(Client);
+#[derive(Clone)]
+pub struct PodApi(pub Client);
 
 impl Calls for PodApi {
     async fn patch_status(
@@ -722,5 +731,89 @@ mod tests {
         assert!(!is_replaced(&api_error(422, Some("status.conditions"))));
         assert!(may_pass(&api_error(503, None)) && may_pass(&api_error(429, None)));
         assert!(!may_pass(&api_error(403, None)));
+    }
+
+    /// Holds every nomination until the gate opens, recording the preemptors whose
+    /// preemption has started; every other call succeeds at once.
+    #[derive(Clone)]
+    struct Gate {
+        started: Arc<Mutex<Vec<String>>>,
+        open: tokio::sync::watch::Receiver<bool>,
+    }
+
+    impl Calls for Gate {
+        async fn patch_status(
+            &self,
+            pod: &PodRef,
+            patch: &serde_json::Value,
+        ) -> Result<(), kube::Error> {
+            if patch["status"]["nominatedNodeName"].is_string() {
+                self.started.lock().unwrap().push(pod.name.clone());
+                let mut open = self.open.clone();
+                open.wait_for(|o| *o).await.expect("gate");
+            }
+            Ok(())
+        }
+
+        async fn delete(&self, _: &PodRef) -> Result<(), kube::Error> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn preemptions_beyond_the_bound_wait_their_turn_in_order() {
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let gate = Gate {
+            started: Arc::default(),
+            open: gate,
+        };
+        let (requests, received) = mpsc::unbounded_channel();
+        let (recorder, _records) = Recorder::channel();
+        let finished = Arc::new(Mutex::new(Vec::new()));
+        let done = {
+            let finished = finished.clone();
+            move |p: &PodRef, ok: bool| finished.lock().unwrap().push((p.name.clone(), ok))
+        };
+        let runner = tokio::spawn(run(
+            gate.clone(),
+            received,
+            recorder,
+            |_: &PodRef| {},
+            |_: &PodRef| {},
+            done,
+            Arc::new(Metrics::new()),
+        ));
+        let names: Vec<String> = (0..MAX_PREEMPTIONS_AT_ONCE + 3)
+            .map(|i| format!("p{i:03}"))
+            .collect();
+        for name in &names {
+            let mut r = request(&[(&format!("victim-of-{name}"), false)], &[]);
+            r.preemptor = pod(name);
+            requests.send(r).unwrap();
+        }
+        let started = || gate.started.lock().unwrap().clone();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while started().len() < MAX_PREEMPTIONS_AT_ONCE {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the first preemptions started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut first = started();
+        first.sort();
+        assert_eq!(first, names[..MAX_PREEMPTIONS_AT_ONCE], "the rest wait");
+
+        open.send(true).unwrap();
+        drop(requests);
+        runner.await.unwrap();
+        assert_eq!(started().len(), names.len());
+        assert_eq!(
+            started()[MAX_PREEMPTIONS_AT_ONCE..],
+            names[MAX_PREEMPTIONS_AT_ONCE..]
+        );
+        let finished = finished.lock().unwrap();
+        assert_eq!(finished.len(), names.len());
+        assert!(finished.iter().all(|(_, ok)| *ok));
     }
 }
