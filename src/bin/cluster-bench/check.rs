@@ -114,8 +114,36 @@ pub fn node_allocatable(node: &Node) -> Result<Amounts, String> {
     })
 }
 
-/// Checks `pods` against `nodes`.
-pub fn check(nodes: &[Node], pods: &[Pod]) -> Result<Findings, String> {
+/// What the check found of the workload's other pods (those of other namespaces: init,
+/// gated, churn).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OtherFindings {
+    /// Pods looked at.
+    pub pods: usize,
+    /// Of those, bound to a node.
+    pub bound: usize,
+    /// Of those, bound while they carry scheduling gates (must be 0).
+    pub gated_bound: usize,
+}
+
+/// Counts `pods`, those bound, and those bound despite their scheduling gates.
+pub fn others(pods: &[Pod]) -> OtherFindings {
+    let bound = |p: &&Pod| p.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+    let gated = |p: &&Pod| {
+        p.spec
+            .as_ref()
+            .is_some_and(|s| s.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()))
+    };
+    OtherFindings {
+        pods: pods.len(),
+        bound: pods.iter().filter(bound).count(),
+        gated_bound: pods.iter().filter(bound).filter(gated).count(),
+    }
+}
+
+/// Checks `pods` against `nodes`, with `others` (pods of the same nodes not checked
+/// themselves) counting in what the nodes hold.
+pub fn check(nodes: &[Node], pods: &[Pod], others: &[Pod]) -> Result<Findings, String> {
     let mut allocatable = BTreeMap::new();
     for n in nodes {
         let name = n.metadata.name.clone().unwrap_or_default();
@@ -126,6 +154,12 @@ pub fn check(nodes: &[Node], pods: &[Pod]) -> Result<Findings, String> {
         pods: pods.len(),
         ..Findings::default()
     };
+    for p in others {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        if let Some(node) = node.filter(|n| allocatable.contains_key(*n)) {
+            used.entry(node).or_default().add(pod_requests(p)?);
+        }
+    }
     for p in pods {
         let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
@@ -300,14 +334,14 @@ mod tests {
             pod("b", Some("n1"), "400m", "512Mi"),
             pod("c", None, "1", "1Gi"),
         ];
-        let f = check(&nodes, &fits).unwrap();
+        let f = check(&nodes, &fits, &[]).unwrap();
         assert_eq!((f.pods, f.bound, f.on_unknown_nodes), (3, 2, 0));
         assert!(f.overcommitted.is_empty());
         let over = [
             pod("a", Some("n1"), "600m", "512Mi"),
             pod("b", Some("n1"), "401m", "512Mi"),
         ];
-        let f = check(&nodes, &over).unwrap();
+        let f = check(&nodes, &over, &[]).unwrap();
         assert_eq!(f.overcommitted.len(), 1);
         assert_eq!(f.overcommitted[0].node, "n1");
         assert_eq!(f.overcommitted[0].used.cpu, 1001);
@@ -320,21 +354,38 @@ mod tests {
             pod("a", Some("n1"), "1", "512Mi"),
             pod("b", Some("n1"), "1", "513Mi"),
         ];
-        assert_eq!(check(&nodes, &memory).unwrap().overcommitted.len(), 1);
+        assert_eq!(check(&nodes, &memory, &[]).unwrap().overcommitted.len(), 1);
         let count = [
             pod("a", Some("n1"), "1", "1Mi"),
             pod("b", Some("n1"), "1", "1Mi"),
             pod("c", Some("n1"), "1", "1Mi"),
         ];
-        let f = check(&nodes, &count).unwrap();
+        let f = check(&nodes, &count, &[]).unwrap();
         assert_eq!(f.overcommitted[0].used.pods, 3);
     }
 
     #[test]
     fn pods_on_missing_nodes_are_counted() {
         let nodes = [node("n1", "8", "1Gi", "110")];
-        let f = check(&nodes, &[pod("a", Some("gone"), "1", "1Mi")]).unwrap();
+        let f = check(&nodes, &[pod("a", Some("gone"), "1", "1Mi")], &[]).unwrap();
         assert_eq!((f.bound, f.on_unknown_nodes), (1, 1));
+    }
+
+    #[test]
+    fn other_pods_fill_the_nodes_but_are_not_counted() {
+        let nodes = [node("n1", "1", "1Gi", "110")];
+        let others = [
+            pod("init", Some("n1"), "600m", "1Mi"),
+            pod("gone", Some("gone"), "1", "1Mi"),
+        ];
+        let f = check(&nodes, &[pod("a", Some("n1"), "401m", "1Mi")], &others).unwrap();
+        assert_eq!((f.pods, f.bound, f.overcommitted.len()), (1, 1, 1));
+        let mut gated = pod("gated", Some("n1"), "1m", "1Mi");
+        gated.spec.as_mut().unwrap().scheduling_gates = Some(vec![
+            serde_json::from_value(serde_json::json!({"name": "hold"})).unwrap(),
+        ]);
+        let found = super::others(&[gated, pod("pending", None, "1", "1Mi")]);
+        assert_eq!((found.pods, found.bound, found.gated_bound), (2, 1, 1));
     }
 
     fn claimed(name: &str, claim: &str) -> Pod {

@@ -4,7 +4,8 @@
 //! exact: creating thousands of nodes and pods (with their claims and volumes), a null
 //! binder, the measured run (watching bindings, sampling the scheduler's memory and CPU,
 //! checking placements and volume bindings), clearing a run's objects, the report, and a
-//! volume workload's cluster for the simulator. A separate binary, so that none of it is in
+//! volume workload's cluster for the simulator, and the replay of scheduler_perf's other
+//! workloads (`scripts/bench-scheduler-perf.sh`). A separate binary, so that none of it is in
 //! `gantry`.
 
 mod check;
@@ -13,11 +14,15 @@ mod gangs;
 mod measure;
 mod null_binder;
 mod null_preemptor;
+mod perf_background;
+mod perf_config;
+mod perf_objects;
 mod populate;
 mod preemption;
 mod procfs;
 mod prom;
 mod report;
+mod scheduler_perf;
 mod volume_list;
 mod volumes;
 
@@ -60,6 +65,9 @@ enum Command {
     /// Print a volume workload's cluster, bound as the PV controller leaves it, as one JSON
     /// List for `gantry simulate`.
     VolumeList(volume_list::Args),
+    /// Replay a phase of one of kube-scheduler's scheduler_perf workloads (its
+    /// performance-config.yaml and templates).
+    SchedulerPerf(scheduler_perf::Args),
     /// Print a free loopback TCP port.
     FreePort,
 }
@@ -82,6 +90,7 @@ fn main() -> std::process::ExitCode {
                         Command::Clear(args) => clear::run(args).await,
                         Command::NullBinder(args) => null_binder::run(args).await,
                         Command::NullPreemptor(args) => null_preemptor::run(args).await,
+                        Command::SchedulerPerf(args) => scheduler_perf::run(args).await,
                         Command::Report(_) | Command::FreePort | Command::VolumeList(_) => Ok(()),
                     }
                 })

@@ -33,7 +33,7 @@ use kube::core::{Request, WatchEvent};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::check::{self, Findings, VolumeFindings};
+use crate::check::{self, Findings, OtherFindings, VolumeFindings};
 use crate::gangs::{self, GangFindings};
 use crate::procfs::{self, Proc};
 use crate::prom;
@@ -120,6 +120,16 @@ pub struct Args {
     /// the scheduler may evict; the pending ones are measured.
     #[arg(long)]
     preemption: bool,
+    /// A command started right after the scheduler and stopped with it, split at whitespace
+    /// like `--perf-options`: scheduler_perf's background ops (`cluster-bench scheduler-perf
+    /// background`), which overlap the measured pods' scheduling. Its output goes next to the
+    /// scheduler's log (extension `.companion.log`).
+    #[arg(long, allow_hyphen_values = true)]
+    companion: Option<String>,
+    /// A namespace of the workload's other pods (init, gated, churn): they count in the
+    /// allocatable check, and those with scheduling gates must stay pending.
+    #[arg(long)]
+    also_namespace: Vec<String>,
     /// The scheduler's command line.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -209,6 +219,9 @@ pub struct RunResult {
     /// The gang check, when the pods name PodGroups: every group bound whole or not at all.
     #[serde(default)]
     pub gangs: Option<GangFindings>,
+    /// The other namespaces' pods (`--also-namespace`), when the run has some.
+    #[serde(default)]
+    pub others: Option<OtherFindings>,
     /// The API server's write requests during the run (from its start to the last binding
     /// seen, plus the wait for its counters), by verb and resource, as "PATCH pods/status".
     #[serde(default)]
@@ -268,6 +281,7 @@ impl RunResult {
             && self.bindings_created.is_none_or(|n| n == self.pods as f64)
             && self.volumes.as_ref().is_none_or(VolumeFindings::ok)
             && self.gangs.as_ref().is_none_or(GangFindings::ok)
+            && self.others.as_ref().is_none_or(|o| o.gated_bound == 0)
     }
 
     /// Write requests to the API server per bound pod.
@@ -370,6 +384,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .spawn()
         .with_context(|| format!("cannot start {:?}", args.command))?;
     let pid = child.id();
+    let companion = match &args.companion {
+        Some(line) => Some(start_companion(line, &args.log)?),
+        None => None,
+    };
     let mut perf = match &args.perf {
         Some(out) => Some(start_perf(pid, out, &args.perf_options)?),
         None => None,
@@ -513,6 +531,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stop(perf, "perf");
     }
     stop(child, &args.scheduler);
+    if let Some(companion) = companion {
+        stop(companion, "the companion");
+    }
     watcher.abort();
 
     let mut times: Vec<f64> = bound.values().map(|(_, at)| at.as_secs_f64()).collect();
@@ -542,7 +563,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot list pods")?
         .items;
-    result.check = check::check(&nodes, &pods_now).map_err(anyhow::Error::msg)?;
+    let others = list_pods(&client, &args.also_namespace).await?;
+    result.check = check::check(&nodes, &pods_now, &others).map_err(anyhow::Error::msg)?;
+    result.others = (!args.also_namespace.is_empty()).then(|| check::others(&others));
     result.gangs = gangs::check(&pods_now);
     if let Some(p) = result.preemption.as_mut() {
         let left = pods_now
@@ -843,6 +866,36 @@ fn unverified_tls() -> anyhow::Result<HttpsConnector<HttpConnector>> {
         .https_or_http()
         .enable_http1()
         .build())
+}
+
+/// The pods of `namespaces`.
+async fn list_pods(client: &Client, namespaces: &[String]) -> anyhow::Result<Vec<Pod>> {
+    let mut pods = Vec::new();
+    for namespace in namespaces {
+        let listed = Api::<Pod>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("cannot list the pods of {namespace}"))?;
+        pods.extend(listed.items);
+    }
+    Ok(pods)
+}
+
+/// Starts the companion command `line` (split at whitespace), its output in `log` with the
+/// extension `.companion.log`.
+fn start_companion(line: &str, log: &std::path::Path) -> anyhow::Result<Child> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (program, arguments) = words.split_first().context("--companion is empty")?;
+    let path = log.with_extension("companion.log");
+    let out = std::fs::File::create(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    Command::new(program)
+        .args(arguments)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("cannot start the companion {line}"))
 }
 
 /// Starts `perf record` with `options` on `pid`, its output in `out`.

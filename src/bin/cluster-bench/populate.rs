@@ -305,7 +305,7 @@ fn rate(n: usize, d: Duration) -> f64 {
 
 /// Creates every object, `concurrency` at a time; an object that already exists counts as
 /// created, other failures are retried a few times.
-async fn create_all<K>(api: Api<K>, objects: Vec<K>, concurrency: usize) -> anyhow::Result<()>
+pub async fn create_all<K>(api: Api<K>, objects: Vec<K>, concurrency: usize) -> anyhow::Result<()>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
@@ -327,7 +327,9 @@ where
     Ok(())
 }
 
-async fn create<K>(api: &Api<K>, object: &K) -> anyhow::Result<()>
+/// Creates `object`; one that already exists counts as created, other failures are retried a
+/// few times.
+pub async fn create<K>(api: &Api<K>, object: &K) -> anyhow::Result<()>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
 {
