@@ -531,9 +531,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stop(perf, "perf");
     }
     stop(child, &args.scheduler);
-    if let Some(companion) = companion {
-        stop(companion, "the companion");
-    }
     watcher.abort();
 
     let mut times: Vec<f64> = bound.values().map(|(_, at)| at.as_secs_f64()).collect();
@@ -553,6 +550,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         result.seen_p50_s = Some(rank(&times, 0.5));
         result.seen_p99_s = Some(rank(&times, 0.99));
     }
+    let others = list_pods(&client, &args.also_namespace).await;
+    // Stopped once the other pods are listed (at its stop it deletes what its churn made),
+    // whether or not they could be.
+    if let Some(companion) = companion {
+        stop(companion, "the companion");
+    }
+    let others = others?;
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -563,7 +567,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot list pods")?
         .items;
-    let others = list_pods(&client, &args.also_namespace).await?;
     result.check = check::check(&nodes, &pods_now, &others).map_err(anyhow::Error::msg)?;
     result.others = (!args.also_namespace.is_empty()).then(|| check::others(&others));
     result.gangs = gangs::check(&pods_now);
