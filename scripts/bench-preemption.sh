@@ -129,36 +129,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# scheduler_command RUN PORT STEP: the command line of ${scheduler} for STEP (init or
-# preemption), serving its metrics on PORT (gantry over HTTP, kube-scheduler over HTTPS), its
-# configuration written into RUN; in COMMAND, and the measurement's --metrics option in
-# METRICS.
-scheduler_command() {
-  local run=$1 port=$2 step=$3
-  METRICS=(--metrics "http://127.0.0.1:${port}/metrics")
-  case "${scheduler}" in
-    null)
-      METRICS=()
-      if [[ "${step}" == init ]]; then
-        COMMAND=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}")
-      else
-        COMMAND=("${BENCH}" null-preemptor --kubeconfig "${KUBECONFIG}")
-      fi
-      ;;
-    gantry)
-      bench_gantry_config "${run}/gantry.yaml"
-      COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-        --address "127.0.0.1:${port}" --secure-port 0)
-      ;;
-    kube-scheduler)
-      bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}"
-      bench_kube_scheduler_command "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
-      COMMAND=("${KUBE_SCHEDULER_COMMAND[@]}")
-      METRICS=(--metrics "https://127.0.0.1:${port}/metrics")
-      ;;
-  esac
-}
-
 bench_wait_quiet
 mkdir -p "${STATE}"
 log "${NODES} nodes: starting the control plane"
@@ -183,7 +153,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${INIT_PODS}" \
       --workload preemption-init --namespace "${namespace}" 2>&1 | tee "${RUN}/populate.log" >&2
     port=$("${BENCH}" free-port)
-    scheduler_command "${RUN}" "${port}" init
+    bench_scheduler_command "${RUN}" "${port}" null-binder
     log "${name}: ${scheduler} places the ${INIT_PODS} init pods"
     "${BENCH}" run "${common[@]}" --workload preemption-init \
       "${METRICS[@]}" --out "${OUT}/${name}-init.json" \
@@ -194,7 +164,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
     "${BENCH}" populate --kubeconfig "${KUBECONFIG}" --pods "${PODS}" \
       --workload preemption --namespace "${namespace}" 2>&1 | tee -a "${RUN}/populate.log" >&2
     port=$("${BENCH}" free-port)
-    scheduler_command "${RUN}" "${port}" preemption
+    bench_scheduler_command "${RUN}" "${port}" null-preemptor
     extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
     [[ -z "${PERF}" || "${scheduler}" != gantry ]] || extra+=(--perf "${RUN}/perf.data")
     [[ -z "${PERF}" || -z "${PERF_OPTIONS:-}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")

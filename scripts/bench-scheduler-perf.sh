@@ -169,30 +169,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# scheduler_command RUN PORT STEP: as in bench-preemption.sh, the command line of
-# ${scheduler} in COMMAND and its --metrics option in METRICS.
-scheduler_command() {
-  local run=$1 port=$2
-  METRICS=(--metrics "http://127.0.0.1:${port}/metrics")
-  case "${scheduler}" in
-    null)
-      METRICS=()
-      COMMAND=("${BENCH}" null-binder --kubeconfig "${KUBECONFIG}")
-      ;;
-    gantry)
-      bench_gantry_config "${run}/gantry.yaml"
-      COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
-        --address "127.0.0.1:${port}" --secure-port 0)
-      ;;
-    kube-scheduler)
-      bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}"
-      bench_kube_scheduler_command "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
-      COMMAND=("${KUBE_SCHEDULER_COMMAND[@]}")
-      METRICS=(--metrics "https://127.0.0.1:${port}/metrics")
-      ;;
-  esac
-}
-
 # clear_namespaces: deletes the pods and events of every namespace of the workload, then
 # compacts and defragments etcd.
 clear_namespaces() {
@@ -254,7 +230,7 @@ for w in "${WORKLOAD_LIST[@]}"; do
           [[ "${namespace}" == "${PERF_INIT_NAMESPACE}" ]] || init_also+=(--also-namespace "${namespace}")
         done
         port=$("${BENCH}" free-port)
-        scheduler_command "${RUN}" "${port}"
+        bench_scheduler_command "${RUN}" "${port}" null-binder
         log "${name}: ${scheduler} places the ${PERF_INIT_PODS} init pods"
         "${BENCH}" run "${common[@]}" --namespace "${PERF_INIT_NAMESPACE}" "${init_also[@]}" \
           --workload "${PERF_NAME} (init)" "${METRICS[@]}" --out "${OUT}/${name}-init.json" \
@@ -264,7 +240,7 @@ for w in "${WORKLOAD_LIST[@]}"; do
       bench_wait_quiet
       "${BENCH}" scheduler-perf measured "${perf[@]}" 2>&1 | tee -a "${RUN}/populate.log" >&2
       port=$("${BENCH}" free-port)
-      scheduler_command "${RUN}" "${port}"
+      bench_scheduler_command "${RUN}" "${port}" null-binder
       extra=(--apiserver-metrics "${RUN}/apiserver-metrics.txt")
       [[ -z "${PERF}" || "${scheduler}" != gantry ]] || extra+=(--perf "${RUN}/perf.data")
       [[ -z "${PERF}" || -z "${PERF_OPTIONS:-}" ]] || extra+=(--perf-options "${PERF_OPTIONS}")

@@ -153,6 +153,33 @@ bench_kube_scheduler_command() {
 # The end-to-end benchmarks' shared steps (bench-cluster.sh, bench-volumes.sh,
 # bench-preemption.sh).
 
+# bench_scheduler_command RUN PORT NULL: the command line of ${scheduler} (null, gantry or
+# kube-scheduler) in COMMAND and its --metrics option in METRICS; its configuration files go
+# to RUN, its metrics to PORT. The null scheduler is `cluster-bench NULL` (null-binder or
+# null-preemptor), which serves no metrics.
+# shellcheck disable=SC2034  # the variables it sets are the caller's
+bench_scheduler_command() {
+  local run=$1 port=$2 null=$3
+  METRICS=(--metrics "http://127.0.0.1:${port}/metrics")
+  case "${scheduler}" in
+    null)
+      METRICS=()
+      COMMAND=("${BENCH}" "${null}" --kubeconfig "${KUBECONFIG}")
+      ;;
+    gantry)
+      bench_gantry_config "${run}/gantry.yaml"
+      COMMAND=("${GANTRY}" run --config "${run}/gantry.yaml" --kubeconfig "${KUBECONFIG}"
+        --address "127.0.0.1:${port}" --secure-port 0)
+      ;;
+    kube-scheduler)
+      bench_kube_scheduler_config "${run}/kube-scheduler.yaml" "${KUBECONFIG}"
+      bench_kube_scheduler_command "${run}/kube-scheduler.yaml" "${KUBECONFIG}" "${port}"
+      COMMAND=("${KUBE_SCHEDULER_COMMAND[@]}")
+      METRICS=(--metrics "https://127.0.0.1:${port}/metrics")
+      ;;
+  esac
+}
+
 # bench_usage FIRST LAST: prints the lines FIRST to LAST of the calling script (its synopsis,
 # in its header comment) without their comment marks, and exits 2.
 bench_usage() {
