@@ -141,14 +141,6 @@ fn gauges(scheduler: &KubeScheduler, names: &[&str]) -> Result<Vec<Option<u64>>,
         .collect())
 }
 
-/// `kubectl <args> -o json`, parsed.
-fn kubectl_json(plane: &ControlPlane, args: &[&str]) -> Result<Value, String> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let text = plane.try_kubectl(&all, None)?;
-    serde_json::from_str(&text).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
-}
-
 /// Creates the objects (in order).
 fn create(plane: &ControlPlane, objects: &[Value]) -> Result<(), String> {
     if objects.is_empty() {
@@ -550,7 +542,7 @@ fn schedule_and_compare(
         }
         let deadline = Instant::now() + POD_TIMEOUT;
         loop {
-            let state = pod_state(&kubectl_json(plane, &["get", "pod", "-n", &ns, &name])?);
+            let state = pod_state(&plane.try_kubectl_json(&["get", "pod", "-n", &ns, &name])?);
             if state != PodState::Waiting {
                 break;
             }
@@ -578,7 +570,7 @@ fn schedule_and_compare(
         let (Some(active), Some(backoff)) = (queued[0], queued[1]) else {
             return Err("no scheduler_pending_pods in kube-scheduler's metrics".to_string());
         };
-        let pods = kubectl_json(plane, &["get", "pods", "--all-namespaces"])?;
+        let pods = plane.try_kubectl_json(&["get", "pods", "--all-namespaces"])?;
         let states: BTreeMap<String, PodState> = pods["items"]
             .as_array()
             .into_iter()
@@ -694,7 +686,7 @@ fn schedule_and_compare(
 /// Every pod's uid, by "namespace/name".
 fn pod_uids(plane: &ControlPlane) -> Result<HashMap<String, String>, String> {
     Ok(
-        kubectl_json(plane, &["get", "pods", "--all-namespaces"])?["items"]
+        plane.try_kubectl_json(&["get", "pods", "--all-namespaces"])?["items"]
             .as_array()
             .into_iter()
             .flatten()
@@ -714,7 +706,7 @@ fn preempted_events(
     plane: &ControlPlane,
     names: &HashMap<&str, &str>,
 ) -> Result<HashMap<String, String>, String> {
-    let events = kubectl_json(plane, &["get", "events", "--all-namespaces"])?;
+    let events = plane.try_kubectl_json(&["get", "events", "--all-namespaces"])?;
     Ok(events["items"]
         .as_array()
         .into_iter()
@@ -798,7 +790,7 @@ fn cleanup(plane: &ControlPlane, objects: &Objects) -> Result<(), String> {
         // No namespace controller runs: mark it terminating, empty its finalizers (its
         // contents are gone already) and delete it for good.
         plane.try_kubectl(&["delete", "namespace", name, "--wait=false"], None)?;
-        let mut current = kubectl_json(plane, &["get", "namespace", name])?;
+        let mut current = plane.try_kubectl_json(&["get", "namespace", name])?;
         current["spec"]["finalizers"] = json!([]);
         plane.try_kubectl(
             &[
@@ -834,7 +826,7 @@ fn delete_provisioned_volumes(plane: &ControlPlane, objects: &Objects) -> Result
         .filter(|o| o["kind"] == "PersistentVolume")
         .map(|o| ns_name(o).1)
         .collect();
-    let volumes = kubectl_json(plane, &["get", "persistentvolumes"])?;
+    let volumes = plane.try_kubectl_json(&["get", "persistentvolumes"])?;
     for volume in volumes["items"].as_array().into_iter().flatten() {
         let name = ns_name(volume).1;
         if shown.contains(&name) {

@@ -230,6 +230,14 @@ impl ControlPlane {
         }
     }
 
+    /// `kubectl <args> -o json` as admin, parsed.
+    pub fn try_kubectl_json(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let text = self.try_kubectl(&all, None)?;
+        serde_json::from_str(&text).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
+    }
+
     /// A path of its own in the state directory for one run of the component `name`,
     /// `<dir>/<name>-<n>`, to which the run adds `.log`, `.yaml` and so on: every run's files
     /// stay for inspection.

@@ -51,10 +51,7 @@ pub fn while_provisioning<T>(plane: &ControlPlane, body: impl FnOnce() -> T) -> 
 /// Provisions a volume for every claim handed to an external provisioner on a selected node
 /// that has none yet.
 fn provision_selected_claims(plane: &ControlPlane) -> Result<(), String> {
-    let claims = get_json(
-        plane,
-        &["get", "persistentvolumeclaims", "--all-namespaces"],
-    )?;
+    let claims = plane.try_kubectl_json(&["get", "persistentvolumeclaims", "--all-namespaces"])?;
     for claim in claims["items"].as_array().into_iter().flatten() {
         let annotations = &claim["metadata"]["annotations"];
         let (Some(node), Some(driver)) = (
@@ -69,7 +66,7 @@ fn provision_selected_claims(plane: &ControlPlane) -> Result<(), String> {
         if bound {
             continue;
         }
-        let node = get_json(plane, &["get", "node", node])?;
+        let node = plane.try_kubectl_json(&["get", "node", node])?;
         let volume = volume_for(claim, &node, driver, &reclaim_policy(plane, claim)?);
         match plane.try_kubectl(&["create", "-f", "-"], Some(&volume.to_string())) {
             Err(e) if !e.contains("AlreadyExists") => return Err(e),
@@ -84,7 +81,7 @@ fn reclaim_policy(plane: &ControlPlane, claim: &Value) -> Result<String, String>
     let Some(class) = claim["spec"]["storageClassName"].as_str() else {
         return Ok("Delete".to_string());
     };
-    let class = get_json(plane, &["get", "storageclass", class])?;
+    let class = plane.try_kubectl_json(&["get", "storageclass", class])?;
     Ok(class["reclaimPolicy"]
         .as_str()
         .unwrap_or("Delete")
@@ -123,11 +120,4 @@ fn volume_for(claim: &Value, node: &Value, driver: &str, reclaim_policy: &str) -
         ]}});
     }
     volume
-}
-
-fn get_json(plane: &ControlPlane, args: &[&str]) -> Result<Value, String> {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    let text = plane.try_kubectl(&args, None)?;
-    serde_json::from_str(&text).map_err(|e| format!("kubectl {}: {e}", args.join(" ")))
 }
