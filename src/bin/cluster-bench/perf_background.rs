@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::perf_config::{Churn, ChurnMode, DeletePods, Op, Workload};
 use crate::perf_objects;
-use crate::populate::create;
+use crate::populate::{create, create_namespace};
 
 /// scheduler_perf's churn interval when the op gives none.
 const DEFAULT_INTERVAL: Duration = Duration::from_millis(500);
@@ -91,7 +91,7 @@ pub async fn run(client: &Client, workload: &Workload) -> anyhow::Result<()> {
 /// The churners of `op`'s templates, with the PriorityClasses their pods name created.
 async fn churners(client: &Client, op: &Churn) -> anyhow::Result<Vec<Churner>> {
     let namespace = op.namespace.clone().unwrap_or_default();
-    crate::scheduler_perf::create_namespace(client, &namespace).await?;
+    create_namespace(client, &namespace).await?;
     let mut churners = Vec::new();
     for path in &op.template_paths {
         let mut template = perf_objects::render(path, &BTreeMap::new())?;

@@ -165,14 +165,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.pods == 0 {
         return Ok(());
     }
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(args.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    create(&Api::<Namespace>::all(client.clone()), &namespace).await?;
+    create_namespace(&client, &args.namespace).await?;
     let pods_api = Api::<Pod>::namespaced(client.clone(), &args.namespace);
     let pods_start = Instant::now();
     if let Some(set) = args.workload.preemption() {
@@ -325,6 +318,18 @@ where
         bail!("{} creates failed; the first: {first}", failed.len());
     }
     Ok(())
+}
+
+/// Creates the namespace `name`; one that already exists counts as created.
+pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    create(&Api::<Namespace>::all(client.clone()), &namespace).await
 }
 
 /// Creates `object`; one that already exists counts as created, other failures are retried a

@@ -23,16 +23,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::Api;
 
 use crate::perf_background;
 use crate::perf_config::{self, CreatePods, Op, Stage, Workload};
 use crate::perf_objects;
-use crate::populate::{create, create_all};
+use crate::populate::{create, create_all, create_namespace};
 
 /// Arguments of `cluster-bench scheduler-perf`.
 #[derive(Debug, clap::Args)]
@@ -326,18 +325,6 @@ async fn create_pods(
         start.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// Creates namespace `name` unless it exists.
-pub async fn create_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
-    let namespace = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    create(&Api::<Namespace>::all(client.clone()), &namespace).await
 }
 
 #[cfg(test)]
