@@ -229,6 +229,9 @@ struct PodSpec {
     dongles: u8,
     /// The claim `c<n>` of [`add_storage`], if any.
     volume: Option<u8>,
+    /// A required term about the pod's own app: affinity by zone (0), anti-affinity by
+    /// zone (1) or by host (2).
+    required_term: Option<u8>,
 }
 
 fn pod_spec() -> impl Strategy<Value = PodSpec> {
@@ -242,6 +245,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
         prop::option::weighted(0.1, 0u8..3),
         prop_oneof![8 => Just(0u8), 1 => Just(1u8)],
         prop::option::weighted(0.2, 0u8..3),
+        prop::option::weighted(0.15, 0u8..3),
     )
         .prop_map(
             |(
@@ -254,6 +258,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                 zone_selector,
                 dongles,
                 volume,
+                required_term,
             )| {
                 PodSpec {
                     milli_cpu,
@@ -265,6 +270,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                     zone_selector,
                     dongles,
                     volume,
+                    required_term,
                 }
             },
         )
@@ -303,10 +309,29 @@ fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
             "volumes: [{{name: data, persistentVolumeClaim: {{claimName: c{v}}}}}]\n"
         ));
     }
+    let own_app = format!("{{labelSelector: {{matchLabels: {{app: {app}}}}}, topologyKey: ");
+    let mut anti = String::new();
     if spec.anti_affinity {
-        yaml.push_str(&format!(
-            "affinity:\n  podAntiAffinity:\n    preferredDuringSchedulingIgnoredDuringExecution:\n    - weight: 100\n      podAffinityTerm:\n        labelSelector: {{matchLabels: {{app: {app}}}}}\n        topologyKey: {HOSTNAME}\n"
+        anti.push_str(&format!(
+            "    preferredDuringSchedulingIgnoredDuringExecution:\n    - weight: 100\n      podAffinityTerm: {own_app}{HOSTNAME}}}\n"
         ));
+    }
+    let mut affinity = String::new();
+    match spec.required_term {
+        Some(0) => affinity.push_str(&format!(
+            "  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution: [{own_app}{ZONE}}}]\n"
+        )),
+        Some(key) => anti.push_str(&format!(
+            "    requiredDuringSchedulingIgnoredDuringExecution: [{own_app}{}}}]\n",
+            if key == 1 { ZONE } else { HOSTNAME }
+        )),
+        None => {}
+    }
+    if !anti.is_empty() {
+        affinity.push_str(&format!("  podAntiAffinity:\n{anti}"));
+    }
+    if !affinity.is_empty() {
+        yaml.push_str(&format!("affinity:\n{affinity}"));
     }
     if !yaml.is_empty() {
         b = b.spec_yaml(&yaml);
@@ -433,6 +458,7 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
                 zone_selector: None,
                 dongles: 0,
                 volume: None,
+                required_term: None,
             }),
         1 => pod_spec(),
         // Pods whose other plugins answer by domain: spread over zones, anti-affinity by
@@ -460,8 +486,8 @@ fn like_node() -> impl Strategy<Value = NodeSpec> {
     })
 }
 
-/// A pod spread over zones, half of them also kept apart by host from their like, asking
-/// one of a few amounts.
+/// A pod spread over zones, half of them also kept apart by host from their like, some
+/// with a required term about their like, asking one of a few amounts.
 fn spread_class() -> impl Strategy<Value = PodSpec> {
     (
         prop_oneof![Just(0u32), Just(500), Just(1000)],
@@ -469,18 +495,22 @@ fn spread_class() -> impl Strategy<Value = PodSpec> {
         0u8..3,
         1u8..3,
         prop::bool::ANY,
+        prop::option::weighted(0.3, 0u8..3),
     )
-        .prop_map(|(milli_cpu, memory_mi, app, skew, anti_affinity)| PodSpec {
-            milli_cpu,
-            memory_mi,
-            app,
-            spread: Some(skew),
-            anti_affinity,
-            tolerates: false,
-            zone_selector: None,
-            dongles: 0,
-            volume: None,
-        })
+        .prop_map(
+            |(milli_cpu, memory_mi, app, skew, anti_affinity, required_term)| PodSpec {
+                milli_cpu,
+                memory_mi,
+                app,
+                spread: Some(skew),
+                anti_affinity,
+                tolerates: false,
+                zone_selector: None,
+                dongles: 0,
+                volume: None,
+                required_term,
+            },
+        )
 }
 
 proptest! {

@@ -513,8 +513,14 @@ impl Pick<'_> {
                 rank: rank(p),
             }))
             .collect();
-        rows.sort_by(|a, b| b.total.cmp(&a.total).then(a.rank.cmp(&b.rank)));
-        rows.truncate(self.top_scores);
+        // Only the best few are kept: selected first, then sorted, rather than sorting
+        // every listed node (all of a zone's).
+        let order = |a: &Candidate, b: &Candidate| b.total.cmp(&a.total).then(a.rank.cmp(&b.rank));
+        if self.top_scores < rows.len() {
+            rows.select_nth_unstable_by(self.top_scores, order);
+            rows.truncate(self.top_scores);
+        }
+        rows.sort_by(order);
         Some((
             winner.position,
             rows.into_iter().map(|c| c.position).collect(),

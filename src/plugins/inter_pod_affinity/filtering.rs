@@ -2,9 +2,10 @@
 //! existing pods' (an existing pod's required anti-affinity keeps matching pods out of its
 //! domain, whichever of the two arrived first).
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
-    CycleState, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, DomainVerdict, FilterPlugin, PreFilterExtensions, PreFilterPlugin, PreFilterResult,
+    Status,
 };
 use crate::model::{Labels, PodInfo};
 
@@ -144,6 +145,8 @@ fn existing_anti_affinity_counts(pod: &PodInfo, snapshot: &Snapshot) -> Topology
 
 /// Counts the existing pods that match the incoming pod's required affinity terms (all of
 /// them; once per term) and each of its required anti-affinity terms, at their nodes' pairs.
+/// The snapshot's pod index names the pods a term's selector can match, so only those are
+/// read.
 fn incoming_counts(
     affinity_terms: &[IncomingTerm],
     anti_terms: &[IncomingTerm],
@@ -151,25 +154,52 @@ fn incoming_counts(
 ) -> (TopologyCounts, TopologyCounts) {
     let mut affinity = TopologyCounts::default();
     let mut anti = TopologyCounts::default();
-    if affinity_terms.is_empty() && anti_terms.is_empty() {
-        return (affinity, anti);
-    }
-    for node in snapshot.nodes() {
-        let node_labels = &node.node.labels;
-        for existing in &node.pods {
-            if matches_all(affinity_terms, existing) {
-                for t in affinity_terms {
-                    affinity.add_on(node_labels, t.topology_key(), 1);
-                }
+    if let Some((first, others)) = affinity_terms.split_first() {
+        let mut positions = Vec::new();
+        snapshot.for_each_match(&first.term.selector, first.namespaces(), |existing| {
+            if others.iter().all(|t| t.matches(existing.pod)) {
+                positions.push(existing.node);
             }
-            for t in anti_terms {
-                if t.matches(existing) {
-                    anti.add_on(node_labels, t.topology_key(), 1);
-                }
-            }
+        });
+        for t in affinity_terms {
+            count_by_value(&mut affinity, snapshot, t.topology_key(), &positions);
         }
     }
+    for t in anti_terms {
+        let mut positions = Vec::new();
+        snapshot.for_each_match(&t.term.selector, t.namespaces(), |existing| {
+            positions.push(existing.node);
+        });
+        count_by_value(&mut anti, snapshot, t.topology_key(), &positions);
+    }
     (affinity, anti)
+}
+
+/// Adds one to the pair (`key`, the node's value) for each node position in `positions`
+/// (one per pod), summed by the number of the value first: many pods share few values.
+fn count_by_value(
+    counts: &mut TopologyCounts,
+    snapshot: &Snapshot,
+    key: &str,
+    positions: &[usize],
+) {
+    if positions.is_empty() {
+        return;
+    }
+    let values = snapshot.topology_values(key);
+    let mut by_id: rustc_hash::FxHashMap<u32, i64> = rustc_hash::FxHashMap::default();
+    let nodes = snapshot.nodes();
+    for &position in positions {
+        match values.at(position) {
+            Some(TopologyValues::NONE) => {}
+            Some(id) => *by_id.entry(id).or_default() += 1,
+            // A position the snapshot's numbering does not cover: by the node's labels.
+            None => counts.add_on(&nodes[position].node.labels, key, 1),
+        }
+    }
+    for (id, count) in by_id {
+        counts.add(key, &values.values[id as usize], count);
+    }
 }
 
 /// True when `pod` matches every term; false when there are none.
@@ -206,6 +236,47 @@ impl PreFilterExtensions for InterPodAffinity {
 }
 
 impl FilterPlugin for InterPodAffinity {
+    /// The verdict is a function of the node's values of the topology keys the counts
+    /// involve: one check per key, in the order `filter` checks them.
+    fn verdict_by_domain(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> Option<Vec<DomainVerdict>> {
+        let s = state.get::<PreFilterState>()?;
+        let mut checks = Vec::new();
+        // Without pods matching the terms, a pod matching them itself may start the group
+        // on any node carrying the keys.
+        let starts_group = s.affinity.is_empty() && s.matches_own_affinity;
+        let affinity = Passes {
+            without_key: false,
+            counted: true,
+            uncounted: starts_group,
+        };
+        for term in &pod.affinity.required {
+            let key = &term.topology_key;
+            let rejection = Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH);
+            checks.push(affinity.verdict(snapshot, key, s.affinity.values_of(key), rejection));
+        }
+        let anti = Passes {
+            without_key: true,
+            counted: false,
+            uncounted: true,
+        };
+        for term in &pod.affinity.required_anti {
+            let key = &term.topology_key;
+            let rejection = Status::unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH);
+            checks.push(anti.verdict(snapshot, key, s.anti_affinity.values_of(key), rejection));
+        }
+        for (key, counts) in &s.existing_anti_affinity.by_key {
+            let rejection =
+                Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH);
+            checks.push(anti.verdict(snapshot, key, Some(counts), rejection));
+        }
+        Some(checks)
+    }
+
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.get::<PreFilterState>() else {
             return Status::error(MISSING_STATE);
@@ -256,4 +327,46 @@ fn satisfies_existing_pods_anti_affinity(s: &PreFilterState, labels: &Labels) ->
         || s.existing_anti_affinity
             .node_values(labels)
             .all(|count| count <= 0)
+}
+
+/// Which nodes one of Filter's checks on a topology key passes.
+#[derive(Debug, Clone, Copy)]
+struct Passes {
+    /// A node without the key.
+    without_key: bool,
+    /// A node whose domain's count is positive.
+    counted: bool,
+    /// A node whose domain's count is zero or less, or was never counted.
+    uncounted: bool,
+}
+
+impl Passes {
+    /// The check on every node of `snapshot`, by its value of `key`, from the counts by
+    /// value.
+    fn verdict(
+        self,
+        snapshot: &Snapshot,
+        key: &str,
+        counts: Option<&rustc_hash::FxHashMap<String, i64>>,
+        rejection: Status,
+    ) -> DomainVerdict {
+        let code = |passes: bool| u8::from(!passes);
+        let values = snapshot.topology_values(key);
+        let mut by_value = vec![code(self.uncounted); values.values.len()];
+        for (value, &count) in counts.into_iter().flatten() {
+            if let Some(id) = values.id_of(value) {
+                by_value[id as usize] = code(if count > 0 {
+                    self.counted
+                } else {
+                    self.uncounted
+                });
+            }
+        }
+        DomainVerdict {
+            values,
+            by_value,
+            without: code(self.without_key),
+            rejections: vec![rejection],
+        }
+    }
 }

@@ -199,6 +199,11 @@ impl TopologyCounts {
         )
     }
 
+    /// The sums of `key`'s pairs, by value; `None` when no pair of it was counted.
+    fn values_of(&self, key: &str) -> Option<&HashMap<String, i64>> {
+        self.by_key.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
     /// True when no pair was ever counted.
     fn is_empty(&self) -> bool {
         self.by_key.is_empty()

@@ -1225,3 +1225,96 @@ fn indexed_scores_equal_a_scan_of_every_pod() {
     assert!(expected.is_some());
     assert_eq!(score(&plugin(), &plain, &indexed_cluster), expected);
 }
+
+#[test]
+fn verdicts_by_domain_agree_with_filter_on_every_node() {
+    // Zone a holds web pods and a guard refusing api pods per zone; zone b a db pod; n5 has
+    // no zone.
+    let guard = pod("guard")
+        .label("app", "guard")
+        .on("n3")
+        .spec_yaml(
+            r#"
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+    - labelSelector: {matchLabels: {app: api}}
+      topologyKey: topology.kubernetes.io/zone
+"#,
+        )
+        .build();
+    let snap = snapshot(
+        vec![
+            n("n1", "a"),
+            n("n2", "a"),
+            n("n3", "b"),
+            n("n4", "c"),
+            n("n5", ""),
+        ],
+        vec![
+            placed("web1", "web", "n1"),
+            placed("web2", "web", "n2"),
+            placed("db", "db", "n3"),
+            guard,
+        ],
+        &[],
+    );
+    let term = |kind: &str, app: &str, key: &str| {
+        format!(
+            "affinity:\n  {kind}:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - labelSelector: {{matchLabels: {{app: {app}}}}}\n      topologyKey: {key}\n"
+        )
+    };
+    let pods = [
+        // Affinity to pods that exist, by zone and by host.
+        pod("p")
+            .spec_yaml(&term("podAffinity", "web", ZONE))
+            .build(),
+        pod("p")
+            .spec_yaml(&term("podAffinity", "web", HOST))
+            .build(),
+        // Affinity to pods that do not exist: the first of its group, or nowhere.
+        pod("p")
+            .label("app", "new")
+            .spec_yaml(&term("podAffinity", "new", ZONE))
+            .build(),
+        pod("p")
+            .spec_yaml(&term("podAffinity", "new", ZONE))
+            .build(),
+        // Anti-affinity by zone and by host, and an api pod the guard keeps out of zone b.
+        pod("p")
+            .spec_yaml(&term("podAntiAffinity", "web", ZONE))
+            .build(),
+        pod("p")
+            .spec_yaml(&term("podAntiAffinity", "db", HOST))
+            .build(),
+        pod("p")
+            .label("app", "api")
+            .spec_yaml(&term("podAffinity", "web", ZONE))
+            .build(),
+        pod("p").label("app", "api").build(),
+    ];
+    let pl = plugin();
+    for p in &pods {
+        let mut state = CycleState::new();
+        let (_, status) = pl.pre_filter(&mut state, p, &snap);
+        assert!(status.is_success(), "{status}");
+        let verdicts = pl
+            .verdict_by_domain(&state, p, &snap)
+            .expect("required terms answer by domain");
+        for (position, node) in snap.nodes().iter().enumerate() {
+            let by_domain = verdicts
+                .iter()
+                .map(|v| (v, v.code(position)))
+                .find(|(_, c)| *c != 0)
+                .map_or_else(Status::success, |(v, c)| {
+                    v.rejections[usize::from(c) - 1].clone()
+                });
+            let filtered = pl.filter(&state, p, node);
+            assert_eq!(
+                by_domain, filtered,
+                "{:?} on {}",
+                p.affinity, node.node.name
+            );
+        }
+    }
+}
