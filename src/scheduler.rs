@@ -878,7 +878,7 @@ impl Scheduler {
             .iter()
             .filter_map(|c| {
                 let node = self.snapshot.get(&c.node)?;
-                Some((c.node.clone(), node.pods.clone()))
+                Some((c.node.clone(), node.pods.iter().cloned().collect()))
             })
             .collect();
         let round = PreemptRound::new(

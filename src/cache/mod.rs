@@ -9,6 +9,7 @@
 mod node_info;
 mod pod_groups;
 mod pod_index;
+mod pod_list;
 mod pod_name;
 mod snapshot;
 mod storage;
@@ -37,6 +38,7 @@ use snapshot::DisruptionBudgets;
 pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{Matched, Namespaces, PodIndex, TermPod};
+pub use pod_list::{PodList, Pods};
 pub use snapshot::{ChangeLog, NodeTraits, Snapshot, TopologyDomains, TopologyValues};
 pub use storage::{ClaimKey, Storage, VolumeDecision};
 pub use term_table::{PodTerm, TermId, TermKind};

@@ -10,6 +10,8 @@ use crate::model::load::NodeLoad;
 use crate::model::pod::HostPort;
 use crate::model::{NodeModel, PodInfo, Resources};
 
+use super::PodList;
+
 /// A node and what is placed on it (bound and assumed pods). Snapshots share these behind
 /// `Arc`; the cache copies one on write, so a snapshot never changes under a running cycle.
 #[derive(Debug, Clone)]
@@ -17,12 +19,8 @@ pub struct NodeInfo {
     /// The node.
     pub node: Arc<NodeModel>,
     /// Pods on the node, bound or assumed; changed only by [`NodeInfo::add_pod`] and
-    /// [`NodeInfo::remove_pod`], which keep `pod_keys` beside it.
-    pub pods: Vec<Arc<PodInfo>>,
-    /// The [`pod_key`] of each pod, in the order of `pods`: removing a pod scans these
-    /// contiguous numbers rather than the pods, each of which is a cache miss on a node
-    /// with thousands of them.
-    pod_keys: Vec<u64>,
+    /// [`NodeInfo::remove_pod`].
+    pub pods: PodList,
     /// Sum of the pods' requests.
     pub requested: Resources,
     /// Sum of the pods' non-zero cpu (scoring view).
@@ -62,8 +60,7 @@ impl NodeInfo {
     /// A node with nothing on it.
     pub fn new(node: Arc<NodeModel>) -> Self {
         NodeInfo {
-            pods: Vec::new(),
-            pod_keys: Vec::new(),
+            pods: PodList::default(),
             requested: Resources::default(),
             non_zero_milli_cpu: 0,
             non_zero_memory: 0,
@@ -81,27 +78,6 @@ impl NodeInfo {
             hami_lock_holder: None,
             generation: 0,
             node,
-        }
-    }
-
-    /// A copy with room for `more` pods besides: a dry run adds pods to its copy, and a plain
-    /// clone leaves no room, so that its first addition copies the list again.
-    pub fn copy_with_room(&self, more: usize) -> NodeInfo {
-        let mut pods = Vec::with_capacity(self.pods.len() + more);
-        pods.extend(self.pods.iter().cloned());
-        let mut pod_keys = Vec::with_capacity(pods.capacity());
-        pod_keys.extend_from_slice(&self.pod_keys);
-        NodeInfo {
-            node: self.node.clone(),
-            pods,
-            pod_keys,
-            requested: self.requested.clone(),
-            used_ports: self.used_ports.clone(),
-            gpu_used: self.gpu_used.clone(),
-            gpu_hami_used: self.gpu_hami_used.clone(),
-            load: self.load.clone(),
-            hami_lock_holder: self.hami_lock_holder.clone(),
-            ..*self
         }
     }
 
@@ -152,7 +128,6 @@ impl NodeInfo {
         self.volumes_named += named_volumes(&pod);
         self.pods_with_ephemeral_volumes += usize::from(has_ephemeral_volume(&pod));
         let holds_gpu = holds_gpu(&pod);
-        self.pod_keys.push(pod_key(&pod.namespace, &pod.name));
         self.pods.push(pod);
         if holds_gpu {
             self.recount_gpus();
@@ -161,15 +136,7 @@ impl NodeInfo {
 
     /// Removes the pod with `namespace/name`; returns it if it was here.
     pub fn remove_pod(&mut self, namespace: &str, name: &str) -> Option<Arc<PodInfo>> {
-        let key = pod_key(namespace, name);
-        let i = (0..self.pod_keys.len()).find(|&i| {
-            self.pod_keys[i] == key && {
-                let p = &self.pods[i];
-                p.namespace == namespace && p.name == name
-            }
-        })?;
-        self.pod_keys.swap_remove(i);
-        let pod = self.pods.swap_remove(i);
+        let pod = self.pods.remove(namespace, name)?;
         self.requested.sub(&pod.requests);
         self.non_zero_milli_cpu -= pod.non_zero_milli_cpu;
         self.non_zero_memory -= pod.non_zero_memory;
@@ -191,14 +158,6 @@ impl NodeInfo {
         }
         Some(pod)
     }
-}
-
-/// The number [`NodeInfo::remove_pod`] looks a pod up by.
-fn pod_key(namespace: &str, name: &str) -> u64 {
-    let mut h = rustc_hash::FxHasher::default();
-    namespace.hash(&mut h);
-    name.hash(&mut h);
-    h.finish()
 }
 
 /// The volumes of `pod` that may count against an attach limit, unresolved: its claims and

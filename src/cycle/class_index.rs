@@ -298,14 +298,11 @@ impl ClassIndex {
             return Outcome::Plain(None);
         }
         let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
-        if profile
+        let reads_feasible = profile
             .pre_score
             .iter()
             .filter_map(|p| p.as_pre_score())
-            .any(|p| p.reads_feasible(pod, snapshot))
-        {
-            return Outcome::Plain(None);
-        }
+            .any(|p| p.reads_feasible(pod, snapshot));
         // The filters whose verdicts the class keeps, and those read by domain; a kept
         // verdict after one by domain would change which plugin a node's rejection names.
         let mut domains = DomainChecks::new();
@@ -477,13 +474,27 @@ impl ClassIndex {
                 rejections: class_rejections(class, domain_rejections()),
             });
         }
-        let skipped = match run_pre_score(profile, state, pod, snapshot, &[]) {
+        // The feasible nodes in the plain cycle's order of examination, for PreScore
+        // plugins that read them.
+        let feasible_nodes: Vec<&NodeInfo> = if reads_feasible {
+            (start..n)
+                .chain(0..start)
+                .filter(|&p| class.totals[p] >= 0 && domains.code(p) == 0)
+                .map(|p| &*snapshot.nodes()[p])
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let skipped = match run_pre_score(profile, state, pod, snapshot, &feasible_nodes) {
             Ok(skipped) => skipped,
             Err(_) => {
                 class.scored_by.clear();
                 return Outcome::Plain(None);
             }
         };
+        // A PreScore that read the feasible nodes runs again in the plain cycle, if the
+        // cycle is left to it, so that nothing depends on their order being its own.
+        let to_plain = (!reads_feasible).then(|| skipped.clone());
         let state: &CycleState = state;
         let mut columns: Vec<(Column<'_>, &'static str)> = Vec::new();
         let mut live: Vec<DomainColumn<'_>> = Vec::new();
@@ -500,7 +511,7 @@ impl ClassIndex {
                     Ok(weighted) => Column::Constant(s, weighted),
                     Err(_) => {
                         class.scored_by.clear();
-                        return Outcome::Plain(Some(skipped));
+                        return Outcome::Plain(to_plain);
                     }
                 },
                 None if plain_weight(*weight)
@@ -517,12 +528,12 @@ impl ClassIndex {
                     }
                     _ => {
                         class.scored_by.clear();
-                        return Outcome::Plain(Some(skipped));
+                        return Outcome::Plain(to_plain);
                     }
                 },
                 None => {
                     class.scored_by.clear();
-                    return Outcome::Plain(Some(skipped));
+                    return Outcome::Plain(to_plain);
                 }
             };
             columns.push((column, name));
@@ -543,7 +554,7 @@ impl ClassIndex {
             .fold(0, i64::saturating_add);
         if most > i64::from(Total::MAX) {
             class.scored_by.clear();
-            return Outcome::Plain(Some(skipped));
+            return Outcome::Plain(to_plain);
         }
         let spans = n.div_ceil(SPAN);
         let whole = fresh || class.scored_by != kept || class.span_max.len() != spans;
@@ -564,7 +575,7 @@ impl ClassIndex {
             let nodes = nodes_at(snapshot, positions);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
             if weighted_sums(&columns, state, pod, block, cells, sums).is_none() {
-                return Outcome::Plain(Some(skipped));
+                return Outcome::Plain(to_plain);
             }
             for (&p, &sum) in positions.iter().zip(sums.iter()) {
                 // Within range: checked above.
@@ -669,7 +680,7 @@ impl ClassIndex {
                 pod,
                 listed,
             ) else {
-                return Outcome::Plain(Some(skipped));
+                return Outcome::Plain(to_plain);
             };
             *next_start = start;
             choice
@@ -677,7 +688,7 @@ impl ClassIndex {
         let nodes = nodes_at(snapshot, &best);
         let block = NodeBlock::of_snapshot(&nodes, &best, snapshot);
         let Some(per_plugin) = weighted_columns(&columns, &live, state, pod, block, cells) else {
-            return Outcome::Plain(Some(skipped));
+            return Outcome::Plain(to_plain);
         };
         let scores = best
             .iter()

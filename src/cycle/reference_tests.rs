@@ -232,6 +232,8 @@ struct PodSpec {
     /// A required term about the pod's own app: affinity by zone (0), anti-affinity by
     /// zone (1) or by host (2).
     required_term: Option<u8>,
+    /// The spread constraint is `ScheduleAnyway` (scored) rather than `DoNotSchedule`.
+    soft_spread: bool,
 }
 
 fn pod_spec() -> impl Strategy<Value = PodSpec> {
@@ -246,6 +248,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
         prop_oneof![8 => Just(0u8), 1 => Just(1u8)],
         prop::option::weighted(0.2, 0u8..3),
         prop::option::weighted(0.15, 0u8..3),
+        prop::bool::weighted(0.3),
     )
         .prop_map(
             |(
@@ -259,6 +262,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                 dongles,
                 volume,
                 required_term,
+                soft_spread,
             )| {
                 PodSpec {
                     milli_cpu,
@@ -271,6 +275,7 @@ fn pod_spec() -> impl Strategy<Value = PodSpec> {
                     dongles,
                     volume,
                     required_term,
+                    soft_spread,
                 }
             },
         )
@@ -300,8 +305,13 @@ fn build_pod(name: &str, spec: &PodSpec) -> crate::testing::PodBuilder {
     }
     let mut yaml = String::new();
     if let Some(skew) = spec.spread {
+        let when = if spec.soft_spread {
+            "ScheduleAnyway"
+        } else {
+            "DoNotSchedule"
+        };
         yaml.push_str(&format!(
-            "topologySpreadConstraints:\n- maxSkew: {skew}\n  topologyKey: {ZONE}\n  whenUnsatisfiable: DoNotSchedule\n  labelSelector: {{matchLabels: {{app: {app}}}}}\n"
+            "topologySpreadConstraints:\n- maxSkew: {skew}\n  topologyKey: {ZONE}\n  whenUnsatisfiable: {when}\n  labelSelector: {{matchLabels: {{app: {app}}}}}\n"
         ));
     }
     if let Some(v) = spec.volume {
@@ -459,6 +469,7 @@ fn stream_class() -> impl Strategy<Value = PodSpec> {
                 dongles: 0,
                 volume: None,
                 required_term: None,
+                soft_spread: false,
             }),
         1 => pod_spec(),
         // Pods whose other plugins answer by domain: spread over zones, anti-affinity by
@@ -486,8 +497,8 @@ fn like_node() -> impl Strategy<Value = NodeSpec> {
     })
 }
 
-/// A pod spread over zones, half of them also kept apart by host from their like, some
-/// with a required term about their like, asking one of a few amounts.
+/// A pod spread over zones (filtered or scored), half of them also kept apart by host from
+/// their like, some with a required term about their like, asking one of a few amounts.
 fn spread_class() -> impl Strategy<Value = PodSpec> {
     (
         prop_oneof![Just(0u32), Just(500), Just(1000)],
@@ -496,19 +507,23 @@ fn spread_class() -> impl Strategy<Value = PodSpec> {
         1u8..3,
         prop::bool::ANY,
         prop::option::weighted(0.3, 0u8..3),
+        prop::bool::ANY,
     )
         .prop_map(
-            |(milli_cpu, memory_mi, app, skew, anti_affinity, required_term)| PodSpec {
-                milli_cpu,
-                memory_mi,
-                app,
-                spread: Some(skew),
-                anti_affinity,
-                tolerates: false,
-                zone_selector: None,
-                dongles: 0,
-                volume: None,
-                required_term,
+            |(milli_cpu, memory_mi, app, skew, anti_affinity, required_term, soft_spread)| {
+                PodSpec {
+                    milli_cpu,
+                    memory_mi,
+                    app,
+                    spread: Some(skew),
+                    anti_affinity,
+                    tolerates: false,
+                    zone_selector: None,
+                    dongles: 0,
+                    volume: None,
+                    required_term,
+                    soft_spread,
+                }
             },
         )
 }

@@ -158,7 +158,7 @@ pub fn with_nominated_ahead<'a>(
 ) -> Option<Result<(NodeInfo, Cow<'a, CycleState>), Status>> {
     let mut ahead = nominated_ahead(nominated, pod, node.name()).peekable();
     ahead.peek()?;
-    let mut node_with = node.copy_with_room(nominated.on(node.name()).len());
+    let mut node_with = node.clone();
     let mut state_with = Cow::Borrowed(state);
     let extensions = extensions_active(profile, state);
     for p in ahead {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde::Deserialize;
 
-use crate::cache::{Snapshot, Tracked, ZONE_LABEL};
+use crate::cache::{PodList, Snapshot, Tracked, ZONE_LABEL};
 use crate::framework::{
     ArgsError, DefaultPlace, EventHint, FilterPlugin, POD_AND_NODE_CHANGES, Plugin, PluginArgs,
     PluginSpec, PreFilterPlugin, PreScorePlugin, ScorePlugin, decode_args,
@@ -353,7 +353,7 @@ fn has_all_keys<'c>(node: &NodeModel, mut keys: impl Iterator<Item = &'c str>) -
 /// Pods on a node that a constraint counts: not terminating, matching the selector, and in
 /// the incoming pod's namespace. The selector is checked before the namespace: it rejects
 /// more pods of the same namespace, and either rejects most pods of another one.
-fn count_matching(pods: &[Arc<PodInfo>], selector: &LabelSelector, namespace: &str) -> i64 {
+fn count_matching(pods: &PodList, selector: &LabelSelector, namespace: &str) -> i64 {
     if selector.is_nothing() {
         return 0;
     }

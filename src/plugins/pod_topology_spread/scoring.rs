@@ -2,11 +2,13 @@
 //! cycle; Score sums each constraint's weighted count for the node's domain; NormalizeScore
 //! reverses the range so that the node with the fewest matching pods scores highest.
 
+use std::sync::Arc;
+
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::cache::{NodeInfo, Snapshot};
+use crate::cache::{Namespaces, NodeInfo, Snapshot, TopologyValues};
 use crate::framework::{
-    CycleState, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
+    CycleState, DomainScores, MAX_NODE_SCORE, NodeScore, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::model::PodInfo;
 use crate::model::pod::{InclusionPolicy, WhenUnsatisfiable};
@@ -42,6 +44,10 @@ pub(super) struct PreScoreState {
     /// Feasible nodes (by their index among the feasible nodes) that lack a topology key
     /// while all are required: they score 0 after normalization.
     ignored: Vec<bool>,
+    /// Score's raw score by domain, when it is one (see [`ScorePlugin::score_by_domain`]):
+    /// for a single constraint on a key other than the hostname, every key required and no
+    /// feasible node ignored; empty otherwise.
+    by_domain: Vec<(Arc<TopologyValues>, HashMap<u32, i64>)>,
 }
 
 /// A soft constraint's contribution for `count` matching pods in the node's domain; the
@@ -87,14 +93,15 @@ impl PodTopologySpread {
             constraints: Vec::new(),
             require_all_topologies,
             ignored: vec![false; feasible.len()],
+            by_domain: Vec::new(),
         };
-        let has_keys = |node: &NodeInfo, cs: &[SoftConstraint]| {
-            !require_all_topologies
-                || has_all_keys(&node.node, cs.iter().map(|c| c.topology_key.as_str()))
+        let keys: Vec<String> = constraints.iter().map(|c| c.topology_key.clone()).collect();
+        let has_keys = |node: &NodeInfo| {
+            !require_all_topologies || has_all_keys(&node.node, keys.iter().map(String::as_str))
         };
         let mut ignored = 0usize;
         for (i, node) in feasible.iter().enumerate() {
-            if !has_keys(node, &constraints) {
+            if !has_keys(node) {
                 state.ignored[i] = true;
                 ignored += 1;
                 continue;
@@ -111,21 +118,46 @@ impl PodTopologySpread {
             let size = if c.per_node { scored } else { c.counts.len() };
             c.weight = ((size + 2) as f64).ln();
         }
-        for node in snapshot.nodes() {
-            if !has_keys(node, &constraints) {
-                continue;
-            }
-            let model = &node.node;
-            let mut inclusion = Inclusion::new(pod, model);
-            for c in constraints.iter_mut().filter(|c| !c.per_node) {
-                let value = model.labels.get(&c.topology_key).unwrap_or("");
+        let nodes = snapshot.nodes();
+        for c in constraints.iter_mut().filter(|c| !c.per_node) {
+            // The matching pods, from the pod index, counted by node first.
+            let mut by_node: HashMap<usize, i64> = HashMap::default();
+            snapshot.for_each_match(&c.selector, Namespaces::One(&pod.namespace), |m| {
+                if !m.terminating {
+                    *by_node.entry(m.node).or_default() += 1;
+                }
+            });
+            for (position, count) in by_node {
+                let node = &nodes[position];
+                if !has_keys(node) {
+                    continue;
+                }
+                let value = node.node.labels.get(&c.topology_key).unwrap_or("");
                 let Some(total) = c.counts.get_mut(value) else {
                     continue;
                 };
-                if inclusion.admits(c.node_affinity_policy, c.node_taints_policy) {
-                    *total += count_matching(&node.pods, &c.selector, &pod.namespace);
+                if Inclusion::new(pod, &node.node)
+                    .admits(c.node_affinity_policy, c.node_taints_policy)
+                {
+                    *total += count;
                 }
             }
+        }
+        if let [c] = constraints.as_slice()
+            && !c.per_node
+            && require_all_topologies
+            && ignored == 0
+        {
+            let values = snapshot.topology_values(&c.topology_key);
+            let raws = c
+                .counts
+                .iter()
+                .filter_map(|(value, &count)| {
+                    let raw = score_for_count(count, c.max_skew, c.weight).round() as i64;
+                    Some((values.id_of(value)?, raw))
+                })
+                .collect();
+            state.by_domain = vec![(values, raws)];
         }
         state.constraints = constraints;
         Some(state)
@@ -205,6 +237,17 @@ impl ScorePlugin for PodTopologySpread {
             score += score_for_count(count, c.max_skew, c.weight);
         }
         Ok(score.round() as i64)
+    }
+
+    /// PreScore's raw scores by domain, when it could give them.
+    fn score_by_domain<'s>(
+        &self,
+        state: &'s CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> Option<DomainScores<'s>> {
+        let s = state.get::<PreScoreState>()?;
+        (!s.by_domain.is_empty()).then_some(DomainScores { keys: &s.by_domain })
     }
 
     /// Maps `s` to `100 * (max + min - s) / max` over the nodes not ignored (every such node
