@@ -317,6 +317,17 @@ impl<'a> Inclusion<'a> {
         }
     }
 
+    /// True when every node passes the policies for `pod`: it has no node selector or
+    /// required node affinity to honour, and taints are ignored.
+    fn admits_every_node(
+        pod: &PodInfo,
+        affinity: InclusionPolicy,
+        taints: InclusionPolicy,
+    ) -> bool {
+        let no_affinity = pod.node_selector.is_empty() && pod.required_node_affinity.is_none();
+        (affinity == InclusionPolicy::Ignore || no_affinity) && taints == InclusionPolicy::Ignore
+    }
+
     /// True when the node passes the policies: with `Honor`, the pod's nodeSelector and
     /// required node affinity must match it, and the pod must tolerate its `NoSchedule` and
     /// `NoExecute` taints (the rules of TaintToleration's filter).

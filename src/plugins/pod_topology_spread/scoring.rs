@@ -100,16 +100,30 @@ impl PodTopologySpread {
             !require_all_topologies || has_all_keys(&node.node, keys.iter().map(String::as_str))
         };
         let mut ignored = 0usize;
-        for (i, node) in feasible.iter().enumerate() {
-            if !has_keys(node) {
-                state.ignored[i] = true;
-                ignored += 1;
-                continue;
+        if every_node_has_the_keys(
+            snapshot,
+            &constraints,
+            feasible.len(),
+            require_all_topologies,
+        ) {
+            // Every node is feasible and none is ignored: the domains are all the keys'
+            // values, read off the snapshot rather than off each node.
+            for c in &mut constraints {
+                let values = snapshot.topology_values(&c.topology_key);
+                c.counts = values.values.iter().map(|v| (v.clone(), 0)).collect();
             }
-            for c in constraints.iter_mut().filter(|c| !c.per_node) {
-                let value = node.node.labels.get(&c.topology_key).unwrap_or("");
-                if !c.counts.contains_key(value) {
-                    c.counts.insert(value.into(), 0);
+        } else {
+            for (i, node) in feasible.iter().enumerate() {
+                if !has_keys(node) {
+                    state.ignored[i] = true;
+                    ignored += 1;
+                    continue;
+                }
+                for c in constraints.iter_mut().filter(|c| !c.per_node) {
+                    let value = node.node.labels.get(&c.topology_key).unwrap_or("");
+                    if !c.counts.contains_key(value) {
+                        c.counts.insert(value.into(), 0);
+                    }
                 }
             }
         }
@@ -127,18 +141,32 @@ impl PodTopologySpread {
                     *by_node.entry(m.node).or_default() += 1;
                 }
             });
+            // By the number of the node's value first: many nodes share few values.
+            let values = snapshot.topology_values(&c.topology_key);
+            let mut by_value: HashMap<u32, i64> = HashMap::default();
+            let admits_all =
+                Inclusion::admits_every_node(pod, c.node_affinity_policy, c.node_taints_policy);
             for (position, count) in by_node {
                 let node = &nodes[position];
-                if !has_keys(node) {
+                if !has_keys(node)
+                    || !(admits_all
+                        || Inclusion::new(pod, &node.node)
+                            .admits(c.node_affinity_policy, c.node_taints_policy))
+                {
                     continue;
                 }
-                let value = node.node.labels.get(&c.topology_key).unwrap_or("");
-                let Some(total) = c.counts.get_mut(value) else {
-                    continue;
-                };
-                if Inclusion::new(pod, &node.node)
-                    .admits(c.node_affinity_policy, c.node_taints_policy)
-                {
+                match values.at(position) {
+                    Some(TopologyValues::NONE) => {
+                        if let Some(total) = c.counts.get_mut("") {
+                            *total += count;
+                        }
+                    }
+                    Some(id) => *by_value.entry(id).or_default() += count,
+                    None => {}
+                }
+            }
+            for (id, count) in by_value {
+                if let Some(total) = c.counts.get_mut(&values.values[id as usize]) {
                     *total += count;
                 }
             }
@@ -192,6 +220,27 @@ impl PreScorePlugin for PodTopologySpread {
                 .constraints(pod, snapshot, WhenUnsatisfiable::ScheduleAnyway)
                 .is_empty()
     }
+}
+
+/// True when the feasible nodes (`feasible` of them) are all the snapshot's, every key is
+/// required and every node carries every one: no node is then ignored, and each key's
+/// domains are all its values.
+fn every_node_has_the_keys(
+    snapshot: &Snapshot,
+    constraints: &[SoftConstraint],
+    feasible: usize,
+    require_all_topologies: bool,
+) -> bool {
+    require_all_topologies
+        && feasible == snapshot.len()
+        && constraints.iter().all(|c| {
+            !c.per_node
+                && snapshot
+                    .topology_values(&c.topology_key)
+                    .ids
+                    .iter()
+                    .all(|&id| id != TopologyValues::NONE)
+        })
 }
 
 const MISSING_PRE_SCORE_STATE: &str =
