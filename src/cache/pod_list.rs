@@ -61,10 +61,8 @@ impl PodList {
     /// Adds `pod` at the end.
     pub fn push(&mut self, pod: Arc<PodInfo>) {
         if self.chunks.last().is_none_or(|c| c.pods.len() == CHUNK) {
-            self.chunks.push(Arc::new(Chunk {
-                pods: Vec::with_capacity(CHUNK),
-                keys: Vec::with_capacity(CHUNK),
-            }));
+            // Grown as pods come, not allocated whole: most nodes hold few pods.
+            self.chunks.push(Arc::default());
         }
         let key = pod_key(&pod.namespace, &pod.name);
         let last = self.chunks.last_mut().map(Arc::make_mut);
