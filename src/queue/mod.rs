@@ -4,7 +4,9 @@
 
 mod heap;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,16 +102,16 @@ pub struct SchedulingQueue {
     events: PluginEvents,
     initial_backoff: Duration,
     max_backoff: Duration,
-    entries: HashMap<Arc<str>, Entry>,
+    entries: FxHashMap<Arc<str>, Entry>,
     active: Heap,
     /// Keys of the entries not in the active queue (backoff or unschedulable), so that
     /// flushing and cluster events look at the waiting pods only, not at every queued one.
-    waiting: HashSet<Arc<str>>,
+    waiting: FxHashSet<Arc<str>>,
     /// Keys of pods popped and not yet done, with the move-request counter at pop time.
-    in_flight: HashMap<Arc<str>, u64>,
+    in_flight: FxHashMap<Arc<str>, u64>,
     /// Keys of pods held out of the active queue while their preemption is carried out
     /// ([`hold`](Self::hold)).
-    held: HashSet<Arc<str>>,
+    held: FxHashSet<Arc<str>>,
     /// Incremented by every cluster event that moves pods.
     move_requests: u64,
     seq: u64,
@@ -139,11 +141,11 @@ impl SchedulingQueue {
             events,
             initial_backoff,
             max_backoff,
-            entries: HashMap::new(),
+            entries: FxHashMap::default(),
             active: Heap::default(),
-            waiting: HashSet::new(),
-            in_flight: HashMap::new(),
-            held: HashSet::new(),
+            waiting: FxHashSet::default(),
+            in_flight: FxHashMap::default(),
+            held: FxHashSet::default(),
             move_requests: 0,
             seq: 0,
             active_groups: HashMap::new(),
