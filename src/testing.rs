@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::cache::NodeInfo;
+use crate::framework::{DomainVerdict, Status};
 use crate::model::{NodeModel, PodInfo};
 
 /// Builds a Node object.
@@ -263,4 +264,16 @@ pub fn node_info(node: NodeModel, pods: &[Arc<PodInfo>]) -> NodeInfo {
         info.add_pod(p.clone());
     }
     info
+}
+
+/// What a Filter plugin's verdicts by domain say of the node at `position`: the first
+/// rejection among the checks, in order, or success.
+pub fn status_by_domain(verdicts: &[DomainVerdict], position: usize) -> Status {
+    verdicts
+        .iter()
+        .find_map(|v| match v.code(position) {
+            0 => None,
+            code => Some(v.rejections[usize::from(code) - 1].clone()),
+        })
+        .unwrap_or_else(Status::success)
 }

@@ -5,10 +5,10 @@
 mod heap;
 
 use std::collections::{BTreeSet, HashMap};
-
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::time::Duration;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::framework::{
     ClusterChange, ClusterEvent, EventHint, Plugin, QueueSortPlugin, Status, may_help,

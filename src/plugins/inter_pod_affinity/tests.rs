@@ -8,7 +8,7 @@ use crate::cache::{Cache, NodeInfo};
 use crate::cycle::{CycleError, CycleMemory, CycleOptions, schedule_one};
 use crate::framework::{Code, CycleState, NodeScore, PreFilterResult, Profile, Status};
 use crate::model::NodeModel;
-use crate::testing::{node, pod};
+use crate::testing::{node, pod, status_by_domain};
 
 const ZONE: &str = "topology.kubernetes.io/zone";
 const HOST: &str = "kubernetes.io/hostname";
@@ -1302,13 +1302,7 @@ affinity:
             .verdict_by_domain(&state, p, &snap)
             .expect("required terms answer by domain");
         for (position, node) in snap.nodes().iter().enumerate() {
-            let by_domain = verdicts
-                .iter()
-                .map(|v| (v, v.code(position)))
-                .find(|(_, c)| *c != 0)
-                .map_or_else(Status::success, |(v, c)| {
-                    v.rejections[usize::from(c) - 1].clone()
-                });
+            let by_domain = status_by_domain(&verdicts, position);
             let filtered = pl.filter(&state, p, node);
             assert_eq!(
                 by_domain, filtered,

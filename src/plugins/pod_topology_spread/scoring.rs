@@ -100,12 +100,13 @@ impl PodTopologySpread {
             !require_all_topologies || has_all_keys(&node.node, keys.iter().map(String::as_str))
         };
         let mut ignored = 0usize;
-        if every_node_has_the_keys(
+        let every_node_counts = every_node_has_the_keys(
             snapshot,
             &constraints,
             feasible.len(),
             require_all_topologies,
-        ) {
+        );
+        if every_node_counts {
             // Every node is feasible and none is ignored: the domains are all the keys'
             // values, read off the snapshot rather than off each node.
             for c in &mut constraints {
@@ -148,7 +149,7 @@ impl PodTopologySpread {
                 Inclusion::admits_every_node(pod, c.node_affinity_policy, c.node_taints_policy);
             for (position, count) in by_node {
                 let node = &nodes[position];
-                if !has_keys(node)
+                if !(every_node_counts || has_keys(node))
                     || !(admits_all
                         || Inclusion::new(pod, &node.node)
                             .admits(c.node_affinity_policy, c.node_taints_policy))

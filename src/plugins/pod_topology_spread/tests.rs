@@ -11,7 +11,7 @@ use super::*;
 use crate::cache::{Cache, NodeInfo};
 use crate::framework::{Code, CycleState, NodeScore, PreFilterResult, Status};
 use crate::model::selector::LabelSelector;
-use crate::testing::{PodBuilder, node, pod};
+use crate::testing::{PodBuilder, node, pod, status_by_domain};
 
 const ZONE: &str = "zone";
 
@@ -1428,13 +1428,7 @@ fn verdicts_by_domain_agree_with_filter_on_every_node() {
             .expect("hard constraints answer by domain");
         let mut rejected = 0;
         for (position, n) in snap.nodes().iter().enumerate() {
-            let by_domain = verdicts
-                .iter()
-                .map(|v| (v, v.code(position)))
-                .find(|(_, c)| *c != 0)
-                .map_or_else(Status::success, |(v, c)| {
-                    v.rejections[usize::from(c) - 1].clone()
-                });
+            let by_domain = status_by_domain(&verdicts, position);
             let filtered = pl.filter(&state, &p, n);
             assert_eq!(by_domain, filtered, "{}", n.node.name);
             rejected += usize::from(!filtered.is_success());
