@@ -104,9 +104,12 @@ pub struct SchedulingQueue {
     max_backoff: Duration,
     entries: FxHashMap<Arc<str>, Entry>,
     active: Heap,
-    /// Keys of the entries not in the active queue (backoff or unschedulable), so that
-    /// flushing and cluster events look at the waiting pods only, not at every queued one.
+    /// Keys of the entries not in the active queue (backoff or unschedulable) and not
+    /// gated, so that flushing and cluster events look only at the pods they may move.
     waiting: FxHashSet<Arc<str>>,
+    /// Keys of the entries a PreEnqueue plugin keeps out of the active queue: only an update
+    /// of the pod moves them, so that thousands of gated pods cost nothing per event.
+    gated: FxHashSet<Arc<str>>,
     /// Keys of pods popped and not yet done, with the move-request counter at pop time.
     in_flight: FxHashMap<Arc<str>, u64>,
     /// Keys of pods held out of the active queue while their preemption is carried out
@@ -144,6 +147,7 @@ impl SchedulingQueue {
             entries: FxHashMap::default(),
             active: Heap::default(),
             waiting: FxHashSet::default(),
+            gated: FxHashSet::default(),
             in_flight: FxHashMap::default(),
             held: FxHashSet::default(),
             move_requests: 0,
@@ -177,6 +181,7 @@ impl SchedulingQueue {
             return;
         };
         self.waiting.remove(&key);
+        self.gated.remove(&key);
         e.queue = QueueName::Active;
         e.queued.enqueued = now;
         let pod = e.queued.pod.clone();
@@ -231,6 +236,18 @@ impl SchedulingQueue {
         }
     }
 
+    /// Files the key of an entry out of the active queue with the gated pods or with those
+    /// that time and cluster events move.
+    fn file_waiting(&mut self, key: Arc<str>, gated: bool) {
+        if gated {
+            self.waiting.remove(&key);
+            self.gated.insert(key);
+        } else {
+            self.gated.remove(&key);
+            self.waiting.insert(key);
+        }
+    }
+
     fn remove_active(&mut self, key: &str) {
         let sort = self.sort.as_queue_sort();
         if self.active.remove(key, &|a, b| compare(sort, a, b)) {
@@ -258,7 +275,8 @@ impl SchedulingQueue {
         if self.in_flight.contains_key(&key) {
             return;
         }
-        let queue = if gated.is_some() || self.held.contains(&key) {
+        let is_gated = gated.is_some();
+        let queue = if is_gated || self.held.contains(&key) {
             QueueName::Unschedulable
         } else {
             QueueName::Active
@@ -289,7 +307,7 @@ impl SchedulingQueue {
         if queue == QueueName::Active {
             self.push_active(key, now);
         } else {
-            self.waiting.insert(key);
+            self.file_waiting(key, is_gated);
         }
     }
 
@@ -306,24 +324,29 @@ impl SchedulingQueue {
             return;
         };
         let old = std::mem::replace(&mut e.queued.pod, pod.clone());
-        if self.held.contains(&key) {
-            e.queued.gated = gated;
-            return;
-        }
         let was_parked = e.queue == QueueName::Unschedulable;
         let was_gated = e.queued.gated.is_some();
         let ungated = gated.is_none();
         e.queued.gated = gated;
-        if e.queue == QueueName::Active && ungated {
+        let active = e.queue == QueueName::Active;
+        if !active {
+            self.file_waiting(key.clone(), !ungated);
+        }
+        if self.held.contains(&key) {
+            return;
+        }
+        if active && ungated {
             let sort = self.sort.as_queue_sort();
             self.active.update(&key, pod, |a, b| compare(sort, a, b));
         } else if was_parked && ungated && (was_gated || !equal_but_status(&old, &pod)) {
             self.push_active(key, now);
             self.count_incoming(QueueName::Active, EVENT_POD_UPDATE);
-        } else if !ungated && e.queue == QueueName::Active {
-            e.queue = QueueName::Unschedulable;
+        } else if active {
             self.remove_active(&key);
-            self.waiting.insert(key);
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.queue = QueueName::Unschedulable;
+            }
+            self.file_waiting(key, true);
         }
     }
 
@@ -333,6 +356,7 @@ impl SchedulingQueue {
         let key = PodKey::new(namespace, name).text();
         self.remove_active(&key);
         self.waiting.remove(key.as_str());
+        self.gated.remove(key.as_str());
         self.held.remove(key.as_str());
         let was_in_flight = self.in_flight.remove(key.as_str()).is_some();
         self.entries.remove(key.as_str()).is_some() || was_in_flight
@@ -374,8 +398,7 @@ impl SchedulingQueue {
                     Some((k.clone(), EVENT_BACKOFF_COMPLETE))
                 }
                 QueueName::Unschedulable
-                    if e.queued.gated.is_none()
-                        && now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION =>
+                    if now.saturating_sub(e.parked_at) >= MAX_UNSCHEDULABLE_DURATION =>
                 {
                     Some((k.clone(), EVENT_UNSCHEDULABLE_TIMEOUT))
                 }
@@ -493,7 +516,7 @@ impl SchedulingQueue {
             QueueName::Unschedulable
         };
         self.count_incoming(queue, EVENT_SCHEDULE_ATTEMPT_FAILURE);
-        self.waiting.insert(key.clone());
+        self.file_waiting(key.clone(), queued.gated.is_some());
         self.entries.insert(
             key,
             Entry {
@@ -514,7 +537,7 @@ impl SchedulingQueue {
         }
         let backoff_until = now + self.backoff_for(queued.attempts);
         self.count_incoming(QueueName::Backoff, EVENT_SCHEDULE_ATTEMPT_FAILURE);
-        self.waiting.insert(key.clone());
+        self.file_waiting(key.clone(), queued.gated.is_some());
         self.entries.insert(
             key,
             Entry {
@@ -538,7 +561,6 @@ impl SchedulingQueue {
             .filter_map(|k| self.entries.get(k).map(|e| (k, e)))
             .filter(|(k, e)| {
                 e.queue == QueueName::Unschedulable
-                    && e.queued.gated.is_none()
                     && !self.held.contains(*k)
                     && (e.queued.unschedulable_plugins.is_empty()
                         || e.queued.unschedulable_plugins.iter().any(|p| {
@@ -594,9 +616,7 @@ impl SchedulingQueue {
             .filter_map(|k| Some((self.held.contains(k), self.entries.get(k)?)))
             .filter_map(|(held, e)| match e.queue {
                 QueueName::Backoff => Some(e.backoff_until),
-                QueueName::Unschedulable if e.queued.gated.is_none() && !held => {
-                    Some(e.parked_at + MAX_UNSCHEDULABLE_DURATION)
-                }
+                QueueName::Unschedulable if !held => Some(e.parked_at + MAX_UNSCHEDULABLE_DURATION),
                 _ => None,
             })
             .min()
@@ -604,7 +624,9 @@ impl SchedulingQueue {
 
     /// When the earliest backoff ends, if any pod is backing off.
     pub fn next_backoff_expiry(&self) -> Option<Duration> {
-        self.waiting_entries()
+        self.waiting
+            .iter()
+            .filter_map(|k| self.entries.get(k))
             .filter(|e| e.queue == QueueName::Backoff)
             .map(|e| e.backoff_until)
             .min()
@@ -629,8 +651,12 @@ impl SchedulingQueue {
         self.waiting_entries().map(|e| (&e.queued, e.queue))
     }
 
+    /// Every entry out of the active queue, gated or not.
     fn waiting_entries(&self) -> impl Iterator<Item = &Entry> {
-        self.waiting.iter().filter_map(|k| self.entries.get(k))
+        self.waiting
+            .iter()
+            .chain(&self.gated)
+            .filter_map(|k| self.entries.get(k))
     }
 }
 

@@ -150,6 +150,23 @@ fn gated_pods_wait_for_an_update() {
 }
 
 #[test]
+fn a_pod_gated_while_backing_off_waits_for_its_gate_not_its_backoff() {
+    let mut q = queue();
+    q.add(pod("a").build(), None, T0);
+    let a = q.pop(T0).unwrap();
+    q.requeue_backoff(a, T0);
+    q.update(pod("a").build(), Some(Status::unresolvable("gated")), T0);
+    assert_eq!(q.next_wakeup(), None, "a gated pod waits on no clock");
+    assert!(
+        q.pop(secs(400)).is_none(),
+        "its backoff ended, its gate did not"
+    );
+    assert_eq!(q.waiting().count(), 1, "reported while gated");
+    q.update(pod("a").build(), None, secs(400));
+    assert!(q.pop(secs(400)).is_some(), "ungated with its backoff over");
+}
+
+#[test]
 fn a_held_preemptor_moves_only_on_an_event_after_its_release() {
     let mut q = queue();
     q.add(pod("a").priority(10).build(), None, T0);
