@@ -752,6 +752,12 @@ impl PermitPlugin for Timed {
             inner.unreserved(pod, waiting);
         }
     }
+
+    fn pod_group_gone(&self, namespace: &str, name: &str, waiting: &mut WaitingPods) {
+        if let Some(inner) = self.inner.as_permit() {
+            inner.pod_group_gone(namespace, name, waiting);
+        }
+    }
 }
 
 /// `total` shared evenly by `calls` calls.
@@ -773,6 +779,7 @@ mod tests {
     use crate::plugins;
     use crate::scheduler::{Attempt, Scheduler};
     use crate::testing::{node, pod};
+    use std::collections::BTreeSet;
 
     #[test]
     fn a_plugin_that_examines_no_node_gets_no_series() {
@@ -1238,6 +1245,63 @@ topologySpreadConstraints:
             "plugin=\"TaintToleration\",extension_point=\"ScoreExtensionNormalize\"",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    /// The names of the methods declared at the top level of the item that starts at
+    /// `header` in `source` (a trait or an impl block), read off the source text.
+    fn methods_of(source: &str, header: &str) -> BTreeSet<String> {
+        let start = source
+            .find(header)
+            .unwrap_or_else(|| panic!("{header:?} not found"));
+        let mut depth = 0usize;
+        let mut names = BTreeSet::new();
+        for line in source[start..].lines() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            if depth == 1
+                && let Some(rest) = code.strip_prefix("fn ")
+            {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                names.insert(name);
+            }
+            let opened = code.matches('{').count();
+            let closed = code.matches('}').count();
+            depth = (depth + opened).saturating_sub(closed);
+            if depth == 0 && closed > 0 {
+                break;
+            }
+        }
+        names
+    }
+
+    #[test]
+    fn the_timed_wrapper_forwards_every_method_of_the_traits_it_implements() {
+        let traits = include_str!("../framework/plugin.rs");
+        let wrapper = include_str!("instrument.rs");
+        for name in [
+            "Plugin",
+            "PreFilterPlugin",
+            "FilterPlugin",
+            "PostFilterPlugin",
+            "PreScorePlugin",
+            "ScorePlugin",
+            "ReservePlugin",
+            "PermitPlugin",
+        ] {
+            let declared = methods_of(traits, &format!("pub trait {name}:"));
+            let forwarded = methods_of(wrapper, &format!("impl {name} for Timed {{"));
+            let missing: Vec<&String> = declared.difference(&forwarded).collect();
+            assert!(
+                missing.is_empty(),
+                "Timed does not forward {name}::{missing:?}: a plugin's answer there would be \
+                 lost in `gantry run` and kept in `gantry simulate`"
+            );
         }
     }
 }
