@@ -151,7 +151,468 @@ struct Class {
     used: u64,
 }
 
+/// What the class's totals are scored with: the columns, and the cycle's pod and state, on
+/// the snapshot's nodes.
+struct Scoring<'a, 'p> {
+    columns: &'a [(Column<'p>, &'static str)],
+    state: &'a CycleState,
+    pod: &'a PodInfo,
+    snapshot: &'a Snapshot,
+}
+
+/// Each rejection by domain with the number of the class's nodes it rejects.
+fn domain_rejections<'a>(
+    domains: &'a DomainChecks,
+    counts: &'a [usize],
+) -> impl Iterator<Item = (&'a Status, usize)> + Clone + 'a {
+    domains.rejections.iter().zip(counts.iter().copied())
+}
+
+/// The Score plugins whose weighted scores the class's totals sum, in order.
+fn kept_names(columns: &[(Column<'_>, &'static str)]) -> Vec<&'static str> {
+    columns
+        .iter()
+        .filter(|(c, _)| matches!(c, Column::Kept(..)))
+        .map(|(_, name)| *name)
+        .collect()
+}
+
+/// The weighted scores that are the same on every node, summed.
+fn constant_total(columns: &[(Column<'_>, &'static str)]) -> i64 {
+    columns
+        .iter()
+        .map(|(c, _)| match c {
+            Column::Constant(_, w) => *w,
+            Column::Kept(..) | Column::Domain(..) => 0,
+        })
+        .sum()
+}
+
+/// True when the kept columns' sum fits an entry (it does unless the weights are in the
+/// millions).
+fn kept_sum_fits(columns: &[(Column<'_>, &'static str)]) -> bool {
+    let most: i64 = columns
+        .iter()
+        .map(|(c, _)| match c {
+            Column::Kept(_, weight) => weight.saturating_mul(MAX_NODE_SCORE),
+            Column::Constant(..) | Column::Domain(..) => 0,
+        })
+        .fold(0, i64::saturating_add);
+    most <= i64::from(Total::MAX)
+}
+
+/// The order in which the plain cycle would examine the nodes, and how many of the best it
+/// records.
+#[derive(Clone, Copy)]
+struct Order {
+    /// The first position examined.
+    start: usize,
+    /// Ties broken by name in a fixed order rather than by the nodes' keys.
+    fixed_order: bool,
+    top_scores: usize,
+}
+
+/// What the kept filters are run with: the cycle's pod and state, on the snapshot's nodes.
+struct Filtered<'a, 'p> {
+    filters: &'a [ActiveFilter<'p>],
+    state: &'a CycleState,
+    pod: &'a PodInfo,
+    snapshot: &'a Snapshot,
+}
+
 impl Class {
+    /// Brings the class's verdicts up to date with the snapshot (see
+    /// [`list_changed`](Self::list_changed) and [`refresh_verdicts`](Self::refresh_verdicts)):
+    /// whether it was used afresh, or None when a plugin failed.
+    fn update_verdicts(
+        &mut self,
+        filtered: &Filtered<'_, '_>,
+        scratch: &mut Scratch,
+    ) -> Option<bool> {
+        let names = filtered
+            .filters
+            .iter()
+            .filter(|f| f.called)
+            .map(|f| f.name)
+            .collect();
+        let Scratch {
+            changed,
+            statuses,
+            olds,
+            seen,
+            alike,
+            ..
+        } = scratch;
+        let fresh = self.list_changed(filtered.snapshot, names, changed, seen, alike);
+        self.refresh_verdicts(filtered, changed, olds, statuses, &alike.followers)
+            .then_some(fresh)
+    }
+
+    /// Lists in `changed` the positions whose verdicts must be found again, each once and
+    /// in order: those the snapshot changed since the class's last use, or, for a class
+    /// used afresh (new, another layout, other filters), one node of each set of alike
+    /// nodes, the others in `alike`'s followers to take its verdict. True when afresh.
+    fn list_changed(
+        &mut self,
+        snapshot: &Snapshot,
+        filters: Vec<&'static str>,
+        changed: &mut Vec<usize>,
+        seen: &mut Vec<u64>,
+        alike: &mut Alike,
+    ) -> bool {
+        let n = snapshot.len();
+        changed.clear();
+        alike.followers.clear();
+        let fresh = match snapshot.changes().since(self.layout, self.synced) {
+            Some(since) if self.filters == filters && self.totals.len() == n => {
+                // Marked in a bitmap, then read off it, rather than sorting the log's
+                // entries (a node changes more than once between two cycles of a class:
+                // its pod assumed, then bound).
+                seen.clear();
+                seen.resize(n.div_ceil(64), 0);
+                for p in since.filter(|&p| p < n) {
+                    seen[p / 64] |= 1 << (p % 64);
+                }
+                for (w, &word) in seen.iter().enumerate() {
+                    changed.extend(bit_positions(word).map(|i| w * 64 + i));
+                }
+                false
+            }
+            _ => {
+                self.filters = filters;
+                self.totals.clear();
+                self.totals.resize(n, 0);
+                self.rejected.clear();
+                self.scored_by.clear();
+                self.by_value.clear();
+                alike.split(snapshot.rows(), 0..n, changed);
+                true
+            }
+        };
+        self.layout = snapshot.changes().layout();
+        self.synced = snapshot.generation();
+        fresh
+    }
+
+    /// Runs the kept filters on the `changed` positions and records their verdicts (a
+    /// feasible node's total is scored afterwards), then gives each follower its first
+    /// node's verdict; false when a plugin failed.
+    fn refresh_verdicts(
+        &mut self,
+        filtered: &Filtered<'_, '_>,
+        changed: &[usize],
+        olds: &mut Vec<Total>,
+        statuses: &mut Vec<Status>,
+        followers: &[(usize, usize)],
+    ) -> bool {
+        let snapshot = filtered.snapshot;
+        for positions in changed.chunks(BLOCK) {
+            // The class's entries for the block, read in one go before the filters run:
+            // the class was last used many cycles ago and its entries are far from the
+            // cache, and read apart, one by one, each would be waited for.
+            olds.clear();
+            olds.extend(positions.iter().map(|&p| self.totals[p]));
+            let nodes = nodes_at(snapshot, positions);
+            statuses.clear();
+            statuses.resize_with(positions.len(), Status::success);
+            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
+            run_filters(
+                filtered.filters,
+                filtered.state,
+                filtered.pod,
+                block,
+                statuses,
+                false,
+            );
+            for ((&p, &old), status) in positions.iter().zip(olds.iter()).zip(statuses.drain(..)) {
+                self.forget(old);
+                if (old >= 0) != status.is_success() {
+                    for counts in &mut self.by_value {
+                        counts.count(p, status.is_success());
+                    }
+                }
+                match status.code() {
+                    Code::Success => self.totals[p] = 0,
+                    Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                        self.set_rejected(p, status)
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        // A fresh class's entries were all feasible and uncounted before.
+        for &(p, first) in followers {
+            let entry = self.totals[first];
+            self.totals[p] = entry;
+            if entry < 0 {
+                self.rejected[(-entry - 1) as usize].1 += 1;
+            }
+        }
+        true
+    }
+
+    /// Brings the feasible nodes' totals and the spans up to date after the verdicts: every
+    /// one again when the class is fresh or its kept plugins changed, else the changed
+    /// ones; false when the kept columns' sum could overflow an entry or a plugin failed.
+    fn refresh_totals(
+        &mut self,
+        scoring: &Scoring<'_, '_>,
+        fresh: bool,
+        scratch: &mut Scratch,
+    ) -> bool {
+        let kept = kept_names(scoring.columns);
+        if !kept_sum_fits(scoring.columns) {
+            return false;
+        }
+        let spans = self.totals.len().div_ceil(SPAN);
+        let whole = fresh || self.scored_by != kept || self.span_max.len() != spans;
+        let Scratch {
+            changed,
+            to_score,
+            cells,
+            sums,
+            alike,
+            ..
+        } = scratch;
+        self.positions_to_score(scoring.snapshot, whole && !fresh, changed, to_score, alike);
+        self.scored_by.clear();
+        if !self.score_positions(scoring, to_score, &alike.followers, cells, sums) {
+            return false;
+        }
+        self.scored_by = kept;
+        self.sum_up_spans(whole, changed);
+        true
+    }
+
+    /// Lists in `to_score` the feasible positions whose totals must be scored: every one
+    /// (one of each set of alike nodes, the others as followers) when `all`, else the
+    /// changed ones, with the followers of those that are feasible.
+    fn positions_to_score(
+        &self,
+        snapshot: &Snapshot,
+        all: bool,
+        changed: &[usize],
+        to_score: &mut Vec<usize>,
+        alike: &mut Alike,
+    ) {
+        to_score.clear();
+        if all {
+            let feasible = (0..self.totals.len()).filter(|&p| self.totals[p] >= 0);
+            alike.split(snapshot.rows(), feasible, to_score);
+        } else {
+            // The changed nodes (of a fresh class, one of each set of amounts): the
+            // feasible ones are scored, and the alike ones of those take their totals.
+            to_score.extend(changed.iter().copied().filter(|&p| self.totals[p] >= 0));
+            alike
+                .followers
+                .retain(|&(_, first)| self.totals[first] >= 0);
+        }
+    }
+
+    /// Scores the `to_score` positions into their totals, then gives each follower its
+    /// first node's total; false when a plugin failed.
+    fn score_positions(
+        &mut self,
+        scoring: &Scoring<'_, '_>,
+        to_score: &[usize],
+        followers: &[(usize, usize)],
+        cells: &mut Vec<i64>,
+        sums: &mut Vec<i64>,
+    ) -> bool {
+        let snapshot = scoring.snapshot;
+        for positions in to_score.chunks(BLOCK) {
+            let nodes = nodes_at(snapshot, positions);
+            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
+            let (state, pod) = (scoring.state, scoring.pod);
+            if weighted_sums(scoring.columns, state, pod, block, cells, sums).is_none() {
+                return false;
+            }
+            for (&p, &sum) in positions.iter().zip(sums.iter()) {
+                // Within range: see `kept_sum_fits`.
+                self.totals[p] = Total::try_from(sum).unwrap_or(Total::MAX);
+            }
+        }
+        for &(p, first) in followers {
+            self.totals[p] = self.totals[first];
+        }
+        true
+    }
+
+    /// Brings the spans' maxima and ties up to date: all of them when `whole`, else those
+    /// of the changed positions.
+    fn sum_up_spans(&mut self, whole: bool, changed: &[usize]) {
+        if whole {
+            let spans = self.totals.len().div_ceil(SPAN);
+            self.span_max.clear();
+            self.span_max.resize(spans, 0);
+            self.span_ties.clear();
+            self.span_ties.resize(spans, 0);
+            for b in 0..spans {
+                self.sum_up_span(b);
+            }
+        } else {
+            for &p in changed {
+                self.note_total(p);
+            }
+        }
+    }
+
+    /// The feasible positions (by the class's verdicts and the checks by domain) in the plain
+    /// cycle's order of examination from `start`.
+    fn feasible_from<'c>(
+        &'c self,
+        start: usize,
+        domains: &'c DomainChecks,
+    ) -> impl Iterator<Item = usize> + 'c {
+        let n = self.totals.len();
+        (start..n)
+            .chain(0..start)
+            .filter(move |&p| self.totals[p] >= 0 && domains.code(p) == 0)
+    }
+
+    /// The record's rows for the `best` positions: each plugin's weighted score and the
+    /// total; None when a plugin failed.
+    fn best_rows(
+        &self,
+        scoring: &Scoring<'_, '_>,
+        live: &[DomainColumn<'_>],
+        best: &[usize],
+        cells: &mut Vec<i64>,
+    ) -> Option<Vec<NodeScores>> {
+        let snapshot = scoring.snapshot;
+        let nodes = nodes_at(snapshot, best);
+        let block = NodeBlock::of_snapshot(&nodes, best, snapshot);
+        let (state, pod) = (scoring.state, scoring.pod);
+        let per_plugin = weighted_columns(scoring.columns, live, state, pod, block, cells)?;
+        let constant = constant_total(scoring.columns);
+        let rows = best
+            .iter()
+            .enumerate()
+            .map(|(i, &p)| NodeScores {
+                node: snapshot.nodes()[p].node.name.clone(),
+                weighted: per_plugin.iter().map(|column| column[i]).collect(),
+                total: i64::from(self.totals[p])
+                    + constant
+                    + live.iter().map(|c| c.at(p)).sum::<i64>(),
+            })
+            .collect();
+        Some(rows)
+    }
+
+    /// The node chosen and the positions of the best rows: from the spans' maxima when
+    /// nothing is checked or scored by domain, else through [`Pick`]; None when a plugin
+    /// failed.
+    fn choose(
+        &self,
+        domains: &DomainChecks,
+        scoring: &Scoring<'_, '_>,
+        live: &mut [DomainColumn<'_>],
+        order: &Order,
+        feasible: usize,
+        listed: &mut Vec<usize>,
+    ) -> Option<(usize, Vec<usize>)> {
+        let (snapshot, pod) = (scoring.snapshot, scoring.pod);
+        if domains.is_empty() && live.is_empty() {
+            return Some(self.choose_by_spans(snapshot, pod, order));
+        }
+        let plugins: Vec<&dyn ScorePlugin> = scoring
+            .columns
+            .iter()
+            .filter(|(c, _)| matches!(c, Column::Domain(..)))
+            .map(|(c, _)| c.plugin())
+            .collect();
+        let pick = Pick {
+            class: self,
+            domains,
+            start: order.start,
+            fixed_order: order.fixed_order,
+            pod_hash: pod_tie_hash(pod),
+            snapshot,
+            top_scores: order.top_scores,
+        };
+        let constant = constant_total(scoring.columns);
+        pick.choose(
+            feasible,
+            constant,
+            live,
+            &plugins,
+            scoring.state,
+            pod,
+            listed,
+        )
+    }
+
+    /// The node chosen among those with the best total, and the positions of the best
+    /// `top_scores` totals, reading only the spans that can hold them, in the plain cycle's
+    /// order of examination from `start`; the tie-break is by the nodes' keys, or by name
+    /// in a fixed order when a plugin asks for it.
+    fn choose_by_spans(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        order: &Order,
+    ) -> (usize, Vec<usize>) {
+        let Order {
+            start,
+            fixed_order,
+            top_scores,
+        } = *order;
+        let max = self.span_max.iter().copied().max().unwrap_or(0);
+        let hashes = snapshot.name_hashes();
+        let mut ties: Vec<usize> = Vec::new();
+        let mut least = LeastKey::new(hashes, pod_tie_hash(pod));
+        let mut top = TopK::new(top_scores);
+        for (lo, hi) in examination_spans(start, snapshot.len()) {
+            let b = lo / SPAN;
+            let span_max = self.span_max[b];
+            if span_max == max {
+                // The tied positions of `lo..hi`, one bit each from `lo`.
+                let tied = (self.span_ties[b] >> (lo % SPAN)) & low_bits(hi - lo);
+                if fixed_order {
+                    ties.extend(bit_positions(tied).map(|i| lo + i));
+                } else {
+                    least.offer(lo, hi, tied);
+                }
+            }
+            if span_max >= 0 && top.would_take(i64::from(span_max)) {
+                for (p, &total) in (lo..hi).zip(&self.totals[lo..hi]) {
+                    if total >= 0 {
+                        top.offer(p, i64::from(total));
+                    }
+                }
+            }
+        }
+        let mut chosen = least.chosen;
+        if fixed_order || chosen == usize::MAX {
+            chosen = select_host(
+                pod,
+                ties.into_iter().map(|p| (p, i64::from(max))),
+                |p| hashes[p],
+                |p| &snapshot.nodes()[p].node.name,
+                fixed_order,
+            );
+        }
+        let best = top.into_best().into_iter().map(|(p, _)| p).collect();
+        (chosen, best)
+    }
+
+    /// A class with no entries yet: its first use examines every node.
+    fn new(key: ClassKey) -> Self {
+        Class {
+            key,
+            layout: 0,
+            synced: 0,
+            filters: Vec::new(),
+            totals: Vec::new(),
+            rejected: Vec::new(),
+            span_max: Vec::new(),
+            span_ties: Vec::new(),
+            scored_by: Vec::new(),
+            by_value: Vec::new(),
+            used: 0,
+        }
+    }
+
     fn feasible(&self) -> usize {
         self.totals.len() - self.rejected.iter().map(|(_, n)| n).sum::<usize>()
     }
@@ -285,16 +746,7 @@ impl ClassIndex {
         options: &CycleOptions<'_>,
     ) -> Outcome {
         let n = snapshot.len();
-        let percentage = profile
-            .percentage_of_nodes_to_score
-            .unwrap_or(options.percentage_of_nodes_to_score);
-        if n == 0
-            || num_feasible_nodes_to_find(percentage, n) < n
-            || pre.candidates.is_some()
-            || pre.exhaustive
-            || !diagnosis.node_statuses.is_empty()
-            || options.nominated.is_some()
-        {
+        if !examines_every_node(profile, pre, diagnosis, options, n) {
             return Outcome::Plain(None);
         }
         let filters = active_filters(profile, state, pod, snapshot, &pre.skip_filter);
@@ -303,155 +755,33 @@ impl ClassIndex {
             .iter()
             .filter_map(|p| p.as_pre_score())
             .any(|p| p.reads_feasible(pod, snapshot));
-        // The filters whose verdicts the class keeps, and those read by domain; a kept
-        // verdict after one by domain would change which plugin a node's rejection names.
-        let mut domains = DomainChecks::new();
-        let mut kept_filters = Vec::with_capacity(filters.len());
-        for f in &filters {
-            if !f.called || f.plugin.verdict_by_requests(state, pod) {
-                if f.called && !domains.is_empty() {
-                    return Outcome::Plain(None);
-                }
-                kept_filters.push(*f);
-            } else {
-                let verdicts = f.plugin.verdict_by_domain(state, pod, snapshot);
-                if verdicts.and_then(|v| domains.add(f.name, v, n)).is_none() {
-                    return Outcome::Plain(None);
-                }
-            }
-        }
-        let key = ClassKey::of(profile, pod);
-        let hash = key.hash_value();
-        self.clock += 1;
-        if !self.classes.contains_key(&hash) {
-            if self.is_full(n) {
-                let slot = &mut self.seen[(hash % SEEN_SLOTS as u64) as usize];
-                if *slot != hash {
-                    *slot = hash;
-                    return Outcome::Plain(None);
-                }
-            }
-            self.make_room(n);
-        }
-        let class = self.classes.entry(hash).or_insert_with(|| Class {
-            key: key.clone(),
-            layout: 0,
-            synced: 0,
-            filters: Vec::new(),
-            totals: Vec::new(),
-            rejected: Vec::new(),
-            span_max: Vec::new(),
-            span_ties: Vec::new(),
-            scored_by: Vec::new(),
-            by_value: Vec::new(),
-            used: 0,
-        });
-        if class.key != key {
-            // Two classes with one hash: the one kept stays, the other runs plainly.
+        let Some((kept_filters, domains)) = class_filters(&filters, state, pod, snapshot) else {
             return Outcome::Plain(None);
-        }
-        class.used = self.clock;
-        let names: Vec<&'static str> = kept_filters
-            .iter()
-            .filter(|f| f.called)
-            .map(|f| f.name)
-            .collect();
-        let Scratch {
-            changed,
-            to_score,
-            statuses,
-            olds,
-            cells,
-            sums,
-            domain_counts,
-            listed,
-            seen,
-            alike,
-        } = &mut self.scratch;
-        changed.clear();
-        alike.followers.clear();
-        // Whether every node is examined: the changed positions are then one node of each
-        // set of amounts, and the alike ones take its verdict.
-        let mut fresh = false;
-        match snapshot.changes().since(class.layout, class.synced) {
-            Some(since) if class.filters == names && class.totals.len() == n => {
-                // Each position once, in order: marked in a bitmap, then read off it,
-                // rather than sorting the log's entries (a node changes more than once
-                // between two cycles of a class: its pod assumed, then bound).
-                seen.clear();
-                seen.resize(n.div_ceil(64), 0);
-                for p in since.filter(|&p| p < n) {
-                    seen[p / 64] |= 1 << (p % 64);
-                }
-                for (w, &word) in seen.iter().enumerate() {
-                    changed.extend(bit_positions(word).map(|i| w * 64 + i));
-                }
-            }
-            _ => {
-                class.filters = names;
-                class.totals.clear();
-                class.totals.resize(n, 0);
-                class.rejected.clear();
-                class.scored_by.clear();
-                class.by_value.clear();
-                alike.split(snapshot.rows(), 0..n, changed);
-                fresh = true;
-            }
-        }
-        class.layout = snapshot.changes().layout();
-        class.synced = snapshot.generation();
-        // The verdicts on the changed nodes.
-        for positions in changed.chunks(BLOCK) {
-            // The class's entries for the block, read in one go before the filters run:
-            // the class was last used many cycles ago and its entries are far from the
-            // cache, and read apart, one by one, each would be waited for.
-            olds.clear();
-            olds.extend(positions.iter().map(|&p| class.totals[p]));
-            let nodes = nodes_at(snapshot, positions);
-            statuses.clear();
-            statuses.resize_with(positions.len(), Status::success);
-            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            run_filters(&kept_filters, state, pod, block, statuses, false);
-            for ((&p, &old), status) in positions.iter().zip(olds.iter()).zip(statuses.drain(..)) {
-                class.forget(old);
-                if (old >= 0) != status.is_success() {
-                    for counts in &mut class.by_value {
-                        counts.count(p, status.is_success());
-                    }
-                }
-                match status.code() {
-                    Code::Success => class.totals[p] = 0,
-                    Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                        class.set_rejected(p, status)
-                    }
-                    _ => {
-                        // A plugin failed: the plain cycle reports it.
-                        self.classes.remove(&hash);
-                        return Outcome::Plain(None);
-                    }
-                }
-            }
-        }
-        // A fresh class's entries were all feasible and uncounted before.
-        for &(p, first) in &alike.followers {
-            let entry = class.totals[first];
-            class.totals[p] = entry;
-            if entry < 0 {
-                class.rejected[(-entry - 1) as usize].1 += 1;
-            }
-        }
+        };
+        let Some(hash) = self.admit(ClassKey::of(profile, pod), n) else {
+            return Outcome::Plain(None);
+        };
+        let Some(class) = self.classes.get_mut(&hash) else {
+            return Outcome::Plain(None);
+        };
+        let filtered = Filtered {
+            filters: &kept_filters,
+            state,
+            pod,
+            snapshot,
+        };
+        let scratch = &mut self.scratch;
+        let Some(fresh) = class.update_verdicts(&filtered, scratch) else {
+            // A plugin failed: the plain cycle reports it.
+            self.classes.remove(&hash);
+            return Outcome::Plain(None);
+        };
         let start = *next_start % n;
+        let counts = &mut scratch.domain_counts;
         let feasible = if domains.is_empty() {
             class.feasible()
         } else {
-            class.feasible() - domains.count(&class.totals, &mut class.by_value, domain_counts)
-        };
-        let domain_rejections = || {
-            domains
-                .rejections
-                .iter()
-                .zip(domain_counts.iter())
-                .map(|(s, n)| (s, *n))
+            class.feasible() - domains.count(&class.totals, &mut class.by_value, counts)
         };
         // The changed nodes have verdicts but no totals yet: what follows scores them, or
         // leaves every total to be scored again.
@@ -461,25 +791,27 @@ impl ClassIndex {
                 return Outcome::Plain(None);
             }
             *next_start = start;
-            class.count_filter_runs(&filters, domain_rejections());
-            let only = (0..n)
-                .find(|&p| class.totals[p] >= 0 && domains.code(p) == 0)
-                .unwrap_or(0);
+            class.count_filter_runs(
+                &filters,
+                domain_rejections(&domains, &scratch.domain_counts),
+            );
+            let only = class.feasible_from(0, &domains).next().unwrap_or(0);
             return Outcome::Placed(Chosen {
                 node: snapshot.nodes()[only].node.name.clone(),
                 evaluated: n,
                 feasible: 1,
                 score_plugins: Vec::new(),
                 scores: Vec::new(),
-                rejections: class_rejections(class, domain_rejections()),
+                rejections: class_rejections(
+                    class,
+                    domain_rejections(&domains, &scratch.domain_counts),
+                ),
             });
         }
         // The feasible nodes in the plain cycle's order of examination, for PreScore
         // plugins that read them.
         let feasible_nodes: Vec<&NodeInfo> = if reads_feasible {
-            (start..n)
-                .chain(0..start)
-                .filter(|&p| class.totals[p] >= 0 && domains.code(p) == 0)
+            (class.feasible_from(start, &domains))
                 .map(|p| &*snapshot.nodes()[p])
                 .collect()
         } else {
@@ -496,212 +828,50 @@ impl ClassIndex {
         // cycle is left to it, so that nothing depends on their order being its own.
         let to_plain = (!reads_feasible).then(|| skipped.clone());
         let state: &CycleState = state;
-        let mut columns: Vec<(Column<'_>, &'static str)> = Vec::new();
         let mut live: Vec<DomainColumn<'_>> = Vec::new();
-        for (plugin, weight) in &profile.score {
-            let name = plugin.name();
-            let Some(s) = plugin.as_score().filter(|_| !skipped.contains(&name)) else {
-                continue;
-            };
-            let uniform = plain_weight(*weight)
-                .then(|| s.uniform_score(state, pod, snapshot))
-                .flatten();
-            let column = match uniform {
-                Some(raw) => match uniform_weighted(s, name, *weight, raw, state, pod) {
-                    Ok(weighted) => Column::Constant(s, weighted),
-                    Err(_) => {
-                        class.scored_by.clear();
-                        return Outcome::Plain(to_plain);
-                    }
-                },
-                None if plain_weight(*weight)
-                    && !s.normalizes()
-                    && s.score_by_requests(state, pod) =>
-                {
-                    Column::Kept(s, *weight)
-                }
-                None if plain_weight(*weight) => match s.score_by_domain(state, pod, snapshot) {
-                    // Values of the cycle's snapshot only: they are read by its positions.
-                    Some(scores) if scores.keys.iter().all(|(values, _)| values.ids.len() == n) => {
-                        live.push(DomainColumn::new(scores, *weight));
-                        Column::Domain(s, live.len() - 1)
-                    }
-                    _ => {
-                        class.scored_by.clear();
-                        return Outcome::Plain(to_plain);
-                    }
-                },
-                None => {
-                    class.scored_by.clear();
-                    return Outcome::Plain(to_plain);
-                }
-            };
-            columns.push((column, name));
-        }
-        let kept: Vec<&'static str> = columns
-            .iter()
-            .filter(|(c, _)| matches!(c, Column::Kept(..)))
-            .map(|(_, name)| *name)
-            .collect();
-        // The kept columns' sum must fit an entry (it does unless the weights are in the
-        // millions).
-        let most: i64 = columns
-            .iter()
-            .map(|(c, _)| match c {
-                Column::Kept(_, weight) => weight.saturating_mul(MAX_NODE_SCORE),
-                Column::Constant(..) | Column::Domain(..) => 0,
-            })
-            .fold(0, i64::saturating_add);
-        if most > i64::from(Total::MAX) {
+        let Some(columns) = score_columns(profile, &skipped, state, pod, snapshot, &mut live)
+        else {
             class.scored_by.clear();
             return Outcome::Plain(to_plain);
-        }
-        let spans = n.div_ceil(SPAN);
-        let whole = fresh || class.scored_by != kept || class.span_max.len() != spans;
-        to_score.clear();
-        if whole && !fresh {
-            let feasible = (0..n).filter(|&p| class.totals[p] >= 0);
-            alike.split(snapshot.rows(), feasible, to_score);
-        } else {
-            // The changed nodes (of a fresh class, one of each set of amounts): the feasible
-            // ones are scored, and the alike ones of those take their totals.
-            to_score.extend(changed.iter().copied().filter(|&p| class.totals[p] >= 0));
-            alike
-                .followers
-                .retain(|&(_, first)| class.totals[first] >= 0);
-        }
-        class.scored_by.clear();
-        for positions in to_score.chunks(BLOCK) {
-            let nodes = nodes_at(snapshot, positions);
-            let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            if weighted_sums(&columns, state, pod, block, cells, sums).is_none() {
-                return Outcome::Plain(to_plain);
-            }
-            for (&p, &sum) in positions.iter().zip(sums.iter()) {
-                // Within range: checked above.
-                class.totals[p] = Total::try_from(sum).unwrap_or(Total::MAX);
-            }
-        }
-        for &(p, first) in &alike.followers {
-            class.totals[p] = class.totals[first];
-        }
-        class.scored_by = kept;
-        if whole {
-            class.span_max.clear();
-            class.span_max.resize(spans, 0);
-            class.span_ties.clear();
-            class.span_ties.resize(spans, 0);
-            for b in 0..spans {
-                class.sum_up_span(b);
-            }
-        } else {
-            for &p in changed.iter() {
-                class.note_total(p);
-            }
+        };
+        let scoring = Scoring {
+            columns: &columns,
+            state,
+            pod,
+            snapshot,
+        };
+        if !class.refresh_totals(&scoring, fresh, scratch) {
+            class.scored_by.clear();
+            return Outcome::Plain(to_plain);
         }
 
         // The choice, and the best rows, over the feasible nodes in the plain cycle's
         // order of examination (from the rotating start): only the nodes with the best total
         // can be chosen, and the tie-break looks at them alone: by their keys as the spans
         // are read (by name, gathered first, with the fixed order).
-        let constant_total: i64 = columns
-            .iter()
-            .map(|(c, _)| match c {
-                Column::Constant(_, w) => *w,
-                Column::Kept(..) | Column::Domain(..) => 0,
-            })
-            .sum();
-        let fixed_order = fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name));
-        let (chosen, best) = if domains.is_empty() && live.is_empty() {
-            *next_start = start;
-            let max = class.span_max.iter().copied().max().unwrap_or(0);
-            let hashes = snapshot.name_hashes();
-            let mut ties: Vec<usize> = Vec::new();
-            let mut least = LeastKey::new(hashes, pod_tie_hash(pod));
-            let mut top = TopK::new(options.top_scores);
-            for (lo, hi) in examination_spans(start, n) {
-                let b = lo / SPAN;
-                let span_max = class.span_max[b];
-                if span_max == max {
-                    // The tied positions of `lo..hi`, one bit each from `lo`.
-                    let tied = (class.span_ties[b] >> (lo % SPAN)) & low_bits(hi - lo);
-                    if fixed_order {
-                        ties.extend(bit_positions(tied).map(|i| lo + i));
-                    } else {
-                        least.offer(lo, hi, tied);
-                    }
-                }
-                if span_max >= 0 && top.would_take(i64::from(span_max)) {
-                    for (p, &total) in (lo..hi).zip(&class.totals[lo..hi]) {
-                        if total >= 0 {
-                            top.offer(p, i64::from(total));
-                        }
-                    }
-                }
-            }
-            let mut chosen = least.chosen;
-            if fixed_order || chosen == usize::MAX {
-                chosen = select_host(
-                    pod,
-                    ties.into_iter().map(|p| (p, i64::from(max))),
-                    |p| hashes[p],
-                    |p| &snapshot.nodes()[p].node.name,
-                    fixed_order,
-                );
-            }
-            (
-                chosen,
-                top.into_best()
-                    .into_iter()
-                    .map(|(p, _)| p)
-                    .collect::<Vec<usize>>(),
-            )
-        } else {
-            let plugins: Vec<&dyn ScorePlugin> = columns
-                .iter()
-                .filter(|(c, _)| matches!(c, Column::Domain(..)))
-                .map(|(c, _)| c.plugin())
-                .collect();
-            let pick = Pick {
-                class,
-                domains: &domains,
-                start,
-                fixed_order,
-                pod_hash: pod_tie_hash(pod),
-                snapshot,
-                top_scores: options.top_scores,
-            };
-            let Some(choice) = pick.choose(
-                feasible,
-                constant_total,
-                &mut live,
-                &plugins,
-                state,
-                pod,
-                listed,
-            ) else {
-                return Outcome::Plain(to_plain);
-            };
-            *next_start = start;
-            choice
+        let order = Order {
+            start,
+            fixed_order: fixed_tie_order(profile, |name| columns.iter().any(|(_, n)| *n == name)),
+            top_scores: options.top_scores,
         };
-        let nodes = nodes_at(snapshot, &best);
-        let block = NodeBlock::of_snapshot(&nodes, &best, snapshot);
-        let Some(per_plugin) = weighted_columns(&columns, &live, state, pod, block, cells) else {
+        let Some((chosen, best)) = class.choose(
+            &domains,
+            &scoring,
+            &mut live,
+            &order,
+            feasible,
+            &mut scratch.listed,
+        ) else {
             return Outcome::Plain(to_plain);
         };
-        let scores = best
-            .iter()
-            .enumerate()
-            .map(|(i, &p)| NodeScores {
-                node: snapshot.nodes()[p].node.name.clone(),
-                weighted: per_plugin.iter().map(|column| column[i]).collect(),
-                total: i64::from(class.totals[p])
-                    + constant_total
-                    + live.iter().map(|c| c.at(p)).sum::<i64>(),
-            })
-            .collect();
-        class.count_filter_runs(&filters, domain_rejections());
+        *next_start = start;
+        let Some(scores) = class.best_rows(&scoring, &live, &best, &mut scratch.cells) else {
+            return Outcome::Plain(to_plain);
+        };
+        class.count_filter_runs(
+            &filters,
+            domain_rejections(&domains, &scratch.domain_counts),
+        );
         for (column, _) in &columns {
             column.plugin().scored(feasible);
         }
@@ -711,8 +881,36 @@ impl ClassIndex {
             feasible,
             score_plugins: columns.iter().map(|(_, name)| *name).collect(),
             scores,
-            rejections: class_rejections(class, domain_rejections()),
+            rejections: class_rejections(
+                class,
+                domain_rejections(&domains, &scratch.domain_counts),
+            ),
         })
+    }
+
+    /// Keeps a class for `key`, dropping the least recently used ones to make room, and
+    /// returns its hash; None (run the plain cycle) for a class's first pod once the index
+    /// is full, and for a class whose hash another class kept has.
+    fn admit(&mut self, key: ClassKey, n: usize) -> Option<u64> {
+        let hash = key.hash_value();
+        self.clock += 1;
+        if !self.classes.contains_key(&hash) {
+            if self.is_full(n) {
+                let slot = &mut self.seen[(hash % SEEN_SLOTS as u64) as usize];
+                if *slot != hash {
+                    *slot = hash;
+                    return None;
+                }
+            }
+            self.make_room(n);
+            self.classes.insert(hash, Class::new(key.clone()));
+        }
+        let class = self.classes.get_mut(&hash)?;
+        if class.key != key {
+            return None;
+        }
+        class.used = self.clock;
+        Some(hash)
     }
 
     /// True when one more class of `n` nodes would not fit.
@@ -806,6 +1004,99 @@ impl<'h> LeastKey<'h> {
 }
 
 /// The lowest `len` bits set (all 64 for 64).
+/// How the class scores with each Score plugin that runs (not skipped at PreScore): a
+/// column its totals keep, one the same on every node, or one by domain (whose scores go
+/// into `live`); None when a plugin's scores can be none of these, or fail.
+fn score_columns<'p, 's>(
+    profile: &'p Profile,
+    skipped: &[&'static str],
+    state: &'s CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    live: &mut Vec<DomainColumn<'s>>,
+) -> Option<Vec<(Column<'p>, &'static str)>> {
+    let n = snapshot.len();
+    let mut columns = Vec::new();
+    for (plugin, weight) in &profile.score {
+        let name = plugin.name();
+        let Some(s) = plugin.as_score().filter(|_| !skipped.contains(&name)) else {
+            continue;
+        };
+        let plain = plain_weight(*weight);
+        let uniform = plain
+            .then(|| s.uniform_score(state, pod, snapshot))
+            .flatten();
+        let column = match uniform {
+            Some(raw) => {
+                Column::Constant(s, uniform_weighted(s, name, *weight, raw, state, pod).ok()?)
+            }
+            None if plain && !s.normalizes() && s.score_by_requests(state, pod) => {
+                Column::Kept(s, *weight)
+            }
+            None if plain => {
+                let scores = s.score_by_domain(state, pod, snapshot)?;
+                // Values of the cycle's snapshot only: they are read by its positions.
+                if !scores.keys.iter().all(|(values, _)| values.ids.len() == n) {
+                    return None;
+                }
+                live.push(DomainColumn::new(scores, *weight));
+                Column::Domain(s, live.len() - 1)
+            }
+            None => return None,
+        };
+        columns.push((column, name));
+    }
+    Some(columns)
+}
+
+/// True when the cycle would examine every node and nothing limits it to some of them
+/// (PreFilter's candidates, a nominated node, statuses already given): only then can a
+/// class's verdicts on every node stand for the cycle's.
+fn examines_every_node(
+    profile: &Profile,
+    pre: &PreFiltered,
+    diagnosis: &Diagnosis,
+    options: &CycleOptions<'_>,
+    n: usize,
+) -> bool {
+    let percentage = profile
+        .percentage_of_nodes_to_score
+        .unwrap_or(options.percentage_of_nodes_to_score);
+    n > 0
+        && num_feasible_nodes_to_find(percentage, n) >= n
+        && pre.candidates.is_none()
+        && !pre.exhaustive
+        && diagnosis.node_statuses.is_empty()
+        && options.nominated.is_none()
+}
+
+/// The filters whose verdicts a class keeps (those that answer by the pod's requests, and
+/// those not called), and the checks read by domain; None when a filter answers neither
+/// way, or a kept verdict would come after one by domain (which would change the plugin a
+/// node's rejection names).
+fn class_filters<'p>(
+    filters: &[ActiveFilter<'p>],
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+) -> Option<(Vec<ActiveFilter<'p>>, DomainChecks)> {
+    let n = snapshot.len();
+    let mut domains = DomainChecks::new();
+    let mut kept = Vec::with_capacity(filters.len());
+    for f in filters {
+        if !f.called || f.plugin.verdict_by_requests(state, pod) {
+            if f.called && !domains.is_empty() {
+                return None;
+            }
+            kept.push(*f);
+        } else {
+            let verdicts = f.plugin.verdict_by_domain(state, pod, snapshot)?;
+            domains.add(f.name, verdicts, n)?;
+        }
+    }
+    Some((kept, domains))
+}
+
 fn low_bits(len: usize) -> u64 {
     u64::MAX
         .checked_shr(64u32.saturating_sub(len as u32))
