@@ -1105,6 +1105,29 @@ impl ScoreBuffers {
     }
 }
 
+/// Weighs a run of one plugin's scores in place and adds them to the nodes' totals. A score
+/// is in 0..=MAX_NODE_SCORE (checked first) and a configured weight in 1..=i32::MAX whose
+/// products sum within i64 (checked when the profile is built), so neither operation can
+/// overflow for a configured profile; for a profile built otherwise they saturate, staying
+/// ordered instead of wrapping.
+fn add_weighted(cells: &mut [i64], totals: &mut [i64], weight: i64) {
+    if weight == 1 {
+        for (cell, total) in cells.iter().zip(totals) {
+            *total += *cell;
+        }
+    } else if plain_weight(weight) {
+        for (cell, total) in cells.iter_mut().zip(totals) {
+            *cell *= weight;
+            *total += *cell;
+        }
+    } else {
+        for (cell, total) in cells.iter_mut().zip(totals) {
+            *cell = cell.saturating_mul(weight);
+            *total = total.saturating_add(*cell);
+        }
+    }
+}
+
 /// Runs PreScore and Score with normalization over the feasible nodes into `buffers`, and
 /// the weighted totals per node (each plugin's scores in `0..=100` times its weight, applied
 /// here once); returns the names of the score plugins that ran, in column order. A plugin
@@ -1205,27 +1228,6 @@ fn score_nodes(
             let len = SCORE_BLOCK.min(feasible.len() - start);
             (start, start * width + j * len, len)
         })
-    };
-    // A score is in 0..=MAX_NODE_SCORE (checked first) and a configured weight in
-    // 1..=i32::MAX whose products sum within i64 (checked when the profile is built), so
-    // neither operation can overflow for a configured profile; for a profile built otherwise
-    // they saturate, staying ordered instead of wrapping.
-    let add_weighted = |cells: &mut [i64], totals: &mut [i64], weight: i64| {
-        if weight == 1 {
-            for (cell, total) in cells.iter().zip(totals) {
-                *total += *cell;
-            }
-        } else if plain_weight(weight) {
-            for (cell, total) in cells.iter_mut().zip(totals) {
-                *cell *= weight;
-                *total += *cell;
-            }
-        } else {
-            for (cell, total) in cells.iter_mut().zip(totals) {
-                *cell = cell.saturating_mul(weight);
-                *total = total.saturating_add(*cell);
-            }
-        }
     };
     for (j, (plugin, name, weight)) in active.iter().enumerate() {
         if let Some(raw) = uniform[j] {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::cache::GroupProgress;
 use crate::cycle::RejectionCount;
 use crate::model::PodKey;
-use crate::scheduler::{Attempt, ExtenderAsk};
+use crate::scheduler::{Attempt, ExtenderAsk, ExtenderRequest};
 use crate::suggest::Suggestion;
 
 /// How an attempt ended.
@@ -272,30 +272,9 @@ impl DecisionRecord {
                     (timestamp_ms, duration_micros),
                 )
             },
-            Attempt::Extending(request) => DecisionRecord {
-                nodes_evaluated: match &request.ask {
-                    ExtenderAsk::Place { evaluated, .. } => *evaluated,
-                    ExtenderAsk::Preempt(_) => 0,
-                },
-                nodes_feasible: match &request.ask {
-                    ExtenderAsk::Place { exchange, .. } => exchange.survivors().len(),
-                    ExtenderAsk::Preempt(_) => 0,
-                },
-                message: Some(match &request.ask {
-                    ExtenderAsk::Place { .. } => "waiting for the scheduler extenders".to_string(),
-                    ExtenderAsk::Preempt(_) => {
-                        "waiting for the scheduler extenders to cut its preemption".to_string()
-                    }
-                }),
-                node: None,
-                ..Self::after_wait(
-                    &request.pod,
-                    request.attempt,
-                    Outcome::Waiting,
-                    Arc::from(""),
-                    (timestamp_ms, duration_micros),
-                )
-            },
+            Attempt::Extending(request) => {
+                Self::extending(request, (timestamp_ms, duration_micros))
+            }
             Attempt::Permitted { task, waited } => DecisionRecord {
                 message: Some(format!(
                     "allowed at Permit after waiting {}",
@@ -337,44 +316,16 @@ impl DecisionRecord {
                 diagnosis,
                 message,
                 suggestions,
-            } => {
-                DecisionRecord {
-                    timestamp_ms,
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    profile: pod.scheduler_name.clone(),
-                    attempt: *attempt,
-                    result: Outcome::Unschedulable,
-                    node: None,
-                    message: Some(message.clone()),
-                    nodes_total: diagnosis.num_all_nodes,
-                    // A PreFilter rejection rules every node out before any is examined.
-                    nodes_evaluated: if diagnosis.pre_filter_msg.is_some() {
-                        0
-                    } else {
-                        diagnosis.node_statuses.len()
-                    },
-                    nodes_feasible: 0,
-                    rejections: rejections(&diagnosis.rejection_counts()),
-                    score_plugins: Vec::new(),
-                    top_nodes: Vec::new(),
-                    suggestions: std::mem::take(suggestions),
-                    preemption: diagnosis.post_filter.preemption.as_ref().map(|p| {
-                        PreemptionRecord {
-                            node: p.node.to_string(),
-                            victims: p
-                                .victims
-                                .iter()
-                                .chain(&p.released)
-                                .map(|v| v.key())
-                                .collect(),
-                            reason: p.reason.clone(),
-                        }
-                    }),
-                    group: diagnosis.group.as_deref().cloned(),
-                    duration_micros,
-                }
-            }
+            } => DecisionRecord {
+                suggestions: std::mem::take(suggestions),
+                ..Self::unschedulable(
+                    pod,
+                    *attempt,
+                    diagnosis,
+                    message,
+                    (timestamp_ms, duration_micros),
+                )
+            },
             Attempt::Failed {
                 pod,
                 attempt,
@@ -399,6 +350,88 @@ impl DecisionRecord {
                 group: None,
                 duration_micros,
             },
+        }
+    }
+
+    /// The record of a pod parked while the scheduler extenders are asked.
+    fn extending(request: &ExtenderRequest, at: (u64, u64)) -> Self {
+        let (evaluated, feasible, message) = match &request.ask {
+            ExtenderAsk::Place {
+                evaluated,
+                exchange,
+                ..
+            } => (
+                *evaluated,
+                exchange.survivors().len(),
+                "waiting for the scheduler extenders",
+            ),
+            ExtenderAsk::Preempt(_) => (
+                0,
+                0,
+                "waiting for the scheduler extenders to cut its preemption",
+            ),
+        };
+        DecisionRecord {
+            nodes_evaluated: evaluated,
+            nodes_feasible: feasible,
+            message: Some(message.to_string()),
+            node: None,
+            ..Self::after_wait(
+                &request.pod,
+                request.attempt,
+                Outcome::Waiting,
+                Arc::from(""),
+                at,
+            )
+        }
+    }
+
+    /// The record of an attempt that found no node, with the preemption it decided, if any
+    /// (its suggestions are moved in by the caller).
+    fn unschedulable(
+        pod: &crate::model::PodInfo,
+        attempt: u32,
+        diagnosis: &crate::cycle::Diagnosis,
+        message: &str,
+        (timestamp_ms, duration_micros): (u64, u64),
+    ) -> Self {
+        DecisionRecord {
+            timestamp_ms,
+            namespace: pod.namespace.clone(),
+            pod: pod.name.clone(),
+            profile: pod.scheduler_name.clone(),
+            attempt,
+            result: Outcome::Unschedulable,
+            node: None,
+            message: Some(message.to_string()),
+            nodes_total: diagnosis.num_all_nodes,
+            // A PreFilter rejection rules every node out before any is examined.
+            nodes_evaluated: if diagnosis.pre_filter_msg.is_some() {
+                0
+            } else {
+                diagnosis.node_statuses.len()
+            },
+            nodes_feasible: 0,
+            rejections: rejections(&diagnosis.rejection_counts()),
+            score_plugins: Vec::new(),
+            top_nodes: Vec::new(),
+            suggestions: Vec::new(),
+            preemption: diagnosis
+                .post_filter
+                .preemption
+                .as_ref()
+                .map(|p| PreemptionRecord {
+                    node: p.node.to_string(),
+                    victims: p
+                        .victims
+                        .iter()
+                        .chain(&p.released)
+                        .map(|v| v.key())
+                        .collect(),
+                    reason: p.reason.clone(),
+                }),
+            group: diagnosis.group.as_deref().cloned(),
+            duration_micros,
         }
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::ModelError;
 use super::echo::echo;
@@ -340,38 +341,8 @@ impl PodInfo {
             .map(|(i, t)| Toleration::from_api(t, &format!("spec.tolerations[{i}]")))
             .collect::<Result<_, _>>()
             .map_err(fail)?;
-        let node_affinity = spec
-            .affinity
-            .as_ref()
-            .and_then(|a| a.node_affinity.as_ref());
-        let required_node_affinity = node_affinity
-            .and_then(|na| {
-                na.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .map(|sel| {
-                NodeSelector::compile(
-                    sel,
-                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
-                )
-            })
-            .transpose()
-            .map_err(|e| fail(e.to_string()))?;
-        let preferred_node_affinity = node_affinity
-            .and_then(|na| na.preferred_during_scheduling_ignored_during_execution.as_ref())
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, p)| {
-                let field = format!(
-                    "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-                );
-                check_weight(p.weight, &field)?;
-                let term = NodeSelectorTerm::compile(&p.preference, &format!("{field}.preference"))?;
-                Ok((p.weight, term))
-            })
-            .collect::<Result<_, SelectorError>>()
-            .map_err(|e| fail(e.to_string()))?;
+        let (required_node_affinity, preferred_node_affinity) =
+            node_affinity(spec).map_err(|e| fail(e.to_string()))?;
         let affinity = pod_affinity(spec, &namespace, &labels).map_err(|e| fail(e.to_string()))?;
         let topology_spread = topology_spread(spec, &labels).map_err(|e| fail(e.to_string()))?;
         let images = spec
@@ -382,27 +353,8 @@ impl PodInfo {
             .filter_map(|c| c.image.as_deref())
             .map(normalized_image_name)
             .collect();
-        let owner = meta
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true))
-            .map(|o| OwnerRef {
-                kind: o.kind.clone(),
-                name: o.name.clone(),
-                uid: o.uid.clone(),
-            });
-        let annotations = meta
-            .annotations
-            .iter()
-            .flatten()
-            .filter(|(k, _)| {
-                KEPT_ANNOTATION_PREFIXES
-                    .iter()
-                    .chain(HAMI_ANNOTATION_PREFIXES)
-                    .any(|p| k.starts_with(p))
-            })
-            .collect();
+        let owner = controller(meta);
+        let annotations = kept_annotations(meta);
         let gpu = PodGpu::from_pod(&requests, &annotations, gpu_containers(spec));
         let volumes = PodVolumes::from_api(&name, spec.volumes.as_ref()).map_err(fail)?;
         let extended_resource_names = extended_resource_names(spec);
@@ -464,19 +416,91 @@ impl PodInfo {
                 .and_then(|s| s.nominated_node_name.as_deref())
                 .filter(|n| !n.is_empty())
                 .map(Arc::from),
-            preempted_by_scheduler: status
-                .and_then(|s| s.conditions.as_ref())
-                .into_iter()
-                .flatten()
-                .find(|c| c.type_ == DISRUPTION_TARGET)
-                .is_some_and(|c| {
-                    c.status == "True" && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
-                }),
+            preempted_by_scheduler: status.is_some_and(preempted_by_scheduler),
             extended_resource_names,
             namespace,
             name,
         })
     }
+}
+
+/// A pod's required node affinity and its preferred terms with their weights.
+type NodeAffinity = (Option<NodeSelector>, Vec<(i32, NodeSelectorTerm)>);
+
+/// Compiles `spec.affinity.nodeAffinity`, naming the field of an error.
+fn node_affinity(spec: &core::PodSpec) -> Result<NodeAffinity, SelectorError> {
+    let node_affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref());
+    let required = node_affinity
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|sel| {
+            NodeSelector::compile(
+                sel,
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+            )
+        })
+        .transpose()?;
+    let preferred = node_affinity
+        .and_then(|na| {
+            na.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, p)| {
+            let field = format!(
+                "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            );
+            check_weight(p.weight, &field)?;
+            let term = NodeSelectorTerm::compile(&p.preference, &format!("{field}.preference"))?;
+            Ok((p.weight, term))
+        })
+        .collect::<Result<_, SelectorError>>()?;
+    Ok((required, preferred))
+}
+
+/// The pod's controller (the owner reference marked `controller`), if any.
+fn controller(meta: &ObjectMeta) -> Option<OwnerRef> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| OwnerRef {
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+            uid: o.uid.clone(),
+        })
+}
+
+/// The annotations gantry reads (its own and HAMi's); the others are not kept.
+fn kept_annotations(meta: &ObjectMeta) -> Labels {
+    meta.annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| {
+            KEPT_ANNOTATION_PREFIXES
+                .iter()
+                .chain(HAMI_ANNOTATION_PREFIXES)
+                .any(|p| k.starts_with(p))
+        })
+        .collect()
+}
+
+/// True when the pod's status says kube-scheduler (or gantry) preempted it: a true
+/// `DisruptionTarget` condition with reason `PreemptionByScheduler`.
+fn preempted_by_scheduler(status: &core::PodStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == DISRUPTION_TARGET)
+        .is_some_and(|c| c.status == "True" && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER))
 }
 
 fn check_weight(weight: i32, field: &str) -> Result<(), SelectorError> {
