@@ -321,6 +321,48 @@ struct Seen {
     nomination: Nomination,
 }
 
+impl Seen {
+    /// The nomination to write with a failure: as kube-scheduler's updatePod, one that
+    /// changes what the pod shows (`nominated`, as last read, or the last one recorded).
+    fn nomination_to_write(&mut self, asked: Nomination, nominated: Option<&str>) -> Nomination {
+        let nomination = match asked {
+            Nomination::Set(node) if nominated != Some(&*node) => Nomination::Set(node),
+            Nomination::Clear
+                if nominated.is_some() || matches!(self.nomination, Nomination::Set(_)) =>
+            {
+                Nomination::Clear
+            }
+            _ => Nomination::Keep,
+        };
+        if nomination != Nomination::Keep {
+            self.nomination = nomination.clone();
+        }
+        nomination
+    }
+
+    /// The `PodScheduled=False` condition to write, `wanted` with its transition time kept
+    /// from the condition last recorded; None when that one says the same and no
+    /// nomination changes.
+    fn condition_to_write(&mut self, mut wanted: ConditionSpec) -> Option<Box<ConditionSpec>> {
+        match &self.condition {
+            Some((r, m, _))
+                if *r == wanted.reason
+                    && *m == wanted.message
+                    && wanted.nomination == Nomination::Keep =>
+            {
+                None
+            }
+            previous => {
+                if let Some((_, _, t)) = previous {
+                    wanted.transition = *t;
+                }
+                self.condition = Some((wanted.reason, wanted.message.clone(), wanted.transition));
+                Some(Box::new(wanted))
+            }
+        }
+    }
+}
+
 /// What is waiting to be written, coalesced per pod, and what was written.
 #[derive(Debug, Default)]
 struct State {
@@ -477,22 +519,7 @@ impl State {
             } => {
                 let key = pod.key();
                 let seen = self.seen.entry(key.clone()).or_default();
-                // As kube-scheduler's updatePod: a nomination is written when it changes
-                // what the pod shows.
-                let nomination = match nomination {
-                    Nomination::Set(node) if nominated.as_deref() != Some(&*node) => {
-                        Nomination::Set(node)
-                    }
-                    Nomination::Clear
-                        if nominated.is_some() || matches!(seen.nomination, Nomination::Set(_)) =>
-                    {
-                        Nomination::Clear
-                    }
-                    _ => Nomination::Keep,
-                };
-                if nomination != Nomination::Keep {
-                    seen.nomination = nomination.clone();
-                }
+                let nomination = seen.nomination_to_write(nomination, nominated.as_deref());
                 let repeat = seen.last_failure.as_ref().is_some_and(|(note, at)| {
                     *note == message && now.duration_since(*at) < REPEAT_INTERVAL
                 });
@@ -509,26 +536,13 @@ impl State {
                         at: wall,
                     }
                 });
-                let condition = match &seen.condition {
-                    Some((r, m, _))
-                        if *r == condition_reason
-                            && *m == message
-                            && nomination == Nomination::Keep =>
-                    {
-                        None
-                    }
-                    previous => {
-                        let transition = previous.as_ref().map_or(wall, |(_, _, t)| *t);
-                        seen.condition = Some((condition_reason, message.clone(), transition));
-                        Some(Box::new(ConditionSpec {
-                            pod,
-                            reason: condition_reason,
-                            message,
-                            transition,
-                            nomination,
-                        }))
-                    }
-                };
+                let condition = seen.condition_to_write(ConditionSpec {
+                    pod,
+                    reason: condition_reason,
+                    message,
+                    transition: wall,
+                    nomination,
+                });
                 if event.is_none() && condition.is_none() {
                     return;
                 }

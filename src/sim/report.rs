@@ -271,6 +271,42 @@ impl Report {
             let _ = writeln!(out, "\nVolumes bound with the pods:");
             out.push_str(&table(&["NAMESPACE", "POD", "CLAIM", "VOLUME"], &volumes));
         }
+        self.write_preemptions_and_groups(&mut out);
+        self.write_nodes(&mut out);
+        let pending: Vec<Vec<String>> = self
+            .pending()
+            .map(|p| {
+                vec![
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.message.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        let _ = writeln!(out, "\nUnschedulable pods ({}):", pending.len());
+        if !pending.is_empty() {
+            out.push_str(&table(&["NAMESPACE", "POD", "WHY"], &pending));
+        }
+        for msg in &self.invalid {
+            let _ = writeln!(out, "invalid input: {msg}");
+        }
+        if !self.ignored.is_empty() {
+            let kinds: Vec<String> = self
+                .ignored
+                .iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nIgnored objects the scheduler does not read: {}",
+                kinds.join(", ")
+            );
+        }
+        out
+    }
+
+    /// The preemptions decided and the pod groups, as tables (nothing for none).
+    fn write_preemptions_and_groups(&self, out: &mut String) {
         if !self.preemptions.is_empty() {
             let rows: Vec<Vec<String>> = self
                 .preemptions
@@ -316,6 +352,10 @@ impl Report {
                 &rows,
             ));
         }
+    }
+
+    /// Each node's requests against its allocatable (and what was measured, if anything).
+    fn write_nodes(&self, out: &mut String) {
         let measured = self.nodes.iter().any(|n| n.measured_cpu_percent.is_some());
         let nodes: Vec<Vec<String>> = self
             .nodes
@@ -342,36 +382,6 @@ impl Report {
             header.push("MEASURED CPU/MEMORY");
         }
         out.push_str(&table(&header, &nodes));
-        let pending: Vec<Vec<String>> = self
-            .pending()
-            .map(|p| {
-                vec![
-                    p.namespace.clone(),
-                    p.name.clone(),
-                    p.message.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        let _ = writeln!(out, "\nUnschedulable pods ({}):", pending.len());
-        if !pending.is_empty() {
-            out.push_str(&table(&["NAMESPACE", "POD", "WHY"], &pending));
-        }
-        for msg in &self.invalid {
-            let _ = writeln!(out, "invalid input: {msg}");
-        }
-        if !self.ignored.is_empty() {
-            let kinds: Vec<String> = self
-                .ignored
-                .iter()
-                .map(|(k, n)| format!("{n} {k}"))
-                .collect();
-            let _ = writeln!(
-                out,
-                "\nIgnored objects the scheduler does not read: {}",
-                kinds.join(", ")
-            );
-        }
-        out
     }
 
     /// The report as JSON.
