@@ -616,7 +616,7 @@ impl Driver {
                 namespace,
                 name,
                 error,
-            } => s.pod_group_unreadable(&namespace, &name, &error),
+            } => s.pod_group_unreadable(&namespace, &name, &error, now),
             Input::Synced(watcher) => {
                 if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
                     return;

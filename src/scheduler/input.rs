@@ -257,10 +257,22 @@ impl Scheduler {
     }
 
     /// A PodGroup cannot be read (`error` says why): it is absent, its pods waiting at
-    /// Permit are released, and its pods are refused with why until it can be read again.
-    pub fn pod_group_unreadable(&mut self, namespace: &str, name: &str, error: &str) {
+    /// Permit are released, and its pods are refused with why until it can be read again;
+    /// those parked before (told only that their group was not found) are tried again
+    /// within their backoff, to be told why.
+    pub fn pod_group_unreadable(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        error: &str,
+        now: Duration,
+    ) {
         self.cache.pod_group_unreadable(namespace, name, error);
         self.pod_group_gone(namespace, name);
+        let members = self.cache.pod_groups().members(namespace, name);
+        for pod in members.pending() {
+            self.queue.activate(namespace, pod, now);
+        }
     }
 
     /// Tells every profile's Permit plugins that the PodGroup `namespace/name` is gone.

@@ -763,7 +763,12 @@ fn a_deleted_or_unreadable_group_releases_its_waiting_pods_at_once() {
         assert_eq!(&out[..2], pairs(&[("p0", "waiting"), ("p1", "waiting")]));
         assert_eq!(s.waiting_pods().len(), 2);
         if unreadable {
-            s.pod_group_unreadable("default", "g", "spec.minMember: out of range");
+            s.pod_group_unreadable(
+                "default",
+                "g",
+                "spec.minMember: out of range",
+                Duration::ZERO,
+            );
         } else {
             s.remove_pod_group("default", "g");
         }
@@ -779,7 +784,12 @@ fn a_deleted_or_unreadable_group_releases_its_waiting_pods_at_once() {
 #[test]
 fn a_pod_of_an_unreadable_group_is_told_why_until_the_group_reads() {
     let mut s = scheduler("{}");
-    s.pod_group_unreadable("default", "g", "spec.minMember: invalid value");
+    s.pod_group_unreadable(
+        "default",
+        "g",
+        "spec.minMember: invalid value",
+        Duration::ZERO,
+    );
     add(&mut s, [member("p0", "g", "1")]);
     let (_, message) = next(&mut s, Duration::ZERO).unwrap();
     assert!(
@@ -793,5 +803,19 @@ fn a_pod_of_an_unreadable_group_is_told_why_until_the_group_reads() {
     assert_eq!(
         run(&mut s, Duration::from_secs(20)),
         pairs(&[("p0", "bound")])
+    );
+}
+
+#[test]
+fn a_pod_parked_before_its_group_turns_out_unreadable_is_told_why() {
+    let mut s = scheduler("{}");
+    add(&mut s, [member("p0", "g", "1")]);
+    let (_, message) = next(&mut s, Duration::ZERO).unwrap();
+    assert!(message.contains("PodGroup not found"), "{message}");
+    s.pod_group_unreadable("default", "g", "spec: invalid type", Duration::from_secs(1));
+    let (_, message) = next(&mut s, Duration::from_secs(2)).expect("tried again");
+    assert!(
+        message.contains("PodGroup default/g cannot be read: spec: invalid type"),
+        "{message}"
     );
 }
