@@ -183,6 +183,64 @@ fn merge_multi_point(custom: &PluginSet, base: &str, registry: &Registry) -> Vec
     enabled
 }
 
+/// A profile's plugin arguments by plugin name, each with its field: once each, as
+/// kube-scheduler's `field.Duplicate` has it.
+fn plugin_args<'c>(
+    cfg: &'c ProfileConfig,
+    base: &str,
+) -> Result<HashMap<&'c str, (&'c Option<serde_json::Value>, String)>, ConfigError> {
+    let mut args = HashMap::new();
+    for (i, pc) in cfg.plugin_config.iter().enumerate() {
+        let field = format!("{base}.pluginConfig[{i}]");
+        if args.contains_key(pc.name.as_str()) {
+            return Err(ConfigError::field(
+                field,
+                format!("Duplicate value: {}", echo(&pc.name)),
+            ));
+        }
+        args.insert(pc.name.as_str(), (&pc.args, field));
+    }
+    Ok(args)
+}
+
+/// The weight of an enabled Score plugin entry at `field`: 1 when unset (or 0), at most
+/// an int32 as in kube-scheduler, never negative.
+fn entry_weight(weight: Option<i64>, field: &str) -> Result<i64, ConfigError> {
+    let w = weight.unwrap_or(0);
+    if w < 0 {
+        return Err(ConfigError::field(
+            format!("{field}.weight"),
+            format!("must not be negative, got {w}"),
+        ));
+    }
+    if w > MAX_WEIGHT {
+        return Err(ConfigError::field(
+            format!("{field}.weight"),
+            format!("must be at most {MAX_WEIGHT} (an int32, as in kube-scheduler), got {w}"),
+        ));
+    }
+    Ok(if w == 0 { 1 } else { w })
+}
+
+/// kube-scheduler's rule: the highest total score, every Score plugin's weight times the
+/// highest node score, summed, must fit an int64. The cycle sums exactly these products.
+fn check_score_total(
+    score: &[(Arc<dyn Plugin>, i64)],
+    plugins_field: &str,
+) -> Result<(), ConfigError> {
+    let max_total = score.iter().try_fold(0i64, |total, (_, w)| {
+        w.checked_mul(MAX_NODE_SCORE)
+            .and_then(|top| total.checked_add(top))
+    });
+    match max_total {
+        Some(_) => Ok(()),
+        None => Err(ConfigError::field(
+            format!("{plugins_field}.score"),
+            "total score of Score plugins could overflow",
+        )),
+    }
+}
+
 /// Builds one profile; `base` is its path (`profiles[0]`), `args` its decoded plugin configs.
 pub(super) fn build_profile(
     cfg: &ProfileConfig,
@@ -193,18 +251,7 @@ pub(super) fn build_profile(
     let plugins = cfg.plugins.clone().unwrap_or_default();
     let base_plugins = format!("{base}.plugins");
 
-    // Plugin arguments, by name: once each, as kube-scheduler's `field.Duplicate` has it.
-    let mut args: HashMap<&str, (&Option<serde_json::Value>, String)> = HashMap::new();
-    for (i, pc) in cfg.plugin_config.iter().enumerate() {
-        let field = format!("{base}.pluginConfig[{i}]");
-        if args.contains_key(pc.name.as_str()) {
-            return Err(ConfigError::field(
-                field,
-                format!("Duplicate value: {}", echo(&pc.name)),
-            ));
-        }
-        args.insert(&pc.name, (&pc.args, field));
-    }
+    let args = plugin_args(cfg, base)?;
     let mut instances: HashMap<String, Arc<dyn Plugin>> = HashMap::new();
     let mut instantiate = |name: &str, field: &str| -> Result<Arc<dyn Plugin>, ConfigError> {
         if let Some(p) = instances.get(name) {
@@ -303,54 +350,25 @@ pub(super) fn build_profile(
         // Order: explicit overrides of multiPoint plugins, then multiPoint, then the rest.
         // Each entry keeps its own weight: as in kube-scheduler, an explicit entry without
         // one weighs 1, it does not inherit the weight of the multiPoint entry it overrides.
-        let weight_of = |weight: Option<i64>, field: &str| {
-            let w = weight.unwrap_or(0);
-            if w < 0 {
-                return Err(ConfigError::field(
-                    format!("{field}.weight"),
-                    format!("must not be negative, got {w}"),
-                ));
-            }
-            if w > MAX_WEIGHT {
-                return Err(ConfigError::field(
-                    format!("{field}.weight"),
-                    format!(
-                        "must be at most {MAX_WEIGHT} (an int32, as in kube-scheduler), got {w}"
-                    ),
-                ));
-            }
-            Ok(if w == 0 { 1 } else { w })
-        };
         let mut list = Vec::new();
         for (e, p) in explicit
             .iter()
             .filter(|(e, _)| overrides.contains(&e.name.as_str()))
         {
-            list.push((p.clone(), weight_of(e.weight, &e.field)?));
+            list.push((p.clone(), entry_weight(e.weight, &e.field)?));
         }
         for (e, p) in &from_multi {
-            list.push((p.clone(), weight_of(e.weight, &e.field)?));
+            list.push((p.clone(), entry_weight(e.weight, &e.field)?));
         }
         for (e, p) in explicit
             .iter()
             .filter(|(e, _)| !overrides.contains(&e.name.as_str()))
         {
-            list.push((p.clone(), weight_of(e.weight, &e.field)?));
+            list.push((p.clone(), entry_weight(e.weight, &e.field)?));
         }
         resolved.push(list);
     }
-    // kube-scheduler's rule: the highest total score, every plugin's weight times the
-    // highest node score, summed, must fit an int64. The cycle sums exactly these products.
-    let max_total = resolved[6].iter().try_fold(0i64, |total, (_, w)| {
-        w.checked_mul(MAX_NODE_SCORE)
-            .and_then(|top| total.checked_add(top))
-    });
-    if max_total.is_none() {
-        return Err(ConfigError::field(
-            format!("{base_plugins}.score"),
-            "total score of Score plugins could overflow",
-        ));
-    }
+    check_score_total(&resolved[6], &base_plugins)?;
     let take =
         |i: usize| -> Vec<Arc<dyn Plugin>> { resolved[i].iter().map(|(p, _)| p.clone()).collect() };
     let queue_sort = take(1);
