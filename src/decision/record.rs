@@ -210,6 +210,20 @@ impl DecisionRecord {
         attempt: u32,
         outcome: Outcome,
         node: Arc<str>,
+        at: (u64, u64),
+    ) -> Self {
+        DecisionRecord {
+            node: Some(node),
+            ..Self::bare(pod, attempt, outcome, at)
+        }
+    }
+
+    /// A record of `pod`'s attempt that names no node, examined none and says nothing: what
+    /// the other constructors fill in.
+    fn bare(
+        pod: &crate::model::PodInfo,
+        attempt: u32,
+        outcome: Outcome,
         (timestamp_ms, duration_micros): (u64, u64),
     ) -> Self {
         DecisionRecord {
@@ -219,7 +233,7 @@ impl DecisionRecord {
             profile: pod.scheduler_name.clone(),
             attempt,
             result: outcome,
-            node: Some(node),
+            node: None,
             message: None,
             nodes_total: 0,
             nodes_evaluated: 0,
@@ -331,24 +345,13 @@ impl DecisionRecord {
                 attempt,
                 status,
             } => DecisionRecord {
-                timestamp_ms,
-                namespace: pod.namespace.clone(),
-                pod: pod.name.clone(),
-                profile: pod.scheduler_name.clone(),
-                attempt: *attempt,
-                result: Outcome::Error,
-                node: None,
                 message: Some(status.to_string()),
-                nodes_total: 0,
-                nodes_evaluated: 0,
-                nodes_feasible: 0,
-                rejections: Vec::new(),
-                score_plugins: Vec::new(),
-                top_nodes: Vec::new(),
-                suggestions: Vec::new(),
-                preemption: None,
-                group: None,
-                duration_micros,
+                ..Self::bare(
+                    pod,
+                    *attempt,
+                    Outcome::Error,
+                    (timestamp_ms, duration_micros),
+                )
             },
         }
     }
@@ -375,14 +378,7 @@ impl DecisionRecord {
             nodes_evaluated: evaluated,
             nodes_feasible: feasible,
             message: Some(message.to_string()),
-            node: None,
-            ..Self::after_wait(
-                &request.pod,
-                request.attempt,
-                Outcome::Waiting,
-                Arc::from(""),
-                at,
-            )
+            ..Self::bare(&request.pod, request.attempt, Outcome::Waiting, at)
         }
     }
 
@@ -393,16 +389,9 @@ impl DecisionRecord {
         attempt: u32,
         diagnosis: &crate::cycle::Diagnosis,
         message: &str,
-        (timestamp_ms, duration_micros): (u64, u64),
+        at: (u64, u64),
     ) -> Self {
         DecisionRecord {
-            timestamp_ms,
-            namespace: pod.namespace.clone(),
-            pod: pod.name.clone(),
-            profile: pod.scheduler_name.clone(),
-            attempt,
-            result: Outcome::Unschedulable,
-            node: None,
             message: Some(message.to_string()),
             nodes_total: diagnosis.num_all_nodes,
             // A PreFilter rejection rules every node out before any is examined.
@@ -411,11 +400,7 @@ impl DecisionRecord {
             } else {
                 diagnosis.node_statuses.len()
             },
-            nodes_feasible: 0,
             rejections: rejections(&diagnosis.rejection_counts()),
-            score_plugins: Vec::new(),
-            top_nodes: Vec::new(),
-            suggestions: Vec::new(),
             preemption: diagnosis
                 .post_filter
                 .preemption
@@ -431,7 +416,7 @@ impl DecisionRecord {
                     reason: p.reason.clone(),
                 }),
             group: diagnosis.group.as_deref().cloned(),
-            duration_micros,
+            ..Self::bare(pod, attempt, Outcome::Unschedulable, at)
         }
     }
 
