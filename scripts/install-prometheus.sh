@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provide Prometheus for gantry's node-load integration test (tests/run_load.rs), which
+# Provide Prometheus for gantry's node-load integration test (tests/cluster/load.rs), which
 # starts its own server on a free loopback port: Debian's `prometheus` package.
 # Prints the path of the prometheus binary on stdout (the only output when it is already
 # installed), so this works:

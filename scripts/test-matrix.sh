@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the integration tests (tests/run_*.rs) against the oldest Kubernetes gantry supports,
+# Runs the integration tests (tests/cluster/) against the oldest Kubernetes gantry supports,
 # as scripts/test.sh runs them against the newest: install-kube.sh builds that release into a
 # cache of its own (10 to 20 minutes the first time). Not part of .ci/run; the README keeps its
 # last result.
@@ -21,4 +21,4 @@ kube_bin=$(GANTRY_KUBE_VERSION="${version}" scripts/install-kube.sh)
 prometheus_bin=$(scripts/install-prometheus.sh)
 export KUBEBUILDER_ASSETS="${kube_bin}" GANTRY_PROMETHEUS="${prometheus_bin}"
 echo "test-matrix.sh: integration tests against $("${kube_bin}/kube-apiserver" --version)" >&2
-cargo test --locked --no-fail-fast --test 'run_*' "$@"
+cargo test --locked --no-fail-fast --test cluster "$@"

@@ -6,8 +6,7 @@
 //! when all are busy, and the server stays up; malformed requests get an error, and their
 //! log lines are rate-limited.
 
-#[path = "support/tls.rs"]
-mod tls;
+use crate::support::tls;
 
 use std::future::Future;
 use std::io::Write;

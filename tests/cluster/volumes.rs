@@ -3,7 +3,7 @@
 //! statefulset controllers): gantry binds the volumes it chooses and the controller completes
 //! them, as with kube-scheduler.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

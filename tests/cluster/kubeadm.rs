@@ -8,7 +8,7 @@
 //! the API server's RBAC does not allow 403, one allowed 200; and what the kubernetes-mixin
 //! scheduler dashboard shows once a real Prometheus scrapes gantry with that token.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! pending). `gantry snapshot` writes the running state, and what-if on that file gives the
 //! same answers, storage included. Nothing what-if does is seen by the cluster.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! pending; a restarted gantry rebuilds the devices' state from the running pods, so a new pod
 //! never lands on a GPU that is already full.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

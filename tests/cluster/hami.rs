@@ -9,7 +9,7 @@
 //! device it wrote, never more memory or compute on a device than it has, one pod at a time
 //! per node under the lock; the devices of an allocation that failed are given to others.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! checked against `tlsConfig.caFile`), preempt, node-cache-capable calls, managed
 //! resources, a timeout and an ignorable failure.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! the other takes over once the lease expires; a leader stopped with SIGTERM releases the
 //! lease so that a standby takes over at once.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -18,7 +18,7 @@
 //! the budgets' status themselves. Each test has its own control plane, so that its nodes are
 //! the cluster's and the messages count them alone.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! (why, and the single change that would let it fit), through the HTTP endpoint and the
 //! decision log file; and the errors for an unknown pod and bad input.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Output};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! owners, the annotation precedence, pods left alone, the metrics, and that pod creation
 //! goes on when the webhook is down.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

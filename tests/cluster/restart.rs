@@ -3,7 +3,7 @@
 //! retried or dropped, pods deleted while it was cut off are forgotten, and in the end every
 //! pod is bound exactly once with no node over capacity.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! `policy/v1` budgets, and hears one change and another go; its PodGroup watcher finds the PodGroup CRD not installed and
 //! reports itself synced with none.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::sync::mpsc::Receiver;

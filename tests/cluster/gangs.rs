@@ -16,7 +16,7 @@
 //! gantry with a profile of its own. No kubelet runs: bound pods stay `Pending`, so a group
 //! whose pods are all bound stays `Scheduled`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,12 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use support::*;
 
-/// The CRD file, applied once per test process.
+/// The CRD file, applied once per control plane (the tests of other modules may have
+/// started and stopped the shared one in between, so a flag per process would not do).
 fn install_crd(plane: &ControlPlane) {
-    static INSTALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    static INSTALLED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
     let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-    if *installed {
+    if installed.iter().any(|dir| dir == plane.dir()) {
         return;
     }
     let crd = repo().join("deploy/05-podgroup-crd.yaml");
@@ -43,7 +44,7 @@ fn install_crd(plane: &ControlPlane) {
         "crd/podgroups.scheduling.x-k8s.io",
     ]);
     wait_served(plane);
-    *installed = true;
+    installed.push(plane.dir().to_path_buf());
 }
 
 /// The configuration of a test: profile `profile` on the nodes labelled `label`, with

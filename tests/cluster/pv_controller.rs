@@ -7,7 +7,7 @@
 //! one; and a volume pre-bound to a claim, as kube-scheduler's PreBind does it, gets its claim
 //! bound.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

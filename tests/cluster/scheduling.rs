@@ -3,7 +3,7 @@
 //! and health endpoints. The tests share one control plane; each has its own namespace, nodes
 //! (labelled for it) and gantry process (with its own profile, restricted to its nodes).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! are read into the model exactly as the same objects read as JSON, against a real
 //! kube-apiserver: every field scheduling reads, on lists and on watch events alike.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! The tests share one control plane and (except the one that stops it) one Prometheus; each
 //! has its own namespace, nodes and gantry process.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

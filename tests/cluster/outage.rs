@@ -6,7 +6,7 @@
 //! more than it allows, and every pod has exactly one `Scheduled` event: gantry bound each
 //! pod once, and the events it could not write during the outage were written after it.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,0 +1,9 @@
+//! Invalid and hostile input, without a control plane: the built binary refuses a bad
+//! configuration before it contacts anything, and the webhook's HTTPS server stands up to
+//! broken and idle clients.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod config;
+mod webhook;
