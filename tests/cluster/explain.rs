@@ -30,7 +30,7 @@ fn stdout(out: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explains_a_placed_pod_and_a_pending_one() {
-    let plane = ControlPlane::shared();
+    let plane = ControlPlane::start();
     let client = plane.client().await;
     let (ns, profile) = ("explain", "gantry-explain");
     create_namespace(&client, ns).await;

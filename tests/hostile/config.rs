@@ -257,7 +257,7 @@ fn an_error_names_its_cause_once() {
 
 /// What kube-scheduler writes with `--write-config-to`: its default profile in full.
 const KUBE_SCHEDULER_DEFAULTS: &str =
-    include_str!("../src/config/testdata/kube_scheduler_defaults.yaml");
+    include_str!("../../src/config/testdata/kube_scheduler_defaults.yaml");
 
 #[test]
 fn kube_schedulers_written_defaults_are_accepted_entirely() {
