@@ -7,16 +7,25 @@
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
-# Dependencies first, so that they are cached across source changes.
+# Dependencies first, so that they are cached across source changes: the workspace's
+# manifests with empty crates.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src/bin/gantry \
+COPY crates/core/Cargo.toml crates/core/
+COPY crates/sim/Cargo.toml crates/sim/
+COPY crates/adapter/Cargo.toml crates/adapter/
+COPY crates/webhook/Cargo.toml crates/webhook/
+COPY crates/test-support/Cargo.toml crates/test-support/
+RUN for crate in core sim adapter webhook test-support; do \
+        mkdir -p "crates/${crate}/src" && touch "crates/${crate}/src/lib.rs"; \
+    done \
+    && mkdir -p src/bin/gantry \
     && echo 'fn main() {}' > src/bin/gantry/main.rs \
-    && touch src/lib.rs \
     && cargo build --release --locked --bin gantry \
-    && rm -rf src
+    && rm -rf src crates/*/src
 COPY src ./src
+COPY crates ./crates
 # Make cargo see the real sources as newer than the placeholder build.
-RUN touch src/lib.rs src/bin/gantry/main.rs \
+RUN touch src/bin/gantry/main.rs crates/*/src/lib.rs \
     && cargo build --release --locked --bin gantry
 
 FROM debian:bookworm-slim

@@ -49,7 +49,7 @@ k() { "${KUBECTL}" --kubeconfig "${KUBECONFIG}" "$@"; }
 
 # The example gives pods a `priority`, which the API server takes only from a PriorityClass:
 # each value becomes a class.
-EXAMPLE=src/sim/example.yaml
+EXAMPLE=crates/sim/src/example.yaml
 for value in $(grep -oE '^ +priority: [0-9]+$' "${EXAMPLE}" | awk '{print $2}' | sort -u); do
   k apply -f - >/dev/null <<EOF
 apiVersion: scheduling.k8s.io/v1

@@ -16,4 +16,4 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-100000}"
 filter="${1:-fuzz_}"
 shift || true
-cargo test --profile fuzz --lib --locked -- "${filter}" "$@"
+cargo test --profile fuzz --workspace --lib --locked -- "${filter}" "$@"

@@ -16,4 +16,4 @@ export KUBEBUILDER_ASSETS="${KUBEBUILDER_ASSETS:-${kube_bin}}"
 prometheus_bin=$(scripts/install-prometheus.sh)
 export GANTRY_PROMETHEUS="${GANTRY_PROMETHEUS:-${prometheus_bin}}"
 
-cargo test --all-targets --locked "$@"
+cargo test --workspace --all-targets --locked "$@"

@@ -20,9 +20,9 @@
 
 use std::path::Path;
 
-use gantry::config::Config;
-use gantry::plugins;
-use gantry::sim::{self, ClusterInput};
+use gantry_core::config::Config;
+use gantry_core::plugins;
+use gantry_sim::{self as sim, ClusterInput};
 
 mod scenario_schema;
 use scenario_schema::{Detailed, Expect};

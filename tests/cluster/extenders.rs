@@ -216,7 +216,7 @@ async fn serve(ext: Extender, ca_file: std::path::PathBuf) -> Addresses {
     });
     let (ca_file, cert, key) = certificates(ca_file);
     let acceptor = tokio_rustls::TlsAcceptor::from(
-        gantry::adapter::serving::tls::server_config(&cert, &key).expect("TLS configuration"),
+        gantry_adapter::serving::tls::server_config(&cert, &key).expect("TLS configuration"),
     );
     let listener = bind().await;
     let tls = listener.local_addr().expect("address");

@@ -20,7 +20,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use gantry::model::pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupStatus};
+use gantry_core::model::pod_group::{POD_GROUP_LABEL, PodGroup, PodGroupStatus};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};

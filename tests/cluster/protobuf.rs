@@ -6,13 +6,13 @@ use crate::support;
 
 use std::time::Duration;
 
-use gantry::adapter::lenient::Read;
-use gantry::adapter::protobuf::ProtoError;
-use gantry::adapter::protobuf::node::Node as ProtoNode;
-use gantry::adapter::readiness::Watchers;
-use gantry::adapter::reflector::{self, Format};
-use gantry::adapter::watch::{LeanPod, POD_FIELD_SELECTOR};
-use gantry::model::NodeModel;
+use gantry_adapter::lenient::Read;
+use gantry_adapter::protobuf::ProtoError;
+use gantry_adapter::protobuf::node::Node as ProtoNode;
+use gantry_adapter::readiness::Watchers;
+use gantry_adapter::reflector::{self, Format};
+use gantry_adapter::watch::{LeanPod, POD_FIELD_SELECTOR};
+use gantry_core::model::NodeModel;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::Event;
@@ -300,13 +300,13 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     )
     .await;
 
-    let settings = gantry::config::ClientConnection {
+    let settings = gantry_core::config::ClientConnection {
         kubeconfig: None,
         qps: 0.0,
         burst: 0,
         content_type: Default::default(),
     };
-    let gantry_client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings, None)
+    let gantry_client = gantry_adapter::connect(Some(&plane.kubeconfig()), &settings, None)
         .await
         .expect("client");
     let pod_api = || Api::<LeanPod>::namespaced(gantry_client.clone(), ns);

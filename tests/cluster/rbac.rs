@@ -14,10 +14,10 @@ use std::collections::BTreeSet;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use gantry::adapter::driver::Input;
-use gantry::adapter::watch;
-use gantry::cache::{Tracked, TrackedSet};
-use gantry::config::ContentType;
+use gantry_adapter::driver::Input;
+use gantry_adapter::watch;
+use gantry_core::cache::{Tracked, TrackedSet};
+use gantry_core::config::ContentType;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};

@@ -403,13 +403,13 @@ async fn a_finished_pod_frees_its_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_client_multiplexes_requests_over_http2() {
     let plane = ControlPlane::shared();
-    let settings = gantry::config::ClientConnection {
+    let settings = gantry_core::config::ClientConnection {
         kubeconfig: None,
         qps: 0.0,
         burst: 0,
         content_type: Default::default(),
     };
-    let client = gantry::adapter::connect(Some(&plane.kubeconfig()), &settings, None)
+    let client = gantry_adapter::connect(Some(&plane.kubeconfig()), &settings, None)
         .await
         .expect("client");
     let version = |client: kube::Client| async move {

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gantry::webhook::config::RolloutConfig;
-use gantry::webhook::decision::Workload;
+use gantry_webhook::config::RolloutConfig;
+use gantry_webhook::decision::Workload;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Pod};

@@ -257,7 +257,7 @@ fn an_error_names_its_cause_once() {
 
 /// What kube-scheduler writes with `--write-config-to`: its default profile in full.
 const KUBE_SCHEDULER_DEFAULTS: &str =
-    include_str!("../../src/config/testdata/kube_scheduler_defaults.yaml");
+    include_str!("../../crates/core/src/config/testdata/kube_scheduler_defaults.yaml");
 
 #[test]
 fn kube_schedulers_written_defaults_are_accepted_entirely() {
@@ -368,7 +368,7 @@ fn kube_schedulers_own_dump_is_the_copy_and_means_gantrys_defaults() {
     assert_eq!(
         text,
         without_comments(KUBE_SCHEDULER_DEFAULTS),
-        "src/config/testdata/kube_scheduler_defaults.yaml is not what {} writes",
+        "crates/core/src/config/testdata/kube_scheduler_defaults.yaml is not what {} writes",
         scheduler.display()
     );
     let from_dump = effective_profiles(

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gantry::webhook::config::{RolloutConfig, Share};
-use gantry::webhook::server::{self, Limits, Namespaces, TlsConfig, Webhook};
+use gantry_webhook::config::{RolloutConfig, Share};
+use gantry_webhook::server::{self, Limits, Namespaces, TlsConfig, Webhook};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use k8s_openapi::api::core::v1::Namespace;

@@ -171,8 +171,8 @@ fn the_plugin_walkthrough_quotes_every_rust_block() {
     );
     assert!(
         rust.iter()
-            .any(|b| b.source.as_deref() == Some("src/plugins/node_unschedulable.rs")),
-        "the walkthrough quotes src/plugins/node_unschedulable.rs"
+            .any(|b| b.source.as_deref() == Some("crates/core/src/plugins/node_unschedulable.rs")),
+        "the walkthrough quotes crates/core/src/plugins/node_unschedulable.rs"
     );
 }
 
@@ -188,7 +188,7 @@ fn a_quote_that_drifted_is_found() {
         };
         check_quote(&doc, &block, source).is_ok()
     };
-    let file = "src/plugins/node_unschedulable.rs";
+    let file = "crates/core/src/plugins/node_unschedulable.rs";
     let doc_line = "/// The name used in configuration files.";
     let name = "pub const NAME: &str = \"NodeUnschedulable\";";
     let item = "pub struct NodeUnschedulable;";

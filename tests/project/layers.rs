@@ -1,13 +1,10 @@
-//! The modules of `src/` import each other without cycles, so that the code reads top-down:
-//! every `crate::` and `super::` path outside test code is an edge from the module that
-//! names it to the module it names (a top-level module of the library, a submodule of
-//! `adapter`, or a module of a binary), and the graph of those edges has no cycle.
+//! The files of each crate import each other without cycles, so that the code reads
+//! top-down: every `crate::` and `super::` path outside test code is an edge from the file
+//! that names it to the file (module) it names, and the graph of those edges has no cycle.
+//! Between crates Cargo keeps the order: a crate cannot name one that depends on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-
-/// Top-level modules whose submodules are layers of their own.
-const SPLIT: [&str; 1] = ["adapter"];
 
 /// A module of the source tree: its path, as `crate::` would name it (`bin/<name>` first for
 /// a binary's modules).
@@ -27,15 +24,14 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
     parts
 }
 
-/// The unit (node of the graph) a module path belongs to.
-fn unit(path: &[String]) -> String {
-    match path {
-        [bin, name, module, ..] if bin == "bin" => format!("bin/{name}::{module}"),
-        [bin, name] if bin == "bin" => format!("bin/{name}"),
-        [top, sub, ..] if SPLIT.contains(&top.as_str()) => format!("{top}::{sub}"),
-        [top, ..] => top.clone(),
-        [] => "crate".to_string(),
-    }
+/// The unit (node of the graph) a module path belongs to: the module itself, named with its
+/// crate (`core:framework::plugin`, `bin/gantry:openb`).
+fn unit(krate: &str, path: &[String]) -> String {
+    let path = match path {
+        [bin, name, rest @ ..] if bin == "bin" => return format!("bin/{name}:{}", rest.join("::")),
+        _ => path,
+    };
+    format!("{krate}:{}", path.join("::"))
 }
 
 /// The file without its test code: from a `#[cfg(test)]` line followed by a module on.
@@ -115,12 +111,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every unit's edges to the units it names.
-fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+/// Every unit's edges to the units it names, in the crate whose sources are `src` (the
+/// binaries' crates when `krate` is empty).
+fn edges(krate: &str, src: &Path, graph: &mut BTreeMap<String, BTreeSet<String>>) {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(src, f)).collect();
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let name = file
             .file_name()
@@ -132,18 +128,34 @@ fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         let text = std::fs::read_to_string(file).expect("read source");
         let module = module_path(src, file);
         let is_mod_file = matches!(name, "mod.rs" | "main.rs" | "lib.rs");
-        let from = unit(&module);
+        let from = unit(krate, &module);
         for mut path in named_paths(without_tests(&text), &module, is_mod_file) {
             // Cut an item off the path until what is left is a module of the tree.
             while path.len() > 1 && !modules.contains(&path) {
                 path.pop();
             }
-            let to = unit(&path);
+            let to = unit(krate, &path);
             if to != from && modules.contains(&path) {
                 graph.entry(from.clone()).or_default().insert(to);
             }
         }
     }
+}
+
+/// The graph of every crate of the workspace and of the binaries.
+fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut graph = BTreeMap::new();
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("read crates")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    crates.sort();
+    for dir in crates {
+        let krate = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        edges(krate, &dir.join("src"), &mut graph);
+    }
+    edges("", &root.join("src"), &mut graph);
     graph
 }
 
@@ -169,13 +181,14 @@ fn cycle_from(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Option
 }
 
 #[test]
-fn modules_import_each_other_without_cycles() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let graph = edges(&src);
-    assert!(
-        graph.contains_key("scheduler"),
-        "the graph is read: {graph:?}"
-    );
+fn files_import_each_other_without_cycles() {
+    let graph = workspace_graph();
+    for unit in ["core:scheduler", "adapter:driver", "bin/gantry:run"] {
+        assert!(
+            graph.contains_key(unit),
+            "the graph is read: {unit} in {graph:?}"
+        );
+    }
     let cycles: BTreeSet<String> = graph
         .keys()
         .filter_map(|unit| cycle_from(&graph, unit))
@@ -218,6 +231,6 @@ fn paths_resolve_from_the_module_that_names_them() {
         false,
     );
     assert_eq!(bin, [module("bin/gantry/openb/Args")]);
-    assert_eq!(unit(&module("bin/gantry/openb/Args")), "bin/gantry::openb");
-    assert_eq!(unit(&module("adapter/driver/Input")), "adapter::driver");
+    assert_eq!(unit("", &module("bin/gantry/openb")), "bin/gantry:openb");
+    assert_eq!(unit("adapter", &module("driver")), "adapter:driver");
 }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gantry::model::quantity::Quantity;
+use gantry_core::model::quantity::Quantity;
 use k8s_openapi::api::core::v1::{Container, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
 use serde::{Deserialize, Serialize};

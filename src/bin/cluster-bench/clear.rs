@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
-use gantry::model::pod_group::PodGroup;
+use gantry_core::model::pod_group::PodGroup;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde::de::DeserializeOwned;

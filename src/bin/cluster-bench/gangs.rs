@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gantry::model::pod_group::{API_VERSION, POD_GROUP_LABEL, PodGroup, PodGroupSpec};
+use gantry_core::model::pod_group::{API_VERSION, POD_GROUP_LABEL, PodGroup, PodGroupSpec};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -132,11 +132,11 @@ mod tests {
     use super::*;
 
     fn pods(n: usize) -> Vec<Pod> {
-        let mut pods = gantry::synthetic::pods(
+        let mut pods = gantry_core::synthetic::pods(
             n,
-            gantry::synthetic::Workload::Plain,
+            gantry_core::synthetic::Workload::Plain,
             "default-scheduler",
-            gantry::synthetic::DEFAULT_SEED,
+            gantry_core::synthetic::DEFAULT_SEED,
         );
         for p in &mut pods {
             p.metadata.namespace = Some("ns".to_string());
@@ -174,7 +174,7 @@ mod tests {
         assert_eq!(groups[0].metadata.namespace.as_deref(), Some("ns"));
         // Every group reads as the scheduler reads it.
         for g in &groups {
-            gantry::model::pod_group::PodGroupModel::from_api(g).unwrap();
+            gantry_core::model::pod_group::PodGroupModel::from_api(g).unwrap();
         }
         // The pods are the plain workload's otherwise.
         for (a, b) in plain.iter().zip(&pods) {

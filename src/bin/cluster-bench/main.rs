@@ -113,7 +113,7 @@ async fn client(kubeconfig: &Path) -> anyhow::Result<Client> {
     let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
         .with_context(|| format!("cannot use {}", kubeconfig.display()))?;
-    gantry::adapter::client::build(config, None, None).context("cannot build the API client")
+    gantry_adapter::client::build(config, None, None).context("cannot build the API client")
 }
 
 /// Returns at SIGTERM or SIGINT.

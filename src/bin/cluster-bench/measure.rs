@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::TryStreamExt;
-use gantry::adapter::extender::NoVerification;
+use gantry_adapter::extender::NoVerification;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};

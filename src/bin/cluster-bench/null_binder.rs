@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{StreamExt, stream};
-use gantry::config::DEFAULT_SCHEDULER_NAME;
+use gantry_core::config::DEFAULT_SCHEDULER_NAME;
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};

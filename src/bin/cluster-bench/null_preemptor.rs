@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use futures::{StreamExt, future, stream};
-use gantry::config::DEFAULT_SCHEDULER_NAME;
+use gantry_core::config::DEFAULT_SCHEDULER_NAME;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};

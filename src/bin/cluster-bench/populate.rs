@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::{StreamExt, stream};
-use gantry::config::DEFAULT_SCHEDULER_NAME;
-use gantry::model::pod_group::PodGroup;
-use gantry::synthetic::{self, Workload};
+use gantry_core::config::DEFAULT_SCHEDULER_NAME;
+use gantry_core::model::pod_group::PodGroup;
+use gantry_core::synthetic::{self, Workload};
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::api::storage::v1::CSINode;
@@ -64,7 +64,7 @@ pub struct Args {
     #[arg(long, default_value = DEFAULT_SCHEDULER_NAME)]
     scheduler_name: String,
     /// Seed of the pods' requests.
-    #[arg(long, default_value_t = gantry::synthetic::DEFAULT_SEED)]
+    #[arg(long, default_value_t = gantry_core::synthetic::DEFAULT_SEED)]
     seed: u64,
     /// The gang workload: pods per PodGroup (consecutive pods; its `minMember`).
     #[arg(long, default_value_t = crate::gangs::DEFAULT_GANG_SIZE)]

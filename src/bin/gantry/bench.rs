@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
-use gantry::config::{Config, DEFAULT_SCHEDULER_NAME};
-use gantry::decision::{DecisionRecorder, DecisionStore};
-use gantry::model::{NodeModel, PodInfo};
-use gantry::plugins;
-use gantry::scheduler::{Attempt, Scheduler};
-use gantry::synthetic::{self, Workload};
+use gantry_core::config::{Config, DEFAULT_SCHEDULER_NAME};
+use gantry_core::decision::{DecisionRecorder, DecisionStore};
+use gantry_core::model::{NodeModel, PodInfo};
+use gantry_core::plugins;
+use gantry_core::scheduler::{Attempt, Scheduler};
+use gantry_core::synthetic::{self, Workload};
 
 use crate::bench_whatif::{Stream, StreamResult, single_questions};
 

@@ -7,14 +7,14 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gantry::config::Config;
-use gantry::plugins;
+use gantry_core::config::Config;
+use gantry_core::plugins;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use gantry::adapter::driver::VIEW_REUSE;
-use gantry::scheduler::{ClusterView, Scheduler, Views};
-use gantry::whatif::{self, Question};
+use gantry_adapter::driver::VIEW_REUSE;
+use gantry_core::scheduler::{ClusterView, Scheduler, Views};
+use gantry_sim::whatif::{self, Question};
 
 /// The pod every question asks about: large enough that a `--max` question counts about
 /// one replica per node of the synthetic cluster (32 cpu each).

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use gantry::decision::explain::explain;
-use gantry::decision::file::{self, Rotation};
-use gantry::decision::{DecisionRecord, store};
-use gantry::model::quantity::Quantity;
+use gantry_core::decision::explain::explain;
+use gantry_core::decision::file::{self, Rotation};
+use gantry_core::decision::{DecisionRecord, store};
+use gantry_core::model::quantity::Quantity;
 use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper_util::client::legacy::connect::HttpConnector;

@@ -9,13 +9,13 @@ use std::path::PathBuf;
 
 use clap::ArgMatches;
 use clap::parser::ValueSource;
-use gantry::adapter::serving::authz;
-use gantry::adapter::serving::tls::CertificateSource;
-use gantry::adapter::serving::{
+use gantry_adapter::serving::authz;
+use gantry_adapter::serving::tls::CertificateSource;
+use gantry_adapter::serving::{
     self, DEFAULT_BIND_ADDRESS, DEFAULT_SECURE_PORT, Delegation, SecureServing, Serving,
 };
-use gantry::config::types::{ClientConnection, KubeSchedulerConfiguration, LeaderElection};
-use gantry::config::{self, GoDuration};
+use gantry_core::config::types::{ClientConnection, KubeSchedulerConfiguration, LeaderElection};
+use gantry_core::config::{self, GoDuration};
 
 /// Reads a boolean as Go's `strconv.ParseBool` does (kube-scheduler's flags take
 /// `--leader-elect`, `--leader-elect=true`, `--leader-elect=false`, `=1`, `=t`, `=F`...).

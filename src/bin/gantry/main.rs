@@ -78,7 +78,7 @@ fn reopen_closed_standard_descriptors() {
 
 /// Counts the memory each thread holds, so that what-if questions keep to their budget.
 #[global_allocator]
-static ALLOCATOR: gantry::memory::CountingAllocator = gantry::memory::CountingAllocator;
+static ALLOCATOR: gantry_core::memory::CountingAllocator = gantry_core::memory::CountingAllocator;
 
 fn main() -> std::process::ExitCode {
     reopen_closed_standard_descriptors();

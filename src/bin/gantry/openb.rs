@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use gantry::plugins;
-use gantry::plugins::gpu_share::Policy;
-use gantry::sim::openb::{self, PolicySpec, PolicySummary, Report, Trace};
+use gantry_core::plugins;
+use gantry_core::plugins::gpu_share::Policy;
+use gantry_sim::openb::{self, PolicySpec, PolicySummary, Report, Trace};
 use rayon::prelude::*;
 
 use crate::report::Output;

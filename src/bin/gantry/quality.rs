@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry::config::{Config, DEFAULT_SCHEDULER_NAME};
-use gantry::model::PodInfo;
-use gantry::scheduler::Attempt;
-use gantry::sim::quality::{Attempts, PlacementQuality, Skew};
-use gantry::synthetic::{self, Workload};
+use gantry_core::config::{Config, DEFAULT_SCHEDULER_NAME};
+use gantry_core::model::PodInfo;
+use gantry_core::scheduler::Attempt;
+use gantry_core::synthetic::{self, Workload};
+use gantry_sim::quality::{Attempts, PlacementQuality, Skew};
 
 use crate::bench::{self, Args};
 
@@ -128,7 +128,7 @@ fn filling_pods(workload: Workload, milli_cpu: f64) -> anyhow::Result<Vec<Arc<Po
 /// `running`: what was placed, how well, and the CPU time the scheduling took.
 fn fill_once(
     config: &Config,
-    nodes: &[gantry::model::NodeModel],
+    nodes: &[gantry_core::model::NodeModel],
     running: &[Arc<PodInfo>],
     pods: &[Arc<PodInfo>],
     percentage: u32,
@@ -185,7 +185,7 @@ mod tests {
     /// within a pod of each other; beyond the cluster's cpu the first failure is counted.
     #[test]
     fn a_fill_reports_what_was_placed_and_how_evenly() {
-        let config = Config::default_with(&gantry::plugins::registry()).expect("defaults");
+        let config = Config::default_with(&gantry_core::plugins::registry()).expect("defaults");
         let nodes = bench::node_models(3).expect("synthetic nodes");
         let pods = filling_pods(Workload::Plain, 0.9 * 96_000.0).expect("pods");
         let (attempts, quality, _) = fill_once(&config, &nodes, &[], &pods, 100, 1).expect("fill");

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::ArgMatches;
-use gantry::adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
-use gantry::adapter::questions::QuestionSettings;
-use gantry::adapter::serving::Serving;
-use gantry::adapter::{self, DecisionSettings, Options};
-use gantry::config::{self, Config, GoDuration};
-use gantry::framework::resource_claims;
-use gantry::plugins::{self, dynamic_resources};
-use gantry::whatif::{self, Limits};
+use gantry_adapter::node_load::{self, LoadSource, NodeLoadSettings, PrometheusSource};
+use gantry_adapter::questions::QuestionSettings;
+use gantry_adapter::serving::Serving;
+use gantry_adapter::{self as adapter, DecisionSettings, Options};
+use gantry_core::config::{self, Config, GoDuration};
+use gantry_core::framework::resource_claims;
+use gantry_core::plugins::{self, dynamic_resources};
+use gantry_sim::whatif::{self, Limits};
 
 use crate::kube_flags::{self, DeprecatedArgs, LeaderElectionArgs, ServingArgs};
 
@@ -403,8 +403,8 @@ mod tests {
     use super::*;
     use crate::tests::{assert_shown_defaults, parse};
     use clap::ValueEnum;
-    use gantry::adapter::serving;
-    use gantry::decision::file;
+    use gantry_adapter::serving;
+    use gantry_core::decision::file;
 
     #[test]
     fn help_shows_each_default_from_its_definition() {

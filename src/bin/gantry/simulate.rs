@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use gantry::config::Config;
-use gantry::decision::file::DecisionLog;
-use gantry::decision::{DecisionRecorder, DecisionStore};
-use gantry::plugins;
-use gantry::sim::{self, ClusterInput};
+use gantry_core::config::Config;
+use gantry_core::decision::file::DecisionLog;
+use gantry_core::decision::{DecisionRecorder, DecisionStore};
+use gantry_core::plugins;
+use gantry_sim::{self as sim, ClusterInput};
 
 use crate::report::Output;
 

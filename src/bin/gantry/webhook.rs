@@ -4,10 +4,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use gantry::config::GoDuration;
-use gantry::webhook::config::RolloutConfig;
-use gantry::webhook::server::Limits;
-use gantry::webhook::{self, Options};
+use gantry_core::config::GoDuration;
+use gantry_webhook::config::RolloutConfig;
+use gantry_webhook::server::Limits;
+use gantry_webhook::{self as webhook, Options};
 
 /// The HTTPS port served when `--port` is not given.
 const DEFAULT_PORT: u16 = 8443;

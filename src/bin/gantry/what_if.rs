@@ -7,10 +7,10 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use gantry::config::{Config, yaml};
-use gantry::plugins;
-use gantry::sim::ClusterInput;
-use gantry::whatif::{self, Answer, Question};
+use gantry_core::config::{Config, yaml};
+use gantry_core::plugins;
+use gantry_sim::ClusterInput;
+use gantry_sim::whatif::{self, Answer, Question};
 
 use crate::report::Output;
 use crate::server::ServerArgs;

@@ -8,10 +8,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
-use gantry::config::types::{self, KubeSchedulerConfiguration};
-use gantry::config::{self, Config, ContentType, GoDuration};
-use gantry::extender::Extender;
-use gantry::framework::{Plugin, Profile, Registry};
+use gantry_core::config::types::{self, KubeSchedulerConfiguration};
+use gantry_core::config::{self, Config, ContentType, GoDuration};
+use gantry_core::extender::Extender;
+use gantry_core::framework::{Plugin, Profile, Registry};
 use k8s_openapi::ByteString;
 use serde_json::{Value, json};
 
@@ -40,7 +40,7 @@ pub fn effective(file: &KubeSchedulerConfiguration, config: &Config) -> Value {
     let cc = &config.client_connection;
     let given_cc = file.client_connection.clone().unwrap_or_default();
     let given_profiles = &file.profiles;
-    let registry = gantry::plugins::registry();
+    let registry = gantry_core::plugins::registry();
     json!({
         "apiVersion": types::API_VERSION,
         "kind": types::KIND,
@@ -199,7 +199,7 @@ mod tests {
     }
 
     fn round_trip(file: &KubeSchedulerConfiguration) {
-        let registry = gantry::plugins::registry();
+        let registry = gantry_core::plugins::registry();
         let config = Config::from_file_config(file, &registry).unwrap();
         let text = serde_yaml::to_string(&effective(file, &config)).unwrap();
         let again = Config::parse(&text, &registry).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -233,16 +233,18 @@ mod tests {
 
     #[test]
     fn kube_schedulers_own_defaults_read_back_as_themselves() {
-        let text = include_str!("../../config/testdata/kube_scheduler_defaults.yaml");
+        let text =
+            include_str!("../../../crates/core/src/config/testdata/kube_scheduler_defaults.yaml");
         round_trip(&config::read_configuration(text).unwrap());
     }
 
     #[test]
     fn hamis_extender_reads_back_as_itself() {
-        let text = include_str!("../../config/testdata/hami_scheduler_config.yaml");
+        let text =
+            include_str!("../../../crates/core/src/config/testdata/hami_scheduler_config.yaml");
         let file = config::read_configuration(text).unwrap();
         round_trip(&file);
-        let registry = gantry::plugins::registry();
+        let registry = gantry_core::plugins::registry();
         let config = Config::from_file_config(&file, &registry).unwrap();
         let written = serde_yaml::to_string(&effective(&file, &config)).unwrap();
         let again = Config::parse(&written, &registry).unwrap();
@@ -252,7 +254,7 @@ mod tests {
 
     #[test]
     fn every_default_is_written() {
-        let registry = gantry::plugins::registry();
+        let registry = gantry_core::plugins::registry();
         let file = KubeSchedulerConfiguration::default();
         let config = Config::from_file_config(&file, &registry).unwrap();
         let text = serde_yaml::to_string(&effective(&file, &config)).unwrap();

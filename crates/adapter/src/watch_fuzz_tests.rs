@@ -1,0 +1,240 @@
+//! Properties of the watchers, for every kind gantry watches: an object of any shape (a valid
+//! one, mutated at random) read among valid ones never fails the list that carries it, is
+//! read or given as unreadable under its own name, and becomes at most one input for the
+//! scheduling thread, without a panic.
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, ReplicationController, Service,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use gantry_test_support::fuzz;
+
+/// Valid objects of the kind at `kind`, as the API server would send them.
+fn seeds(kind: &str) -> Vec<Value> {
+    let meta =
+        |name: &str| json!({"name": name, "namespace": "ns", "resourceVersion": "5", "uid": "u"});
+    match kind {
+        "nodes" => vec![json!({"metadata": {"name": "n1", "labels": {"zone": "a"}},
+            "spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "capacity": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]}})],
+        "pods" => vec![json!({"metadata": meta("p"),
+            "spec": {"schedulerName": "gantry", "priority": 10,
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                    "ports": [{"containerPort": 80, "hostPort": 80}]}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                    [{"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "p"}}}]}},
+                "tolerations": [{"key": "k", "operator": "Exists"}]},
+            "status": {"phase": "Pending"}})],
+        "namespaces" => vec![json!({"metadata": {"name": "ns", "labels": {"team": "a"}}})],
+        "services" => vec![json!({"metadata": meta("s"), "spec": {"selector": {"app": "p"}}})],
+        "replicasets" | "statefulsets" => vec![json!({"metadata": meta("r"),
+            "spec": {"selector": {"matchLabels": {"app": "p"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["web"]}]},
+                "template": {"metadata": {"labels": {"app": "p"}}, "spec": {"containers": []}},
+                "serviceName": "s"}})],
+        "replicationcontrollers" => {
+            vec![json!({"metadata": meta("rc"), "spec": {"selector": {"app": "p"}}})]
+        }
+        "persistentvolumeclaims" => vec![json!({"metadata": meta("c"),
+            "spec": {"storageClassName": "fast", "volumeName": "v", "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound"}})],
+        "persistentvolumes" => vec![json!({"metadata": {"name": "v"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "fast", "csi": {"driver": "d", "volumeHandle": "h"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions":
+                    [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+            "status": {"phase": "Available"}})],
+        "storageclasses" => vec![json!({"metadata": {"name": "fast"}, "provisioner": "d",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [{"key": "zone", "values": ["a"]}]}]})],
+        "csinodes" => vec![json!({"metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "d", "nodeID": "n1", "allocatable": {"count": 3}}]}})],
+        "csidrivers" => vec![json!({"metadata": {"name": "d"},
+            "spec": {"attachRequired": true, "storageCapacity": true}})],
+        "csistoragecapacities" => vec![json!({"metadata": meta("cap"), "storageClassName": "fast",
+            "capacity": "10Gi", "maximumVolumeSize": "5Gi",
+            "nodeTopology": {"matchLabels": {"zone": "a"}}})],
+        "poddisruptionbudgets" => vec![json!({"metadata": meta("b"),
+            "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "p"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3, "desiredHealthy": 2,
+                "expectedPods": 3, "disruptedPods": {"p-0": "2024-01-02T03:04:05Z"}}})],
+        "podgroups" => vec![
+            json!({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": meta("g"),
+            "spec": {"minMember": 3, "minResources": {"cpu": "2"}, "scheduleTimeoutSeconds": 30},
+            "status": {"phase": "Scheduling", "scheduled": 1}}),
+        ],
+        other => panic!("no seed for {other}"),
+    }
+}
+
+/// `metadata.name` of `doc`, when it is still a string.
+fn name_of(doc: &Value) -> Option<&str> {
+    doc.pointer("/metadata/name")?.as_str()
+}
+
+/// The property for one kind: `doc` between two valid objects in a list is handed out in its
+/// place, named as it is named; through `convert`, each gives at most one input.
+fn a_list_reads_every_object_alone<K, C>(kind: &'static str, doc: &Value, convert: &C)
+where
+    K: Resource + DeserializeOwned,
+    C: Convert<K>,
+{
+    let good = seeds(kind).remove(0);
+    let list = json!({"metadata": {"resourceVersion": "9"}, "items": [good, doc, good]});
+    let text = serde_json::to_string(&list).expect("JSON");
+    let mut read = Vec::new();
+    let version = reflector::decode_list(&text, |obj: Read<K>| read.push(obj))
+        .unwrap_or_else(|e| panic!("the {kind} list failed on {doc}: {e}"));
+    assert_eq!(version, "9");
+    assert_eq!(read.len(), 3, "{kind}: {doc}");
+    for (i, obj) in read.iter().enumerate() {
+        match obj {
+            Read::Object(_) => {}
+            Read::Unreadable(u) if i == 1 => {
+                if let Some(name) = name_of(doc) {
+                    assert_eq!(u.name, name, "{kind}: {doc}");
+                }
+                assert!(!u.error.is_empty());
+            }
+            Read::Unreadable(u) => panic!("{kind}: the valid object is unreadable: {u:?}"),
+        }
+    }
+    let mut relist = Relist::new(Gauge::default());
+    let mut inputs = relist.step(Event::Init, convert, kind);
+    for obj in read {
+        let out = relist.step(Event::InitApply(obj), convert, kind);
+        assert!(out.len() <= 1, "{kind}: {out:?}");
+        inputs.extend(out);
+    }
+    inputs.extend(relist.step(Event::InitDone, convert, kind));
+    assert!(matches!(inputs.last(), Some(Input::Synced(k)) if *k == kind));
+}
+
+fn profiles() -> BTreeSet<String> {
+    ["gantry".to_string()].into_iter().collect()
+}
+
+macro_rules! fuzz_kind {
+    ($test:ident, $kind:literal, $type:ty, $convert:expr) => {
+        #[test]
+        fn $test() {
+            let seeds = seeds($kind);
+            let convert = $convert;
+            proptest!(|(doc in fuzz::mutated(seeds.clone()))| {
+                a_list_reads_every_object_alone::<$type, _>($kind, &doc, &convert);
+            });
+        }
+    };
+}
+
+fuzz_kind!(fuzz_watched_nodes, "nodes", Node, Nodes);
+fuzz_kind!(
+    fuzz_watched_pods,
+    "pods",
+    LeanPod,
+    Pods {
+        profiles: profiles()
+    }
+);
+fuzz_kind!(fuzz_watched_namespaces, "namespaces", Namespace, Namespaces);
+fuzz_kind!(fuzz_watched_services, "services", Service, Services);
+fuzz_kind!(
+    fuzz_watched_replicasets,
+    "replicasets",
+    ReplicaSet,
+    Controllers("ReplicaSet")
+);
+fuzz_kind!(
+    fuzz_watched_statefulsets,
+    "statefulsets",
+    StatefulSet,
+    Controllers("StatefulSet")
+);
+fuzz_kind!(
+    fuzz_watched_replicationcontrollers,
+    "replicationcontrollers",
+    ReplicationController,
+    Controllers("ReplicationController")
+);
+fuzz_kind!(
+    fuzz_watched_claims,
+    "persistentvolumeclaims",
+    PersistentVolumeClaim,
+    Claims
+);
+fuzz_kind!(
+    fuzz_watched_volumes,
+    "persistentvolumes",
+    PersistentVolume,
+    Volumes
+);
+fuzz_kind!(
+    fuzz_watched_storage_classes,
+    "storageclasses",
+    StorageClass,
+    StorageClasses
+);
+fuzz_kind!(fuzz_watched_csi_nodes, "csinodes", CSINode, CsiNodes);
+fuzz_kind!(
+    fuzz_watched_csi_drivers,
+    "csidrivers",
+    CSIDriver,
+    CsiDrivers
+);
+fuzz_kind!(
+    fuzz_watched_capacities,
+    "csistoragecapacities",
+    CSIStorageCapacity,
+    Capacities
+);
+fuzz_kind!(
+    fuzz_watched_budgets,
+    "poddisruptionbudgets",
+    PodDisruptionBudget,
+    DisruptionBudgets
+);
+fuzz_kind!(
+    fuzz_watched_pod_groups,
+    "podgroups",
+    PodGroup,
+    PodGroups { status: None }
+);
+
+#[test]
+fn every_kind_has_its_seed_read() {
+    // The seeds themselves are read: the properties start from objects that decode.
+    fn reads<K: DeserializeOwned>(kind: &str) {
+        for seed in seeds(kind) {
+            let raw = serde_json::value::to_raw_value(&seed).expect("raw");
+            assert!(
+                matches!(super::super::lenient::read_json::<K>(&raw), Read::Object(_)),
+                "{kind}"
+            );
+        }
+    }
+    reads::<Node>("nodes");
+    reads::<LeanPod>("pods");
+    reads::<Namespace>("namespaces");
+    reads::<Service>("services");
+    reads::<ReplicaSet>("replicasets");
+    reads::<StatefulSet>("statefulsets");
+    reads::<ReplicationController>("replicationcontrollers");
+    reads::<PersistentVolumeClaim>("persistentvolumeclaims");
+    reads::<PersistentVolume>("persistentvolumes");
+    reads::<StorageClass>("storageclasses");
+    reads::<CSINode>("csinodes");
+    reads::<CSIDriver>("csidrivers");
+    reads::<CSIStorageCapacity>("csistoragecapacities");
+    reads::<PodDisruptionBudget>("poddisruptionbudgets");
+    reads::<PodGroup>("podgroups");
+}

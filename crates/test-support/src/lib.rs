@@ -1,0 +1,3 @@
+//! What the tests of several crates share: the strategies of the `fuzz_` properties.
+
+pub mod fuzz;
