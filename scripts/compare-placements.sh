@@ -17,7 +17,8 @@ old=$1 new=$2 openb=${3:-}
 out=$(mktemp -d -t gantry-compare-XXXXXX)
 differ=0
 
-# compare NAME ARGS...: runs both binaries with ARGS and compares stdout and exit status.
+# compare NAME ARGS...: runs both binaries with ARGS and compares stdout and exit status,
+# leaving out the timings the openb report carries (CPU and wall seconds).
 compare() {
   local name=$1
   shift
@@ -26,7 +27,8 @@ compare() {
     local bin=${old}
     [[ ${side} == new ]] && bin=${new}
     status=0
-    "${bin}" "$@" >"${out}/${name}.${side}" 2>"${out}/${name}.${side}.err" || status=$?
+    "${bin}" "$@" >"${out}/${name}.${side}.raw" 2>"${out}/${name}.${side}.err" || status=$?
+    grep -vE '"(cpu|wall)_seconds[a-z_]*":' "${out}/${name}.${side}.raw" >"${out}/${name}.${side}" || true
     echo "exit ${status}" >>"${out}/${name}.${side}"
   done
   if cmp -s "${out}/${name}.old" "${out}/${name}.new"; then
