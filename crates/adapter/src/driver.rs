@@ -495,29 +495,8 @@ impl Driver {
         let now = run.start.elapsed();
         let s = &mut self.scheduler;
         match input {
-            Input::NodeApplied(node) => {
-                let load = self
-                    .node_load
-                    .from_annotations(&node, now, SystemTime::now());
-                let name = node.name.clone();
-                s.upsert_node(node, now);
-                if let Some(sample) = load {
-                    s.set_node_loads([(&*name, sample)], now);
-                }
-            }
-            Input::NodeLoads(readings) => {
-                let wall = SystemTime::now();
-                let settings = &self.node_load;
-                s.set_node_loads(
-                    readings.iter().map(|r| {
-                        (
-                            r.node.as_str(),
-                            settings.sample(r.cpu, r.memory, r.at, now, wall),
-                        )
-                    }),
-                    now,
-                );
-            }
+            Input::NodeApplied(node) => self.node_applied(node, now),
+            Input::NodeLoads(readings) => self.node_loads(&readings, now),
             Input::NodeDeleted(name) => s.remove_node(&name),
             Input::PodApplied(pod) => {
                 if pod.node_name.is_none() && pod.terminating {
@@ -535,18 +514,7 @@ impl Driver {
                 pod,
                 scheduler_name,
                 message,
-            } => {
-                s.remove_pod(&pod.namespace, &pod.name, now);
-                tracing::warn!(pod = %pod.display(), %message, "pod cannot be scheduled");
-                self.recorder.record(Record::Failed {
-                    pod,
-                    profile: scheduler_name,
-                    condition_reason: CONDITION_SCHEDULER_ERROR,
-                    message,
-                    nomination: Nomination::Keep,
-                    nominated: None,
-                });
-            }
+            } => self.pod_invalid(pod, scheduler_name, message, now),
             Input::NamespaceApplied(name, labels) => {
                 s.cache_mut().set_namespace(&name, labels);
                 s.notify(now);
@@ -582,23 +550,7 @@ impl Driver {
                 s.cache_mut().remove_controller(kind, &namespace, &name);
                 s.notify(now);
             }
-            Input::Storage(change) => match change {
-                StorageInput::Claim(c) => s.upsert_claim(c, now),
-                StorageInput::ClaimDeleted { namespace, name } => s.remove_claim(&namespace, &name),
-                StorageInput::Volume(v) => s.upsert_volume(v, now),
-                StorageInput::VolumeDeleted(name) => s.remove_volume(&name),
-                StorageInput::Class(c) => s.upsert_storage_class(c, now),
-                StorageInput::ClassDeleted(name) => s.remove_storage_class(&name),
-                StorageInput::CsiNode(n) => s.upsert_csi_node(n, now),
-                StorageInput::CsiNodeDeleted(name) => s.remove_csi_node(&name),
-                StorageInput::CsiDriver(d) => s.upsert_csi_driver(d, now),
-                StorageInput::CsiDriverDeleted(name) => s.remove_csi_driver(&name),
-                StorageInput::Capacity(c) => s.upsert_capacity(c, now),
-                StorageInput::CapacitiesNotServed => s.cache_mut().set_capacities_not_served(),
-                StorageInput::CapacityDeleted { namespace, name } => {
-                    s.remove_capacity(&namespace, &name)
-                }
-            },
+            Input::Storage(change) => apply_storage(s, change, now),
             Input::DisruptionBudgetApplied(budget) => s.upsert_disruption_budget(budget),
             Input::DisruptionBudgetDeleted { namespace, name } => {
                 s.remove_disruption_budget(&namespace, &name)
@@ -617,23 +569,7 @@ impl Driver {
                 name,
                 error,
             } => s.pod_group_unreadable(&namespace, &name, &error, now),
-            Input::Synced(watcher) => {
-                if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
-                    return;
-                }
-                if self.ready.swap(true, Ordering::Relaxed) {
-                    tracing::info!(
-                        watcher,
-                        "caught up with the API server again; scheduling resumes"
-                    );
-                } else {
-                    tracing::info!(
-                        nodes = s.cache().node_count(),
-                        pending = s.queue().total(),
-                        "caches are warm"
-                    );
-                }
-            }
+            Input::Synced(watcher) => self.synced(watcher),
             Input::Stale(watcher) => {
                 if self.watchers.insert(watcher) && self.ready.load(Ordering::Relaxed) {
                     tracing::warn!(watcher, "watch lost; no scheduling until it has relisted");
@@ -668,22 +604,7 @@ impl Driver {
                 evicted,
             } => s.preemption_done(&namespace, &name, evicted),
             Input::Extenders(answer) => s.extenders_answered(*answer),
-            Input::View(request) => {
-                let queued = if request.with_queue {
-                    s.queue()
-                        .queued()
-                        .into_iter()
-                        .map(|q| q.pod.clone())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                // The asker may have given up: nothing to do then.
-                let _ = request.reply.send(ViewReply {
-                    view: run.views.get(s, now),
-                    queued,
-                });
-            }
+            Input::View(request) => self.answer_view(request, run, now),
             Input::Lead => run.leading = true,
             Input::Shutdown => {
                 if run.stopping.is_none() {
@@ -692,6 +613,85 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// A node added or changed, with the load its annotations carry, if any.
+    fn node_applied(&mut self, node: NodeModel, now: Duration) {
+        let load = self
+            .node_load
+            .from_annotations(&node, now, SystemTime::now());
+        let name = node.name.clone();
+        self.scheduler.upsert_node(node, now);
+        if let Some(sample) = load {
+            self.scheduler.set_node_loads([(&*name, sample)], now);
+        }
+    }
+
+    /// Node load read from the metrics source.
+    fn node_loads(&mut self, readings: &[NodeReading], now: Duration) {
+        let wall = SystemTime::now();
+        let settings = &self.node_load;
+        self.scheduler.set_node_loads(
+            readings.iter().map(|r| {
+                (
+                    r.node.as_str(),
+                    settings.sample(r.cpu, r.memory, r.at, now, wall),
+                )
+            }),
+            now,
+        );
+    }
+
+    /// A pod the model cannot read: dropped from the queue, and told why.
+    fn pod_invalid(&mut self, pod: PodRef, scheduler_name: String, message: String, now: Duration) {
+        self.scheduler.remove_pod(&pod.namespace, &pod.name, now);
+        tracing::warn!(pod = %pod.display(), %message, "pod cannot be scheduled");
+        self.recorder.record(Record::Failed {
+            pod,
+            profile: scheduler_name,
+            condition_reason: CONDITION_SCHEDULER_ERROR,
+            message,
+            nomination: Nomination::Keep,
+            nominated: None,
+        });
+    }
+
+    /// A watcher has listed: once every watcher has, scheduling starts (or resumes).
+    fn synced(&mut self, watcher: &'static str) {
+        if !self.watchers.remove(watcher) || !self.watchers.is_empty() {
+            return;
+        }
+        if self.ready.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                watcher,
+                "caught up with the API server again; scheduling resumes"
+            );
+        } else {
+            tracing::info!(
+                nodes = self.scheduler.cache().node_count(),
+                pending = self.scheduler.queue().total(),
+                "caches are warm"
+            );
+        }
+    }
+
+    /// Hands a what-if question a view of the scheduler's state (and its queue, if asked).
+    fn answer_view(&mut self, request: ViewRequest, run: &mut Run, now: Duration) {
+        let s = &self.scheduler;
+        let queued = if request.with_queue {
+            s.queue()
+                .queued()
+                .into_iter()
+                .map(|q| q.pod.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // The asker may have given up: nothing to do then.
+        let _ = request.reply.send(ViewReply {
+            view: run.views.get(s, now),
+            queued,
+        });
     }
 
     fn bound(&mut self, request: BindRequest, outcome: BindOutcome, now: Duration) {
@@ -901,6 +901,25 @@ pub fn pod_ref(pod: &PodInfo) -> PodRef {
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: pod.uid.clone(),
+    }
+}
+
+/// A change of a storage object (claims, volumes, classes, CSI nodes and drivers, capacities).
+fn apply_storage(s: &mut Scheduler, change: StorageInput, now: Duration) {
+    match change {
+        StorageInput::Claim(c) => s.upsert_claim(c, now),
+        StorageInput::ClaimDeleted { namespace, name } => s.remove_claim(&namespace, &name),
+        StorageInput::Volume(v) => s.upsert_volume(v, now),
+        StorageInput::VolumeDeleted(name) => s.remove_volume(&name),
+        StorageInput::Class(c) => s.upsert_storage_class(c, now),
+        StorageInput::ClassDeleted(name) => s.remove_storage_class(&name),
+        StorageInput::CsiNode(n) => s.upsert_csi_node(n, now),
+        StorageInput::CsiNodeDeleted(name) => s.remove_csi_node(&name),
+        StorageInput::CsiDriver(d) => s.upsert_csi_driver(d, now),
+        StorageInput::CsiDriverDeleted(name) => s.remove_csi_driver(&name),
+        StorageInput::Capacity(c) => s.upsert_capacity(c, now),
+        StorageInput::CapacitiesNotServed => s.cache_mut().set_capacities_not_served(),
+        StorageInput::CapacityDeleted { namespace, name } => s.remove_capacity(&namespace, &name),
     }
 }
 

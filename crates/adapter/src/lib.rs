@@ -67,6 +67,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::Sender;
 use std::time::Duration;
 
 use crate::signals::Signals;
@@ -76,12 +77,15 @@ use gantry_core::cache::Tracked;
 use gantry_core::config::Config;
 use gantry_core::decision::file::{DecisionLog, LogError, Rotation};
 use gantry_core::decision::{DecisionRecorder, DecisionStore};
+use gantry_core::scheduler::ExtenderRequest;
 use gantry_core::scheduler::Scheduler;
 use health::Health;
 use instrument::Instrumentation;
 use leader::Elector;
 use metrics::Metrics;
 use node_load::{LoadSource, NodeLoadSettings};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::task::JoinHandle;
 
 /// How long a shutdown waits for the event writer to finish.
 const EVENTS_GRACE: Duration = Duration::from_secs(5);
@@ -247,32 +251,7 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
         debug: true,
     };
     let asked = health.questions.clone();
-    let plain = match serving.plain {
-        Some(address) => Some(
-            serving::serve_plain(
-                address,
-                Health {
-                    debug: serving.plain_debug,
-                    ..health.clone()
-                },
-            )
-            .await
-            .map_err(|error| AdapterError::Serve { address, error })?,
-        ),
-        None => None,
-    };
-    let secure = match &serving.secure {
-        Some(settings) => Some(serving::serve_secure(settings, health).await?),
-        None => None,
-    };
-    let served = plain
-        .as_ref()
-        .map(|(a, _)| a.to_string())
-        .unwrap_or_default();
-    let secure_served = secure
-        .as_ref()
-        .map(|(a, _)| a.to_string())
-        .unwrap_or_default();
+    let (served, secure_served) = serve(&serving, health).await?;
     tracing::info!(%served, %secure_served, %identity, ?profiles, "gantry starting");
 
     let mut signals = Signals::new()?;
@@ -283,70 +262,18 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     } else {
         Some(extender::Clients::new(&config.extenders)?)
     };
-    let (extender_tx, extender_task) = match &extender_clients {
-        Some(clients) => {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let answers = inputs.clone();
-            let task = tokio::spawn(extender::run(
-                clients.clone(),
-                client.clone(),
-                rx,
-                move |answer| {
-                    let _ = answers.send(Input::Extenders(Box::new(answer)));
-                },
-            ));
-            (Some(tx), Some(task))
-        }
-        None => (None, None),
-    };
-    let (bound, locks) = (inputs.clone(), inputs.clone());
+    let (extender_tx, extender_task) =
+        spawn_extenders(extender_clients.as_ref(), &client, &inputs).unzip();
     let binder_task = tokio::spawn(binder::run(
         client.clone(),
         extender_clients,
         bind_rx,
-        move |request, outcome| {
-            // The scheduling thread is gone only when shutting down; the result no longer
-            // matters then.
-            let _ = bound.send(Input::Bound(request, outcome));
-        },
-        Arc::new(move |node: &str, holder: Option<&str>| {
-            let input = Input::HamiLock {
-                node: Arc::from(node),
-                holder: holder.map(str::to_string),
-            };
-            let _ = locks.send(input);
-        }),
+        report_binding(&inputs),
+        report_hami_lock(&inputs),
         metrics.clone(),
     ));
     let (preempt_tx, preempt_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (release, activate, done) = (inputs.clone(), inputs.clone(), inputs.clone());
-    let preemption_task = tokio::spawn(preemption::run(
-        preemption::PodApi(client.clone()),
-        preempt_rx,
-        recorder.clone(),
-        // Through the same channel as the watchers' events: the scheduling thread sees the
-        // release before the deletion it precedes.
-        move |pod: &events::PodRef| {
-            let _ = release.send(Input::Release {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-            });
-        },
-        move |pod: &events::PodRef| {
-            let _ = activate.send(Input::Activate {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-            });
-        },
-        move |pod: &events::PodRef, evicted: bool| {
-            let _ = done.send(Input::PreemptionDone {
-                namespace: pod.namespace.clone(),
-                name: pod.name.clone(),
-                evicted,
-            });
-        },
-        metrics.clone(),
-    ));
+    let preemption_task = spawn_preemption(&client, preempt_rx, &recorder, &inputs, &metrics);
     let election = config.leader_election.clone();
     let runner = pool.clone();
     let content_type = config.client_connection.content_type;
@@ -369,26 +296,11 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     };
     let (watchers, watched) =
         watch::spawn_all(&watching, profiles, tracked, content_type, group_status);
-    let reads_load = tracked.contains(Tracked::NodeLoad);
-    if !reads_load && !matches!(node_load.source, LoadSource::None) {
-        tracing::warn!("no enabled plugin reads node load: the load source is not used");
-    }
-    let load_task = match &node_load.source {
-        _ if !reads_load => None,
-        LoadSource::Prometheus(source) => {
-            tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");
-            let inputs = inputs.clone();
-            Some(node_load::spawn_prometheus(
-                source.clone(),
-                move |readings| inputs.send(Input::NodeLoads(readings)).is_ok(),
-            ))
-        }
-        LoadSource::Annotations => {
-            tracing::info!("node load from node annotations");
-            None
-        }
-        LoadSource::None => None,
-    };
+    let load_task = spawn_node_load(
+        &node_load.source,
+        tracked.contains(Tracked::NodeLoad),
+        &inputs,
+    );
     let driver = Driver {
         scheduler,
         inputs: inputs_rx,
@@ -415,69 +327,251 @@ pub async fn run(options: Options) -> Result<(), AdapterError> {
     let mut elector = election
         .enabled
         .then(|| Elector::new(client.clone(), election, identity, metrics.clone()));
-    let mut leading = false;
-    if let Some(e) = &mut elector {
-        tokio::select! {
-            () = e.acquire() => leading = true,
-            () = signals.wait() => {}
-        }
-    } else {
-        leading = true;
-    }
-    if leading {
-        let _ = inputs.send(Input::Lead);
-        let _ = leading_tx.send(true);
-        let lost = async {
-            match &mut elector {
-                Some(e) => e.keep_renewing().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = lost => return Err(AdapterError::LeadershipLost),
-            () = signals.wait() => {}
-        }
-    }
+    let leading = lead_until_stopped(&mut elector, &mut signals, &inputs, &leading_tx).await?;
 
-    tracing::info!("shutting down");
-    if let Some(questions) = &asked {
-        questions.shut_down();
-    }
-    let _ = inputs.send(Input::Shutdown);
-    drop(inputs);
-    if let Some(t) = load_task {
-        t.abort();
-    }
-    // The thread returns once bindings in flight are done (or after its grace period).
-    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-    for w in watchers {
-        w.abort();
-    }
-    if let Some(t) = group_status_task {
-        t.abort();
-    }
-    // Answers would find no scheduling thread: calls under way are dropped.
-    if let Some(t) = extender_task {
-        t.abort();
-    }
-    let _ = binder_task.await;
-    // Evictions under way are finished before a standby may take over and decide again.
-    let _ = preemption_task.await;
-    // Nothing is scheduled or bound any more: a standby may take over while events drain.
-    if let Some(e) = &mut elector
-        && leading
-        && let Err(err) = e.release().await
-    {
-        tracing::warn!(error = %err, "cannot release the lease");
-    }
-    if tokio::time::timeout(EVENTS_GRACE, events_task)
-        .await
-        .is_err()
-    {
-        tracing::warn!("events still unwritten at shutdown");
-    }
+    let started = Started {
+        inputs,
+        asked,
+        load_task,
+        thread,
+        watchers,
+        group_status_task,
+        extender_task,
+        binder_task,
+        preemption_task,
+        events_task,
+    };
+    started.stop(elector.as_mut().filter(|_| leading)).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What `run` started, stopped in order at shutdown.
+struct Started {
+    inputs: Sender<Input>,
+    asked: Option<questions::Questions>,
+    load_task: Option<JoinHandle<()>>,
+    thread: std::thread::JoinHandle<()>,
+    watchers: Vec<JoinHandle<()>>,
+    group_status_task: Option<JoinHandle<()>>,
+    extender_task: Option<JoinHandle<()>>,
+    binder_task: JoinHandle<()>,
+    preemption_task: JoinHandle<()>,
+    events_task: JoinHandle<()>,
+}
+
+impl Started {
+    /// Stops scheduling, lets bindings and evictions under way finish, releases the lease
+    /// (`elector`, when this replica led), and gives the events a grace period to drain.
+    async fn stop(self, elector: Option<&mut Elector>) {
+        tracing::info!("shutting down");
+        if let Some(questions) = &self.asked {
+            questions.shut_down();
+        }
+        let _ = self.inputs.send(Input::Shutdown);
+        drop(self.inputs);
+        if let Some(t) = self.load_task {
+            t.abort();
+        }
+        // The thread returns once bindings in flight are done (or after its grace period).
+        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
+        for w in self.watchers {
+            w.abort();
+        }
+        if let Some(t) = self.group_status_task {
+            t.abort();
+        }
+        // Answers would find no scheduling thread: calls under way are dropped.
+        if let Some(t) = self.extender_task {
+            t.abort();
+        }
+        let _ = self.binder_task.await;
+        // Evictions under way are finished before a standby may take over and decide again.
+        let _ = self.preemption_task.await;
+        // Nothing is scheduled or bound any more: a standby may take over while events drain.
+        if let Some(e) = elector
+            && let Err(err) = e.release().await
+        {
+            tracing::warn!(error = %err, "cannot release the lease");
+        }
+        if tokio::time::timeout(EVENTS_GRACE, self.events_task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("events still unwritten at shutdown");
+        }
+    }
+}
+
+/// Campaigns for the lease (when leader election is on) until a signal comes, then leads
+/// (the scheduling thread schedules, PodGroup statuses are written) until a signal comes;
+/// returns whether it led. Losing the lease is an error: the process must exit.
+async fn lead_until_stopped(
+    elector: &mut Option<Elector>,
+    signals: &mut Signals,
+    inputs: &Sender<Input>,
+    leading: &tokio::sync::watch::Sender<bool>,
+) -> Result<bool, AdapterError> {
+    if let Some(e) = elector {
+        tokio::select! {
+            () = e.acquire() => {}
+            () = signals.wait() => return Ok(false),
+        }
+    }
+    let _ = inputs.send(Input::Lead);
+    let _ = leading.send(true);
+    let lost = async {
+        match elector {
+            Some(e) => e.keep_renewing().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = lost => Err(AdapterError::LeadershipLost),
+        () = signals.wait() => Ok(true),
+    }
+}
+
+/// Serves the HTTP endpoints (`/metrics`, health, debug) on the plain and the secure
+/// address configured; returns where each is served (empty when it is not).
+async fn serve(
+    serving: &serving::Serving,
+    health: Health,
+) -> Result<(String, String), AdapterError> {
+    let plain = match serving.plain {
+        Some(address) => Some(
+            serving::serve_plain(
+                address,
+                Health {
+                    debug: serving.plain_debug,
+                    ..health.clone()
+                },
+            )
+            .await
+            .map_err(|error| AdapterError::Serve { address, error })?,
+        ),
+        None => None,
+    };
+    let secure = match &serving.secure {
+        Some(settings) => Some(serving::serve_secure(settings, health).await?),
+        None => None,
+    };
+    let address = |served: Option<&(SocketAddr, _)>| served.map(|(a, _)| a.to_string());
+    Ok((
+        address(plain.as_ref()).unwrap_or_default(),
+        address(secure.as_ref()).unwrap_or_default(),
+    ))
+}
+
+/// The task calling the extenders (when any is configured), which hands their answers to the
+/// scheduling thread, and the channel of its requests.
+fn spawn_extenders(
+    clients: Option<&extender::Clients>,
+    client: &kube::Client,
+    inputs: &Sender<Input>,
+) -> Option<(UnboundedSender<ExtenderRequest>, JoinHandle<()>)> {
+    let clients = clients?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let answers = inputs.clone();
+    let task = tokio::spawn(extender::run(
+        clients.clone(),
+        client.clone(),
+        rx,
+        move |answer| {
+            let _ = answers.send(Input::Extenders(Box::new(answer)));
+        },
+    ));
+    Some((tx, task))
+}
+
+/// How the binder reports a binding's outcome to the scheduling thread.
+fn report_binding(
+    inputs: &Sender<Input>,
+) -> impl Fn(Box<binder::BindRequest>, binder::BindOutcome) + Clone + Send + 'static {
+    let bound = inputs.clone();
+    move |request, outcome| {
+        // The scheduling thread is gone only when shutting down; the result no longer
+        // matters then.
+        let _ = bound.send(Input::Bound(request, outcome));
+    }
+}
+
+/// How the binder reports a HAMi node lock it found held (or taken).
+fn report_hami_lock(inputs: &Sender<Input>) -> Arc<pre_bind::LockSeen> {
+    let locks = inputs.clone();
+    Arc::new(move |node: &str, holder: Option<&str>| {
+        let input = Input::HamiLock {
+            node: Arc::from(node),
+            holder: holder.map(str::to_string),
+        };
+        let _ = locks.send(input);
+    })
+}
+
+/// The task carrying out the evictions DefaultPreemption decides, which reports through the
+/// same channel as the watchers' events, so that the scheduling thread sees a preemptor's
+/// release before the deletion it precedes.
+fn spawn_preemption(
+    client: &kube::Client,
+    requests: tokio::sync::mpsc::UnboundedReceiver<preemption::PreemptRequest>,
+    recorder: &events::Recorder,
+    inputs: &Sender<Input>,
+    metrics: &Arc<Metrics>,
+) -> JoinHandle<()> {
+    let (release, activate, done) = (inputs.clone(), inputs.clone(), inputs.clone());
+    tokio::spawn(preemption::run(
+        preemption::PodApi(client.clone()),
+        requests,
+        recorder.clone(),
+        move |pod: &events::PodRef| {
+            let _ = release.send(Input::Release {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            });
+        },
+        move |pod: &events::PodRef| {
+            let _ = activate.send(Input::Activate {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+            });
+        },
+        move |pod: &events::PodRef, evicted: bool| {
+            let _ = done.send(Input::PreemptionDone {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                evicted,
+            });
+        },
+        metrics.clone(),
+    ))
+}
+
+/// The task reading node load from Prometheus, when a plugin reads node load and Prometheus
+/// is its source (annotations are read with the nodes).
+fn spawn_node_load(
+    source: &LoadSource,
+    reads_load: bool,
+    inputs: &Sender<Input>,
+) -> Option<JoinHandle<()>> {
+    if !reads_load && !matches!(source, LoadSource::None) {
+        tracing::warn!("no enabled plugin reads node load: the load source is not used");
+    }
+    match source {
+        _ if !reads_load => None,
+        LoadSource::Prometheus(source) => {
+            tracing::info!(url = %source.url, interval = ?source.interval, "node load from Prometheus");
+            let inputs = inputs.clone();
+            Some(node_load::spawn_prometheus(
+                source.clone(),
+                move |readings| inputs.send(Input::NodeLoads(readings)).is_ok(),
+            ))
+        }
+        LoadSource::Annotations => {
+            tracing::info!("node load from node annotations");
+            None
+        }
+        LoadSource::None => None,
+    }
 }
 
 /// The crate's own tests count memory as the `gantry` binary does (what-if's budgets).

@@ -276,18 +276,15 @@ fn run_throughput(args: &Args) -> anyhow::Result<()> {
                             .iter()
                             .flat_map(|r| args.questions.iter().map(move |q| (r, q)))
                         {
-                            let r = run_one(
-                                &config,
-                                &node_models,
-                                &running,
-                                &pods,
-                                pct,
+                            let setting = Setting {
+                                percentage: pct,
                                 threads,
-                                record.then_some(args.decision_records),
-                                questions
+                                record: record.then_some(args.decision_records),
+                                questions: questions
                                     .then_some(Duration::from_millis(args.question_interval_ms)),
-                                args.question_latency,
-                            )?;
+                                latency: args.question_latency,
+                            };
+                            let r = run_one(&config, &node_models, &running, &pods, &setting)?;
                             println!(
                                 "{:>6} {:>7} {:>6} {:<11} {:>4} {:>7} {:>6} {:>9} {:>10.0} {:>9.1} {:>11.1} {:>12.1} {:>9} {:>7}",
                                 nodes,
@@ -346,20 +343,36 @@ struct RunResult {
     latency: Option<(Duration, Duration, usize)>,
 }
 
-/// One measured run. The arguments are the bench's axes (cluster, pods, percentage, threads)
-/// and what runs beside the loop (recording, questions), each varied on its own.
-#[allow(clippy::too_many_arguments)]
+/// How one measured run is set up beyond its cluster and pods: the scheduler's settings
+/// and what runs beside the loop, each varied on its own.
+struct Setting {
+    /// `percentageOfNodesToScore`.
+    percentage: u32,
+    /// Threads filtering and scoring.
+    threads: usize,
+    /// Decision records kept, when recording.
+    record: Option<usize>,
+    /// How often a what-if question is asked during the run.
+    questions: Option<Duration>,
+    /// Whether single questions are timed after the run.
+    latency: bool,
+}
+
+/// One measured run of `pods` on `nodes` with `running` already placed.
 fn run_one(
     config: &Config,
     nodes: &[NodeModel],
     running: &[Arc<PodInfo>],
     pods: &[Arc<PodInfo>],
-    percentage: u32,
-    threads: usize,
-    record: Option<usize>,
-    questions: Option<Duration>,
-    latency: bool,
+    setting: &Setting,
 ) -> anyhow::Result<RunResult> {
+    let &Setting {
+        percentage,
+        threads,
+        record,
+        questions,
+        latency,
+    } = setting;
     let (mut sched, runner) = scheduler(config, nodes, running, percentage, threads)?;
     let recorder = record.map(|capacity| {
         sched.set_explain(true);

@@ -19,7 +19,7 @@ use alike::Alike;
 use domains::{DomainChecks, DomainColumn, FeasibleByValue, Pick};
 
 use super::{
-    ActiveFilter, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
+    ActiveFilter, Cycle, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
     active_filters, count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight,
     pod_tie_hash, run_filters, run_pre_score, select_host, tie_key, uniform_weighted,
 };
@@ -529,17 +529,11 @@ impl Class {
             pod_hash: pod_tie_hash(pod),
             snapshot,
             top_scores: order.top_scores,
+            pod,
+            state: scoring.state,
         };
         let constant = constant_total(scoring.columns);
-        pick.choose(
-            feasible,
-            constant,
-            live,
-            &plugins,
-            scoring.state,
-            pod,
-            listed,
-        )
+        pick.choose(feasible, constant, live, &plugins, listed)
     }
 
     /// The node chosen among those with the best total, and the positions of the best
@@ -733,18 +727,20 @@ impl ClassIndex {
     /// once the index is full, for a class's first pod) says to run the plain cycle.
     /// `next_start` is the cycle memory's rotating start, left as a full pass over the nodes
     /// leaves it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn place(
         &mut self,
-        profile: &Profile,
+        cycle: &Cycle<'_>,
         state: &mut CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
         pre: &PreFiltered,
         diagnosis: &Diagnosis,
         next_start: &mut usize,
-        options: &CycleOptions<'_>,
     ) -> Outcome {
+        let Cycle {
+            profile,
+            pod,
+            snapshot,
+            options,
+        } = *cycle;
         let n = snapshot.len();
         if !examines_every_node(profile, pre, diagnosis, options, n) {
             return Outcome::Plain(None);

@@ -57,6 +57,16 @@ pub struct CycleOptions<'a> {
     pub preemption_running: bool,
 }
 
+/// What one cycle works on and does not change: the profile, the pod, the cluster as the
+/// cycle sees it, and the caller's options.
+#[derive(Clone, Copy)]
+struct Cycle<'a> {
+    profile: &'a Profile,
+    pod: &'a PodInfo,
+    snapshot: &'a Snapshot,
+    options: &'a CycleOptions<'a>,
+}
+
 /// What one cycle leaves for the next: where to start looking, so that successive cycles
 /// spread their search over the whole cluster (kube-scheduler's `nextStartNodeIndex`), and
 /// score buffers reused so that a cycle allocates no large arrays.
@@ -331,35 +341,32 @@ pub fn schedule_one(
             state,
         });
     }
-    let pre_scored = match memory.classes.place(
+    let cycle = Cycle {
         profile,
-        &mut state,
         pod,
         snapshot,
-        &pre,
-        &diagnosis,
-        &mut memory.next_start,
         options,
-    ) {
-        class_index::Outcome::Placed(chosen) => {
-            return Ok(Placement {
-                node: chosen.node,
-                evaluated: chosen.evaluated,
-                feasible: chosen.feasible,
-                score_plugins: chosen.score_plugins,
-                scores: chosen.scores,
-                rejections: chosen.rejections,
-                state,
-            });
-        }
-        class_index::Outcome::Plain(pre_scored) => pre_scored,
     };
-    let found = find_feasible_nodes(
-        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
-    )?;
-    place(
-        profile, state, pod, snapshot, found, memory, options, None, pre_scored,
-    )
+    let pre_scored =
+        match memory
+            .classes
+            .place(&cycle, &mut state, &pre, &diagnosis, &mut memory.next_start)
+        {
+            class_index::Outcome::Placed(chosen) => {
+                return Ok(Placement {
+                    node: chosen.node,
+                    evaluated: chosen.evaluated,
+                    feasible: chosen.feasible,
+                    score_plugins: chosen.score_plugins,
+                    scores: chosen.scores,
+                    rejections: chosen.rejections,
+                    state,
+                });
+            }
+            class_index::Outcome::Plain(pre_scored) => pre_scored,
+        };
+    let found = find_feasible_nodes(&cycle, &state, &pre, diagnosis, memory)?;
+    place(&cycle, state, found, memory, None, pre_scored)
 }
 
 /// A cycle stopped after the Filter plugins, for the extenders to filter and score the
@@ -389,9 +396,13 @@ pub fn filter_for_extenders(
     }
     let mut state = CycleState::new();
     let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
-    let found = find_feasible_nodes(
-        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
-    )?;
+    let cycle = Cycle {
+        profile,
+        pod,
+        snapshot,
+        options,
+    };
+    let found = find_feasible_nodes(&cycle, &state, &pre, diagnosis, memory)?;
     let feasible: Vec<Arc<str>> = found.nodes.iter().map(|n| n.node.name.clone()).collect();
     let evaluated = found.evaluated;
     let mut diagnosis = found.into_diagnosis();
@@ -445,21 +456,15 @@ pub fn resume_after_extenders(
         exhaustive: true,
         ..pre
     };
-    let mut found = find_feasible_nodes(
-        profile, &state, pod, snapshot, &pre, diagnosis, memory, options,
-    )?;
-    found.evaluated = filtered.evaluated;
-    place(
+    let cycle = Cycle {
         profile,
-        state,
         pod,
         snapshot,
-        found,
-        memory,
         options,
-        Some(&verdict.scores),
-        None,
-    )
+    };
+    let mut found = find_feasible_nodes(&cycle, &state, &pre, diagnosis, memory)?;
+    found.evaluated = filtered.evaluated;
+    place(&cycle, state, found, memory, Some(&verdict.scores), None)
 }
 
 /// PreFilter, and PostFilter when it rejects the pod on every node.
@@ -490,18 +495,20 @@ fn pre_filter_or_post_filter(
 /// The cycle's end once the feasible nodes are known: PostFilter when there is none, the
 /// only one when there is one, else the best scored, `extra` scores (the extenders') added
 /// to the plugins'.
-#[allow(clippy::too_many_arguments)]
 fn place(
-    profile: &Profile,
+    cycle: &Cycle<'_>,
     mut state: CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
     found: Feasible<'_>,
     memory: &mut CycleMemory,
-    options: &CycleOptions<'_>,
     extra: Option<&HashMap<Arc<str>, i64>>,
     pre_scored: Option<Vec<&'static str>>,
 ) -> Result<Placement, CycleError> {
+    let Cycle {
+        profile,
+        pod,
+        snapshot,
+        options,
+    } = *cycle;
     if found.nodes.is_empty() {
         let mut diagnosis = found.into_diagnosis();
         run_post_filter(profile, &state, pod, snapshot, options, &mut diagnosis);
@@ -527,12 +534,9 @@ fn place(
     }
     let buffers = &mut memory.scores;
     let mut score_plugins = score_nodes(
-        profile,
+        cycle,
         &mut state,
-        pod,
-        snapshot,
         NodeBlock::of_snapshot(&feasible, &positions, snapshot),
-        options,
         buffers,
         pre_scored,
     )?;
@@ -741,17 +745,19 @@ impl Feasible<'_> {
 /// for (kube-scheduler's `numFeasibleNodesToFind`), in blocks, on the pool's threads for
 /// large ones. The result is the same as examining the nodes one by one in that order.
 /// Advances the rotating start past the nodes examined.
-#[allow(clippy::too_many_arguments)]
 fn find_feasible_nodes<'s>(
-    profile: &Profile,
+    cycle: &Cycle<'s>,
     state: &CycleState,
-    pod: &PodInfo,
-    snapshot: &'s Snapshot,
     pre: &PreFiltered,
     diagnosis: Diagnosis,
     memory: &mut CycleMemory,
-    options: &CycleOptions<'_>,
 ) -> Result<Feasible<'s>, CycleError> {
+    let Cycle {
+        profile,
+        pod,
+        snapshot,
+        options,
+    } = *cycle;
     let num_all_nodes = snapshot.len();
     let candidates = &pre.candidates;
     let candidate_count = candidates.as_ref().map_or(num_all_nodes, Vec::len);
@@ -1133,17 +1139,19 @@ fn add_weighted(cells: &mut [i64], totals: &mut [i64], weight: i64) {
 /// here once); returns the names of the score plugins that ran, in column order. A plugin
 /// whose PreScore skips the pod is left out of Score; with `pre_scored`, PreScore already
 /// ran (with those names skipped).
-#[allow(clippy::too_many_arguments)]
 fn score_nodes(
-    profile: &Profile,
+    cycle: &Cycle<'_>,
     state: &mut CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
     found: NodeBlock<'_>,
-    options: &CycleOptions<'_>,
     buffers: &mut ScoreBuffers,
     pre_scored: Option<Vec<&'static str>>,
 ) -> Result<Vec<&'static str>, CycleError> {
+    let Cycle {
+        profile,
+        pod,
+        snapshot,
+        options,
+    } = *cycle;
     let NodeBlock {
         nodes: feasible,
         positions,

@@ -246,6 +246,9 @@ pub(super) struct Pick<'a> {
     pub pod_hash: u64,
     pub snapshot: &'a Snapshot,
     pub top_scores: usize,
+    /// The pod and its cycle's state, which the scores by domain are weighed for.
+    pub pod: &'a PodInfo,
+    pub state: &'a CycleState,
 }
 
 /// The best of the feasible nodes that no score by domain sets apart, by their class
@@ -409,17 +412,15 @@ impl Pick<'_> {
     /// `None` when a plugin fails to normalize (the plain cycle then reports it).
     /// `constant_total` is the weighted sum of the plugins that give every node one score;
     /// `live` are the plugins scoring by domain (`plugins`, in the same order).
-    #[allow(clippy::too_many_arguments)]
     pub fn choose(
         &self,
         feasible: usize,
         constant_total: i64,
         live: &mut [DomainColumn<'_>],
         plugins: &[&dyn ScorePlugin],
-        state: &CycleState,
-        pod: &PodInfo,
         listed: &mut Vec<usize>,
     ) -> Option<(usize, Vec<usize>)> {
+        let (state, pod) = (self.state, self.pod);
         let totals = &self.class.totals;
         let n = totals.len();
         // The feasible nodes a score by domain may set apart from the others, which all
