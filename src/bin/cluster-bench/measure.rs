@@ -330,24 +330,9 @@ enum Seen {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = crate::client(&args.kubeconfig).await?;
     let path = format!("/api/v1/namespaces/{}/pods", args.namespace);
-    let list: MiniPodList = client
-        .request(Request::new(&path).list(&ListParams::default())?)
-        .await
-        .context("cannot list pods")?;
-    let measured: HashSet<String> = list
-        .items
-        .iter()
-        .filter(|p| p.spec.node_name.is_none())
-        .map(|p| p.metadata.name.clone())
-        .collect();
+    let (list, measured) = pending_pods(&client, &path, &args).await?;
     let pods = measured.len();
     let init_pods = list.items.len() - pods;
-    anyhow::ensure!(pods > 0, "no pending pods in namespace {}", args.namespace);
-    anyhow::ensure!(
-        init_pods == 0 || args.preemption,
-        "{init_pods} of {} pods are bound already",
-        list.items.len()
-    );
     let (seen_tx, mut seen) = mpsc::unbounded_channel();
     let watcher = tokio::spawn(watch(
         client.clone(),
@@ -365,13 +350,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", before.display()))?;
     }
 
-    let cpu = |pid: Option<u32>| pid.and_then(|p| Proc(Some(p)).cpu_seconds());
-    let (api0, etcd0, me0, busy0) = (
-        cpu(args.apiserver_pid),
-        cpu(args.etcd_pid),
-        Proc(None).cpu_seconds(),
-        procfs::machine_busy_seconds(),
-    );
+    let cpu0 = CpuSpent::now(&args);
     let load_at_start = procfs::load_average();
     let log = std::fs::File::create(&args.log)
         .with_context(|| format!("cannot create {}", args.log.display()))?;
@@ -466,30 +445,134 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     // Every CPU figure stops here, when the last binding is seen.
-    result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
-    result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
-    let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
-    result.apiserver_cpu_s = delta(cpu(args.apiserver_pid), api0);
-    result.etcd_cpu_s = delta(cpu(args.etcd_pid), etcd0);
-    result.bench_cpu_s = delta(Proc(None).cpu_seconds(), me0);
-    result.other_cpu_s = (|| {
-        let busy = delta(procfs::machine_busy_seconds(), busy0)?;
-        let ours = result.scheduler_cpu_s? + result.apiserver_cpu_s? + result.etcd_cpu_s?;
-        Some((busy - ours - result.bench_cpu_s?).max(0.0))
-    })();
+    cpu0.record_since(&args, pid, &mut result);
     result.bound = bound.len();
     result.complete = bound.len() == pods;
     if let Some(perf) = perf_apiserver.take() {
         stop(perf, "perf");
     }
-    // The API server counts a request once its response is written, which may be after the
-    // watch has shown its effect: read again until the bindings counted catch up with the
-    // pods seen bound (or COUNTS_SETTLE has passed).
+    record_api_counts(&client, &counts0, &args, &mut result).await?;
+    tokio::time::sleep(METRICS_DELAY).await;
+
+    if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
+        hwm_kib = hwm_kib.max(kib);
+    }
+    result.peak_rss_mib = (hwm_kib > 0).then(|| hwm_kib as f64 / 1024.0);
+    if let Some(url) = &args.metrics {
+        read_scheduler_metrics(url, &mut result).await;
+    }
+    if let Some(perf) = perf.take() {
+        stop(perf, "perf");
+    }
+    stop(child, &args.scheduler);
+    watcher.abort();
+
+    let times: Vec<f64> = bound.values().map(|(_, at)| at.as_secs_f64()).collect();
+    record_binding_times(times, args.tail, &mut result);
+    let others = list_pods(&client, &args.also_namespace).await;
+    // Stopped once the other pods are listed (at its stop it deletes what its churn made),
+    // whether or not they could be.
+    if let Some(companion) = companion {
+        stop(companion, "the companion");
+    }
+    let others = others?;
+    check_cluster(client, &args, &measured, &others, &mut result).await?;
+
+    let json = serde_json::to_string_pretty(&result)?;
+    std::fs::write(&args.out, json + "\n")
+        .with_context(|| format!("cannot write {}", args.out.display()))?;
+    print_summary(&result);
+    Ok(())
+}
+
+/// The run's namespace's pods (at `path`), and the names of the pending ones, which the run
+/// measures; bound ones are a preemption workload's init pods, refused otherwise.
+async fn pending_pods(
+    client: &Client,
+    path: &str,
+    args: &Args,
+) -> anyhow::Result<(MiniPodList, HashSet<String>)> {
+    let list: MiniPodList = client
+        .request(Request::new(path).list(&ListParams::default())?)
+        .await
+        .context("cannot list pods")?;
+    let measured: HashSet<String> = list
+        .items
+        .iter()
+        .filter(|p| p.spec.node_name.is_none())
+        .map(|p| p.metadata.name.clone())
+        .collect();
+    let init_pods = list.items.len() - measured.len();
+    anyhow::ensure!(
+        !measured.is_empty(),
+        "no pending pods in namespace {}",
+        args.namespace
+    );
+    anyhow::ensure!(
+        init_pods == 0 || args.preemption,
+        "{init_pods} of {} pods are bound already",
+        list.items.len()
+    );
+    Ok((list, measured))
+}
+
+/// The CPU seconds spent so far by the API server, etcd, this process and the machine, from
+/// which a run's own are counted.
+struct CpuSpent {
+    apiserver: Option<f64>,
+    etcd: Option<f64>,
+    bench: Option<f64>,
+    machine: Option<f64>,
+}
+
+impl CpuSpent {
+    fn now(args: &Args) -> CpuSpent {
+        CpuSpent {
+            apiserver: process_cpu(args.apiserver_pid),
+            etcd: process_cpu(args.etcd_pid),
+            bench: Proc(None).cpu_seconds(),
+            machine: procfs::machine_busy_seconds(),
+        }
+    }
+
+    /// Records in `result` the CPU spent since `self` by the scheduler (process `pid`), the
+    /// API server, etcd, this process and the rest of the machine.
+    fn record_since(&self, args: &Args, pid: u32, result: &mut RunResult) {
+        result.scheduler_cpu_s = Proc(Some(pid)).cpu_seconds();
+        result.scheduler_threads_cpu_s = procfs::thread_cpu_seconds(pid);
+        let delta = |now: Option<f64>, before: Option<f64>| Some(now? - before?);
+        result.apiserver_cpu_s = delta(process_cpu(args.apiserver_pid), self.apiserver);
+        result.etcd_cpu_s = delta(process_cpu(args.etcd_pid), self.etcd);
+        result.bench_cpu_s = delta(Proc(None).cpu_seconds(), self.bench);
+        result.other_cpu_s = (|| {
+            let busy = delta(procfs::machine_busy_seconds(), self.machine)?;
+            let ours = result.scheduler_cpu_s? + result.apiserver_cpu_s? + result.etcd_cpu_s?;
+            Some((busy - ours - result.bench_cpu_s?).max(0.0))
+        })();
+    }
+}
+
+/// The CPU seconds process `pid` has spent, if there is one.
+fn process_cpu(pid: Option<u32>) -> Option<f64> {
+    pid.and_then(|p| Proc(Some(p)).cpu_seconds())
+}
+
+/// Records in `result` the API server's requests since `counts0` (bindings, events,
+/// writes), and writes its metrics where asked. The API server counts a request once its
+/// response is written, which may be after the watch has shown its effect: they are read
+/// again until the bindings counted catch up with the pods seen bound (or COUNTS_SETTLE has
+/// passed).
+async fn record_api_counts(
+    client: &Client,
+    counts0: &ApiCounts,
+    args: &Args,
+    result: &mut RunResult,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + COUNTS_SETTLE;
     let (counts, text) = loop {
-        let (counts, text) = apiserver_counts(&client).await?;
-        let counts = counts.since(&counts0);
-        if counts.bindings_created >= bound.len() as f64 || Instant::now() >= deadline {
+        let (counts, text) = apiserver_counts(client).await?;
+        let counts = counts.since(counts0);
+        if counts.bindings_created >= result.bound as f64 || Instant::now() >= deadline {
             break (counts, text);
         }
         tokio::time::sleep(TICK).await;
@@ -501,62 +584,65 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     result.bindings_rejected = Some(counts.bindings_rejected);
     result.events_created = Some(counts.events_created);
     result.api_writes = counts.writes;
-    tokio::time::sleep(METRICS_DELAY).await;
+    Ok(())
+}
 
-    if let Some(kib) = Proc(Some(pid)).status_kib("VmHWM") {
-        hwm_kib = hwm_kib.max(kib);
-    }
-    result.peak_rss_mib = (hwm_kib > 0).then(|| hwm_kib as f64 / 1024.0);
-    if let Some(url) = &args.metrics {
-        match http_get(url).await {
-            Ok(text) => {
-                let samples = prom::parse(&text);
-                if let Some(h) = prom::histogram(&samples, SLI_METRIC) {
-                    result.sli_metric = Some(SLI_METRIC.to_string());
-                    result.sli_p50_s = prom::quantile(0.5, &h);
-                    result.sli_p99_s = prom::quantile(0.99, &h);
-                }
-                if let Some(p) = result.preemption.as_mut() {
-                    let present = |name: &str| samples.iter().any(|s| s.name == name);
-                    let read = |name: &str| present(name).then(|| prom::sum(&samples, name, &[]));
-                    p.attempts_metric = read("scheduler_preemption_attempts_total");
-                    p.victims_metric = read("scheduler_preemption_victims_sum");
-                    p.preemptions_metric = read("scheduler_preemption_victims_count");
-                }
-            }
-            Err(e) => eprintln!("cluster-bench: cannot read {url}: {e:#}"),
+/// Reads the scheduling SLI and the preemption counters from the scheduler's metrics at
+/// `url` into `result`; a scheduler that cannot be read leaves them out.
+async fn read_scheduler_metrics(url: &str, result: &mut RunResult) {
+    let text = match http_get(url).await {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("cluster-bench: cannot read {url}: {e:#}");
+            return;
         }
+    };
+    let samples = prom::parse(&text);
+    if let Some(h) = prom::histogram(&samples, SLI_METRIC) {
+        result.sli_metric = Some(SLI_METRIC.to_string());
+        result.sli_p50_s = prom::quantile(0.5, &h);
+        result.sli_p99_s = prom::quantile(0.99, &h);
     }
-    if let Some(perf) = perf.take() {
-        stop(perf, "perf");
+    if let Some(p) = result.preemption.as_mut() {
+        let present = |name: &str| samples.iter().any(|s| s.name == name);
+        let read = |name: &str| present(name).then(|| prom::sum(&samples, name, &[]));
+        p.attempts_metric = read("scheduler_preemption_attempts_total");
+        p.victims_metric = read("scheduler_preemption_victims_sum");
+        p.preemptions_metric = read("scheduler_preemption_victims_count");
     }
-    stop(child, &args.scheduler);
-    watcher.abort();
+}
 
-    let mut times: Vec<f64> = bound.values().map(|(_, at)| at.as_secs_f64()).collect();
+/// Records in `result` the rates and times of the bindings seen at `times` (seconds from the
+/// scheduler's start), and over the last `tail` of them when asked.
+fn record_binding_times(mut times: Vec<f64>, tail: Option<usize>, result: &mut RunResult) {
     times.sort_by(f64::total_cmp);
-    if let (Some(&first), Some(&last)) = (times.first(), times.last()) {
-        result.first_binding_s = Some(first);
-        result.last_binding_s = Some(last);
-        result.pods_per_s = Some(times.len() as f64 / last.max(1e-9));
-        if times.len() > 1 && last > first {
-            result.pods_per_s_after_first = Some((times.len() - 1) as f64 / (last - first));
-        }
-        if let Some(tail) = args.tail.filter(|&n| n > 0 && n < times.len()) {
-            let before = times[times.len() - 1 - tail];
-            result.tail_pods = Some(tail);
-            result.tail_pods_per_s = (last > before).then(|| tail as f64 / (last - before));
-        }
-        result.seen_p50_s = Some(rank(&times, 0.5));
-        result.seen_p99_s = Some(rank(&times, 0.99));
+    let (Some(&first), Some(&last)) = (times.first(), times.last()) else {
+        return;
+    };
+    result.first_binding_s = Some(first);
+    result.last_binding_s = Some(last);
+    result.pods_per_s = Some(times.len() as f64 / last.max(1e-9));
+    if times.len() > 1 && last > first {
+        result.pods_per_s_after_first = Some((times.len() - 1) as f64 / (last - first));
     }
-    let others = list_pods(&client, &args.also_namespace).await;
-    // Stopped once the other pods are listed (at its stop it deletes what its churn made),
-    // whether or not they could be.
-    if let Some(companion) = companion {
-        stop(companion, "the companion");
+    if let Some(tail) = tail.filter(|&n| n > 0 && n < times.len()) {
+        let before = times[times.len() - 1 - tail];
+        result.tail_pods = Some(tail);
+        result.tail_pods_per_s = (last > before).then(|| tail as f64 / (last - before));
     }
-    let others = others?;
+    result.seen_p50_s = Some(rank(&times, 0.5));
+    result.seen_p99_s = Some(rank(&times, 0.99));
+}
+
+/// Checks the cluster after the run into `result`: no node over capacity, the other
+/// namespaces' pods, gangs whole, preemption victims, volumes bound as claimed.
+async fn check_cluster(
+    client: Client,
+    args: &Args,
+    measured: &HashSet<String>,
+    others: &[Pod],
+    result: &mut RunResult,
+) -> anyhow::Result<()> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -567,8 +653,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cannot list pods")?
         .items;
-    result.check = check::check(&nodes, &pods_now, &others).map_err(anyhow::Error::msg)?;
-    result.others = (!args.also_namespace.is_empty()).then(|| check::others(&others));
+    result.check = check::check(&nodes, &pods_now, others).map_err(anyhow::Error::msg)?;
+    result.others = (!args.also_namespace.is_empty()).then(|| check::others(others));
     result.gangs = gangs::check(&pods_now);
     if let Some(p) = result.preemption.as_mut() {
         let left = pods_now
@@ -601,10 +687,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .items;
         result.volumes = check::volumes(&pods_now, &claims, &volumes);
     }
+    Ok(())
+}
 
-    let json = serde_json::to_string_pretty(&result)?;
-    std::fs::write(&args.out, json + "\n")
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
+/// One line on stderr: what ran, how fast, how much memory, and whether it was correct.
+fn print_summary(result: &RunResult) {
     eprintln!(
         "cluster-bench: {} {} {} nodes: {}/{} bound, {} pods/s{}, first binding {} s, peak RSS {} MiB{}, {}",
         result.scheduler,
@@ -629,7 +716,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             format!("NOT CORRECT: {result:?}")
         },
     );
-    Ok(())
 }
 
 fn fmt(v: Option<f64>, decimals: usize) -> String {

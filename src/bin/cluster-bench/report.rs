@@ -141,6 +141,83 @@ pub fn render(results: &[RunResult]) -> String {
     out
 }
 
+/// The row of one run in the table of runs.
+fn run_row(r: &RunResult) -> String {
+    let per_pod = r
+        .scheduler_cpu_s
+        .filter(|_| r.bound > 0)
+        .map(|s| s * 1e6 / r.bound as f64);
+    let server = match (r.apiserver_cpu_s, r.etcd_cpu_s) {
+        (Some(a), Some(e)) => Some(a + e),
+        _ => None,
+    };
+    let correct = correctness(r);
+    let tail = match r.tail_pods {
+        Some(n) => format!("{} ({n})", num(r.tail_pods_per_s, 0)),
+        None => "-".to_string(),
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        r.nodes,
+        r.pods,
+        r.workload,
+        r.scheduler,
+        num(r.pods_per_s, 0),
+        num(r.first_binding_s, 2),
+        num(r.pods_per_s_after_first, 0),
+        tail,
+        num(r.peak_rss_mib, 0),
+        pair(r.sli_p50_s, r.sli_p99_s, 2),
+        pair(r.seen_p50_s, r.seen_p99_s, 2),
+        num(r.scheduler_cpu_s, 1),
+        num(per_pod, 0),
+        num(server, 1),
+        num(r.cpu_per_pod_s().map(|s| s * 1e3), 2),
+        num(r.cpu_bound_pods_per_s(), 0),
+        num(r.events_created, 0),
+        num(r.other_cpu_s, 1),
+        num(r.load_at_start, 1),
+        correct,
+    )
+}
+
+/// `yes`, or what was wrong with the run.
+fn correctness(r: &RunResult) -> String {
+    if r.correct() {
+        "yes".to_string()
+    } else {
+        let volumes = match &r.volumes {
+            Some(v) if !v.ok() => format!(
+                ", {}/{} claims bound to their volume ({})",
+                v.bound,
+                v.claims,
+                v.first_problem.as_deref().unwrap_or_default()
+            ),
+            _ => String::new(),
+        };
+        let gangs = match &r.gangs {
+            Some(g) if !g.ok() => format!(
+                ", {} of {} gangs bound partly ({})",
+                g.groups - g.whole - g.none,
+                g.groups,
+                g.first_partial.as_deref().unwrap_or_default()
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "NO: {}/{} bound, {} over-committed nodes, {} rebound{volumes}{gangs}{}",
+            r.check.bound,
+            r.pods,
+            r.check.overcommitted.len(),
+            r.rebound,
+            r.incomplete_reason
+                .as_deref()
+                .map(|why| format!(", {why}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
 fn render_runs(results: &[RunResult]) -> String {
     let mut out = String::new();
     out.push_str(
@@ -150,74 +227,7 @@ fn render_runs(results: &[RunResult]) -> String {
         "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in results {
-        let per_pod = r
-            .scheduler_cpu_s
-            .filter(|_| r.bound > 0)
-            .map(|s| s * 1e6 / r.bound as f64);
-        let server = match (r.apiserver_cpu_s, r.etcd_cpu_s) {
-            (Some(a), Some(e)) => Some(a + e),
-            _ => None,
-        };
-        let correct = if r.correct() {
-            "yes".to_string()
-        } else {
-            let volumes = match &r.volumes {
-                Some(v) if !v.ok() => format!(
-                    ", {}/{} claims bound to their volume ({})",
-                    v.bound,
-                    v.claims,
-                    v.first_problem.as_deref().unwrap_or_default()
-                ),
-                _ => String::new(),
-            };
-            let gangs = match &r.gangs {
-                Some(g) if !g.ok() => format!(
-                    ", {} of {} gangs bound partly ({})",
-                    g.groups - g.whole - g.none,
-                    g.groups,
-                    g.first_partial.as_deref().unwrap_or_default()
-                ),
-                _ => String::new(),
-            };
-            format!(
-                "NO: {}/{} bound, {} over-committed nodes, {} rebound{volumes}{gangs}{}",
-                r.check.bound,
-                r.pods,
-                r.check.overcommitted.len(),
-                r.rebound,
-                r.incomplete_reason
-                    .as_deref()
-                    .map(|why| format!(", {why}"))
-                    .unwrap_or_default()
-            )
-        };
-        let tail = match r.tail_pods {
-            Some(n) => format!("{} ({n})", num(r.tail_pods_per_s, 0)),
-            None => "-".to_string(),
-        };
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.nodes,
-            r.pods,
-            r.workload,
-            r.scheduler,
-            num(r.pods_per_s, 0),
-            num(r.first_binding_s, 2),
-            num(r.pods_per_s_after_first, 0),
-            tail,
-            num(r.peak_rss_mib, 0),
-            pair(r.sli_p50_s, r.sli_p99_s, 2),
-            pair(r.seen_p50_s, r.seen_p99_s, 2),
-            num(r.scheduler_cpu_s, 1),
-            num(per_pod, 0),
-            num(server, 1),
-            num(r.cpu_per_pod_s().map(|s| s * 1e3), 2),
-            num(r.cpu_bound_pods_per_s(), 0),
-            num(r.events_created, 0),
-            num(r.other_cpu_s, 1),
-            num(r.load_at_start, 1),
-            correct,
-        ));
+        out.push_str(&run_row(r));
     }
 
     let mut groups: Vec<(usize, usize, &str)> = Vec::new();
