@@ -100,25 +100,7 @@ preemptionPolicy: Never
     )
     .await;
 
-    // The cluster filled with priority-0 pods: 4 of 1 cpu on each node.
-    for i in 0..8 {
-        create_pod(&client, &low(&format!("low-{i}"))).await;
-    }
-    eventually(Duration::from_secs(30), "the 8 low pods bound", || async {
-        (bound_pods(&client, NS).await.len() == 8).then_some(())
-    })
-    .await;
-    let created = pods(&client, NS).await;
-    assert!(
-        created
-            .iter()
-            .all(|p| p.spec.as_ref().and_then(|s| s.priority) == Some(0)),
-        "no priority class: priority 0"
-    );
-    let node_of_low: BTreeMap<String, String> = created
-        .iter()
-        .map(|p| (name(p).to_string(), node_of(p).expect("bound").to_string()))
-        .collect();
+    let node_of_low = fill_the_cluster_with_low_pods(&client).await;
 
     // A burst of 3 pods of 1.5 cpu at priority 1000. The fewest evictions: 2 pods of 1.5 cpu
     // fit a node with 1 low pod left (3 evicted), the third another node with 2 left (2
@@ -140,6 +122,45 @@ preemptionPolicy: Never
     })
     .await;
     assert_within_capacity(&after, &allocatable);
+    let survivors = assert_the_fewest_low_pods_evicted(&after);
+    let evicted: BTreeSet<String> = (0..8)
+        .map(|i| format!("low-{i}"))
+        .filter(|n| !survivors.contains(n.as_str()))
+        .collect();
+    let highs = preemptors_nominated_where_bound(&after, &nominations);
+    let pairs = assert_a_preempted_event_per_victim(&client, &evicted, &highs, &node_of_low).await;
+    assert_one_preemption_per_preemptor(&gantry.metrics());
+    assert_no_preemption_where_it_cannot_help(&client, &gantry, &survivors, pairs.len()).await;
+    assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
+}
+
+/// Fills the cluster with priority-0 pods and returns the node each went to, which the
+/// `Preempted` events of their eviction must name.
+async fn fill_the_cluster_with_low_pods(client: &kube::Client) -> BTreeMap<String, String> {
+    // The cluster filled with priority-0 pods: 4 of 1 cpu on each node.
+    for i in 0..8 {
+        create_pod(client, &low(&format!("low-{i}"))).await;
+    }
+    eventually(Duration::from_secs(30), "the 8 low pods bound", || async {
+        (bound_pods(client, NS).await.len() == 8).then_some(())
+    })
+    .await;
+    let created = pods(client, NS).await;
+    assert!(
+        created
+            .iter()
+            .all(|p| p.spec.as_ref().and_then(|s| s.priority) == Some(0)),
+        "no priority class: priority 0"
+    );
+    created
+        .iter()
+        .map(|p| (name(p).to_string(), node_of(p).expect("bound").to_string()))
+        .collect()
+}
+
+/// Checks that the burst of preemptors evicted the fewest low pods and left none
+/// Terminating, and returns the names of the low pods that survived.
+fn assert_the_fewest_low_pods_evicted(after: &[Pod]) -> BTreeSet<&str> {
     let lows: Vec<&Pod> = after
         .iter()
         .filter(|p| name(p).starts_with("low-"))
@@ -151,12 +172,16 @@ preemptionPolicy: Never
             .all(|p| p.metadata.deletion_timestamp.is_none()),
         "no pod left Terminating: a grace period of 0 deletes at once"
     );
-    let survivors: BTreeSet<&str> = lows.iter().map(|p| name(p)).collect();
-    let evicted: BTreeSet<String> = (0..8)
-        .map(|i| format!("low-{i}"))
-        .filter(|n| !survivors.contains(n.as_str()))
-        .collect();
-    let highs: BTreeMap<String, (String, String)> = after
+    lows.into_iter().map(name).collect()
+}
+
+/// The bound high pods by uid, with their names and nodes, each checked to have been
+/// nominated to the node it went to, so that the events can be matched to their preemptors.
+fn preemptors_nominated_where_bound(
+    after: &[Pod],
+    nominations: &Nominations,
+) -> BTreeMap<String, (String, String)> {
+    after
         .iter()
         .filter(|p| name(p).starts_with("high-"))
         .map(|p| {
@@ -172,8 +197,18 @@ preemptionPolicy: Never
             let uid = p.metadata.uid.clone().expect("uid");
             (uid, (name(p).to_string(), node))
         })
-        .collect();
+        .collect()
+}
 
+/// Waits for a `Preempted` event about every one of the `evicted` pods and checks that each
+/// names its preemptor (of `highs`) and the victim's node, once; returns the (victim,
+/// preemptor uid) pairs, for a later check that no event was added.
+async fn assert_a_preempted_event_per_victim(
+    client: &kube::Client,
+    evicted: &BTreeSet<String>,
+    highs: &BTreeMap<String, (String, String)>,
+    node_of_low: &BTreeMap<String, String>,
+) -> BTreeSet<(String, String)> {
     // A Preempted event for every victim, naming the preemptor that deleted it and the node
     // (the victim's, where the preemptor went); one per victim and preemptor.
     let regarding = |evs: &[k8s_openapi::api::events::v1::Event]| -> BTreeSet<String> {
@@ -186,8 +221,8 @@ preemptionPolicy: Never
         Duration::from_secs(45),
         "a Preempted event for every victim",
         || async {
-            let evs = events(&client, NS).await;
-            (regarding(&evs) == evicted).then_some(evs)
+            let evs = events(client, NS).await;
+            (regarding(&evs) == *evicted).then_some(evs)
         },
     )
     .await;
@@ -221,28 +256,42 @@ preemptionPolicy: Never
         assert_eq!(e.reporting_controller.as_deref(), Some(PROFILE));
         assert!(pairs.insert((victim, uid)), "an event written twice");
     }
+    pairs
+}
 
-    let metrics = gantry.metrics();
+/// Checks gantry's preemption metrics after the burst: one successful preemption per
+/// preemptor, each victim counted.
+fn assert_one_preemption_per_preemptor(metrics: &str) {
     assert_eq!(
-        metric_value(&metrics, "scheduler_preemption_victims_count"),
+        metric_value(metrics, "scheduler_preemption_victims_count"),
         3.0,
         "one preemption per preemptor"
     );
-    assert!(metric_value(&metrics, "scheduler_preemption_victims_sum") >= 5.0);
+    assert!(metric_value(metrics, "scheduler_preemption_victims_sum") >= 5.0);
     assert_eq!(
         metric_value(
-            &metrics,
+            metrics,
             "scheduler_preemption_goroutines_execution_total{result=\"success\"}"
         ),
         3.0
     );
-    assert!(metric_value(&metrics, "scheduler_preemption_attempts_total") >= 3.0);
+    assert!(metric_value(metrics, "scheduler_preemption_attempts_total") >= 3.0);
+}
 
+/// Creates a pod whose policy forbids preempting and one too big for any node, and checks
+/// that both wait with kube-scheduler's message while nothing more is evicted than the
+/// `survivors` show and no `Preempted` event is added to the `events_before`.
+async fn assert_no_preemption_where_it_cannot_help(
+    client: &kube::Client,
+    gantry: &Gantry,
+    survivors: &BTreeSet<&str>,
+    events_before: usize,
+) {
     // preemptionPolicy: Never: no eviction, the pod waits with kube-scheduler's message.
-    create_pod(&client, &classed("polite", "high-never", "1500m")).await;
+    create_pod(client, &classed("polite", "high-never", "1500m")).await;
     // Too big for any node even emptied: NodeResourcesFit finds it unresolvable, and
     // preemption does not try.
-    create_pod(&client, &classed("huge", "high", "5")).await;
+    create_pod(client, &classed("huge", "high", "5")).await;
     for (pod, message) in [
         (
             "polite",
@@ -253,30 +302,30 @@ preemptionPolicy: Never
             "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
         ),
     ] {
-        let got = wait_unschedulable(&client, NS, pod, Duration::from_secs(30)).await;
+        let got = wait_unschedulable(client, NS, pod, Duration::from_secs(30)).await;
         assert_eq!(got, message, "{pod}");
     }
     let attempts = metric_value(&gantry.metrics(), "scheduler_preemption_attempts_total");
     // Time for an eviction to show, were there one.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let now = pods(&client, NS).await;
+    let now = pods(client, NS).await;
     let lows_now: BTreeSet<&str> = now
         .iter()
         .map(name)
         .filter(|n| n.starts_with("low-"))
         .collect();
-    assert_eq!(lows_now, survivors, "nothing more evicted");
+    assert_eq!(&lows_now, survivors, "nothing more evicted");
     for pod in ["polite", "huge"] {
         let p = now.iter().find(|p| name(p) == pod).expect("still there");
         assert_eq!(node_of(p), None, "{pod} pending");
         assert_eq!(nominated_node(p), None, "{pod} nominated nowhere");
     }
-    let preempted_now = events(&client, NS)
+    let preempted_now = events(client, NS)
         .await
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("Preempted"))
         .count();
-    assert_eq!(preempted_now, pairs.len(), "no new Preempted event");
+    assert_eq!(preempted_now, events_before, "no new Preempted event");
     let metrics = gantry.metrics();
     assert!(attempts >= 5.0, "both ran DefaultPreemption's PostFilter");
     assert_eq!(
@@ -284,7 +333,6 @@ preemptionPolicy: Never
         3.0,
         "no preemption since"
     );
-    assert!(gantry.is_running(), "gantry exited:\n{}", gantry.log_text());
 }
 
 /// The names of the pods `Preempted` events are about.

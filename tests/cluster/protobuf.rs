@@ -224,50 +224,8 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     let ns = "proto";
-    create_namespace(&client, ns).await;
-    let class: k8s_openapi::api::scheduling::v1::PriorityClass =
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-            "metadata": {"name": "gantry-proto-high"}, "value": 1000
-        }))
-        .expect("priority class");
-    Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone())
-        .create(&PostParams::default(), &class)
-        .await
-        .expect("create priority class");
-    create_node(&client, &rich_node("proto-n1")).await;
-    create_node(&client, &node("proto-n2", "proto", "4", "16Gi")).await;
+    create_pods_and_nodes_of_every_field(&client, ns).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    // The priority admission plugin finds the new class once its informer has it.
-    eventually(Duration::from_secs(20), "the rich pod admitted", || async {
-        pods.create(&PostParams::default(), &rich_pod(ns, "rich"))
-            .await
-            .ok()
-    })
-    .await;
-    create_pod(&client, &pod(ns, "plain", "gantry-proto", "100m", "128Mi")).await;
-    create_pod(&client, &pod(ns, "bound", "gantry-proto", "1", "1Gi")).await;
-    bind(&client, ns, "bound", "proto-n2").await.expect("bind");
-    // The bound pod's kubelet reports an in-place resize under way, which its requests count.
-    pods.patch_status(
-        "bound",
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"status": {
-            "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
-            "containerStatuses": [{
-                "name": "app", "image": "registry.example/app:1", "imageID": "",
-                "ready": false, "restartCount": 0, "state": {"waiting": {}},
-                "allocatedResources": {"cpu": "1500m", "memory": "1Gi"},
-                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}
-            }]
-        }})),
-    )
-    .await
-    .expect("the bound pod's status");
-    // A pod being deleted: its finalizer holds it with a deletion timestamp.
-    pods.delete("rich", &DeleteParams::default())
-        .await
-        .expect("delete");
     // Both reflectors list from the watch cache: let it hold the last write first, so that
     // they list the same objects.
     let cached = ListParams::default().match_any();
@@ -300,47 +258,126 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     )
     .await;
 
-    let settings = gantry_core::config::ClientConnection {
-        kubeconfig: None,
-        qps: 0.0,
-        burst: 0,
-        content_type: Default::default(),
-    };
-    let gantry_client = gantry_adapter::connect(Some(&plane.kubeconfig()), &settings, None)
-        .await
-        .expect("client");
-    let pod_api = || Api::<LeanPod>::namespaced(gantry_client.clone(), ns);
-    let mut pods_json = reflect(
-        gantry_client.clone(),
-        pod_api(),
-        Some(POD_FIELD_SELECTOR),
-        Format::Json,
-        show_pod,
-    );
-    let mut pods_proto = reflect(
-        gantry_client.clone(),
-        pod_api(),
-        Some(POD_FIELD_SELECTOR),
-        Format::Protobuf(LeanPod::decode),
-        show_pod,
-    );
-    let mut nodes_json = reflect(
-        gantry_client.clone(),
-        Api::<Node>::all(gantry_client.clone()),
-        None,
-        Format::Json,
-        show_node,
-    );
-    let mut nodes_proto = reflect(
-        gantry_client.clone(),
-        Api::<Node>::all(gantry_client.clone()),
-        None,
-        Format::Protobuf(|raw| Ok(ProtoNode::decode(raw)?.into())),
-        show_node,
-    );
+    let mut reflectors = Reflectors::start(&plane, ns).await;
+    assert_the_lists_agree(&mut reflectors).await;
+    assert_the_watch_events_agree(&client, ns, &mut reflectors).await;
+}
 
-    let listed = next(&mut pods_proto).await;
-    assert_eq!(listed, next(&mut pods_json).await);
+/// Creates in `ns` the pods the reflectors read (one rich, one plain, one bound and resizing,
+/// the rich one then held terminating) and the nodes (one rich, one plain), so that every
+/// field scheduling reads is there to compare.
+async fn create_pods_and_nodes_of_every_field(client: &kube::Client, ns: &str) {
+    create_namespace(client, ns).await;
+    let class: k8s_openapi::api::scheduling::v1::PriorityClass =
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "gantry-proto-high"}, "value": 1000
+        }))
+        .expect("priority class");
+    Api::<k8s_openapi::api::scheduling::v1::PriorityClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create priority class");
+    create_node(client, &rich_node("proto-n1")).await;
+    create_node(client, &node("proto-n2", "proto", "4", "16Gi")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // The priority admission plugin finds the new class once its informer has it.
+    eventually(Duration::from_secs(20), "the rich pod admitted", || async {
+        pods.create(&PostParams::default(), &rich_pod(ns, "rich"))
+            .await
+            .ok()
+    })
+    .await;
+    create_pod(client, &pod(ns, "plain", "gantry-proto", "100m", "128Mi")).await;
+    create_pod(client, &pod(ns, "bound", "gantry-proto", "1", "1Gi")).await;
+    bind(client, ns, "bound", "proto-n2").await.expect("bind");
+    // The bound pod's kubelet reports an in-place resize under way, which its requests count.
+    pods.patch_status(
+        "bound",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {
+            "conditions": [{"type": "PodResizeInProgress", "status": "True"}],
+            "containerStatuses": [{
+                "name": "app", "image": "registry.example/app:1", "imageID": "",
+                "ready": false, "restartCount": 0, "state": {"waiting": {}},
+                "allocatedResources": {"cpu": "1500m", "memory": "1Gi"},
+                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}
+            }]
+        }})),
+    )
+    .await
+    .expect("the bound pod's status");
+    // A pod being deleted: its finalizer holds it with a deletion timestamp.
+    pods.delete("rich", &DeleteParams::default())
+        .await
+        .expect("delete");
+}
+
+/// What the four reflectors report, pods and nodes each read as JSON and as protobuf, to be
+/// compared pairwise.
+struct Reflectors {
+    pods_json: mpsc::UnboundedReceiver<Seen>,
+    pods_proto: mpsc::UnboundedReceiver<Seen>,
+    nodes_json: mpsc::UnboundedReceiver<Seen>,
+    nodes_proto: mpsc::UnboundedReceiver<Seen>,
+}
+
+impl Reflectors {
+    /// Starts the four reflectors with gantry's own client, the pods' in `ns`, so that they
+    /// read exactly as `gantry run` does.
+    async fn start(plane: &ControlPlane, ns: &str) -> Reflectors {
+        let settings = gantry_core::config::ClientConnection {
+            kubeconfig: None,
+            qps: 0.0,
+            burst: 0,
+            content_type: Default::default(),
+        };
+        let gantry_client = gantry_adapter::connect(Some(&plane.kubeconfig()), &settings, None)
+            .await
+            .expect("client");
+        let pod_api = || Api::<LeanPod>::namespaced(gantry_client.clone(), ns);
+        let pods_json = reflect(
+            gantry_client.clone(),
+            pod_api(),
+            Some(POD_FIELD_SELECTOR),
+            Format::Json,
+            show_pod,
+        );
+        let pods_proto = reflect(
+            gantry_client.clone(),
+            pod_api(),
+            Some(POD_FIELD_SELECTOR),
+            Format::Protobuf(LeanPod::decode),
+            show_pod,
+        );
+        let nodes_json = reflect(
+            gantry_client.clone(),
+            Api::<Node>::all(gantry_client.clone()),
+            None,
+            Format::Json,
+            show_node,
+        );
+        let nodes_proto = reflect(
+            gantry_client.clone(),
+            Api::<Node>::all(gantry_client.clone()),
+            None,
+            Format::Protobuf(|raw| Ok(ProtoNode::decode(raw)?.into())),
+            show_node,
+        );
+        Reflectors {
+            pods_json,
+            pods_proto,
+            nodes_json,
+            nodes_proto,
+        }
+    }
+}
+
+/// Checks that the first lists of pods and of nodes are the same read either way, and that
+/// they hold what the rich objects carry.
+async fn assert_the_lists_agree(reflectors: &mut Reflectors) {
+    let listed = next(&mut reflectors.pods_proto).await;
+    assert_eq!(listed, next(&mut reflectors.pods_json).await);
     let Seen::Listed(items) = &listed else {
         panic!("a list first, got {listed:?}");
     };
@@ -372,8 +409,8 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         bound.contains("requests: Resources { milli_cpu: 2000,"),
         "{bound}"
     );
-    let listed = next(&mut nodes_proto).await;
-    assert_eq!(listed, next(&mut nodes_json).await);
+    let listed = next(&mut reflectors.nodes_proto).await;
+    assert_eq!(listed, next(&mut reflectors.nodes_json).await);
     let Seen::Listed(items) = &listed else {
         panic!("a list first, got {listed:?}");
     };
@@ -386,7 +423,16 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     ] {
         assert!(items[0].contains(read), "{read} missing from {}", items[0]);
     }
+}
 
+/// Changes, binds and deletes pods of `ns` and uncordons a node, and checks that the watch
+/// events are the same read either way.
+async fn assert_the_watch_events_agree(
+    client: &kube::Client,
+    ns: &str,
+    reflectors: &mut Reflectors,
+) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     // Watch events: a change, a binding, a deletion.
     pods.patch(
         "plain",
@@ -395,7 +441,7 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     )
     .await
     .expect("label");
-    bind(&client, ns, "plain", "proto-n2").await.expect("bind");
+    bind(client, ns, "plain", "proto-n2").await.expect("bind");
     pods.patch(
         "rich",
         &PatchParams::default(),
@@ -405,8 +451,8 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
     .expect("release the finalizer");
     let mut applied = 0;
     loop {
-        let seen = next(&mut pods_proto).await;
-        assert_eq!(seen, next(&mut pods_json).await);
+        let seen = next(&mut reflectors.pods_proto).await;
+        assert_eq!(seen, next(&mut reflectors.pods_json).await);
         match &seen {
             Seen::Deleted(p) if p.contains("name: \"rich\"") => break,
             Seen::Applied(p) if p.contains("name: \"plain\"") => applied += 1,
@@ -422,8 +468,8 @@ async fn pods_and_nodes_read_as_protobuf_equal_what_json_gives() {
         )
         .await
         .expect("uncordon");
-    let seen = next(&mut nodes_proto).await;
-    assert_eq!(seen, next(&mut nodes_json).await);
+    let seen = next(&mut reflectors.nodes_proto).await;
+    assert_eq!(seen, next(&mut reflectors.nodes_json).await);
     assert!(matches!(&seen, Seen::Applied(n) if n.contains("unschedulable: false")));
 }
 

@@ -11,6 +11,7 @@
 use crate::support;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,48 @@ async fn the_deployed_role_is_all_gantry_needs() {
     let plane = ControlPlane::start();
     let client = plane.client().await;
     let deploy = repo().join("deploy");
+    let config = deployed_config_with_preemption(&deploy);
+
+    // Without the role, the user "gantry" can do nothing: gantry never gets ready.
+    let mut denied = Gantry::start(plane.dir(), "denied", &config, &plane.gantry_kubeconfig());
+    eventually(Duration::from_secs(20), "list refused", || async {
+        denied.log_text().contains("forbidden").then_some(())
+    })
+    .await;
+    assert_eq!(denied.get("/readyz").map(|r| r.0), Some(503));
+    denied.kill();
+
+    bind_the_user_to_the_deployed_role(&plane, &deploy);
+    let ns = "apps";
+    create_the_cluster_gantry_reads(&plane, &client, ns).await;
+    the_budget_watcher_reads_budgets_under_the_role(&plane, &client, ns).await;
+
+    let mut gantry = Gantry::start(plane.dir(), "rbac", &config, &plane.gantry_kubeconfig());
+    gantry.wait_ready().await;
+    bind_small_pods_and_reject_a_big_one(&client, ns).await;
+    // A pod with a claim to bind: gantry writes the chosen volume's claimRef and reads the
+    // claim back until the PV controller (admin credentials) has bound it.
+    let _controller = KubeControllerManager::start(&plane, &[]).unwrap_or_else(|e| panic!("{e}"));
+    bind_a_pod_with_a_claim(&plane, &client, ns).await;
+    // A pod of higher priority that fits nowhere: some of the 500m pods are evicted for it.
+    plane
+        .try_kubectl(
+            &["apply", "-f", "-"],
+            Some("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: rbac-high}\nvalue: 1000\n"),
+        )
+        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
+    let mut vip = pod(ns, "vip", "gantry", "1500m", "128Mi");
+    vip.spec.as_mut().expect("spec").priority_class_name = Some("rbac-high".to_string());
+    let nominations = Nominations::watch(&client, ns);
+    create_pod(&client, &vip).await;
+    wait_preemptor_bound_where_nominated(&client, ns, &nominations).await;
+
+    assert_the_lease_held_then_released(&client, &mut gantry).await;
+}
+
+/// The configuration of deploy/20-configmap.yaml with DefaultPreemption enabled, so that the
+/// role is tested with every request gantry may make.
+fn deployed_config_with_preemption(deploy: &Path) -> String {
     let configmap: serde_yaml::Value = serde_yaml::from_str(
         &std::fs::read_to_string(deploy.join("20-configmap.yaml"))
             .expect("deploy/20-configmap.yaml"),
@@ -39,19 +82,12 @@ async fn the_deployed_role_is_all_gantry_needs() {
     // The deployed profile, preempting too (not in the default profile yet).
     let profile = "- schedulerName: gantry\n";
     assert!(deployed.ends_with(profile), "{deployed}");
-    let config = format!(
-        "{deployed}  plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n"
-    );
+    format!("{deployed}  plugins:\n    multiPoint:\n      enabled: [{{name: DefaultPreemption}}]\n")
+}
 
-    // Without the role, the user "gantry" can do nothing: gantry never gets ready.
-    let mut denied = Gantry::start(plane.dir(), "denied", &config, &plane.gantry_kubeconfig());
-    eventually(Duration::from_secs(20), "list refused", || async {
-        denied.log_text().contains("forbidden").then_some(())
-    })
-    .await;
-    assert_eq!(denied.get("/readyz").map(|r| r.0), Some(503));
-    denied.kill();
-
+/// Applies deploy/'s namespace and RBAC manifests and binds the user "gantry" to its roles,
+/// so that gantry runs with those permissions alone.
+fn bind_the_user_to_the_deployed_role(plane: &ControlPlane, deploy: &Path) {
     plane.kubectl(&[
         "apply",
         "-f",
@@ -74,10 +110,14 @@ async fn the_deployed_role_is_all_gantry_needs() {
         "--role=gantry-leader-election",
         "--user=gantry",
     ]);
-    let ns = "apps";
-    create_namespace(&client, ns).await;
-    create_node(&client, &node("rbac-1", ns, "2", "4Gi")).await;
-    create_node(&client, &node("rbac-2", ns, "2", "4Gi")).await;
+}
+
+/// Creates `ns` with two nodes, a Service and two PodDisruptionBudgets, so that gantry lists
+/// and watches every kind it reads.
+async fn create_the_cluster_gantry_reads(plane: &ControlPlane, client: &kube::Client, ns: &str) {
+    create_namespace(client, ns).await;
+    create_node(client, &node("rbac-1", ns, "2", "4Gi")).await;
+    create_node(client, &node("rbac-2", ns, "2", "4Gi")).await;
     // A Service, whose selector the default topology spreading reads.
     plane.kubectl(&[
         "create",
@@ -111,10 +151,12 @@ spec:
             ),
         )
         .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
-    the_budget_watcher_reads_budgets_under_the_role(&plane, &client, ns).await;
+}
 
-    let mut gantry = Gantry::start(plane.dir(), "rbac", &config, &plane.gantry_kubeconfig());
-    gantry.wait_ready().await;
+/// Creates pods that fit and one too big for any node, and waits until gantry has bound
+/// those and rejected that one, with their events, so that binding and reporting are
+/// exercised under the role.
+async fn bind_small_pods_and_reject_a_big_one(client: &kube::Client, ns: &str) {
     for i in 0..6 {
         let mut p = pod(ns, &format!("w{i}"), "gantry", "500m", "128Mi");
         // Deleted at once when preempted below (no kubelet stops them).
@@ -122,15 +164,15 @@ spec:
             .as_mut()
             .expect("spec")
             .termination_grace_period_seconds = Some(0);
-        create_pod(&client, &p).await;
+        create_pod(client, &p).await;
     }
-    create_pod(&client, &pod(ns, "too-big", "gantry", "3", "128Mi")).await;
+    create_pod(client, &pod(ns, "too-big", "gantry", "3", "128Mi")).await;
     eventually(
         Duration::from_secs(20),
         "6 bound, 1 rejected, with events",
         || async {
-            let ps = pods(&client, ns).await;
-            let evs = events(&client, ns).await;
+            let ps = pods(client, ns).await;
+            let evs = events(client, ns).await;
             let bound = ps.iter().filter(|p| node_of(p).is_some()).count();
             let rejected = pod_scheduled(
                 ps.iter()
@@ -147,9 +189,12 @@ spec:
         },
     )
     .await;
-    // A pod with a claim to bind: gantry writes the chosen volume's claimRef and reads the
-    // claim back until the PV controller (admin credentials) has bound it.
-    let _controller = KubeControllerManager::start(&plane, &[]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Creates a local volume, a claim waiting for its first consumer and a pod using it, and
+/// waits until gantry has bound the pod to the volume's node, so that volume binding is
+/// exercised under the role.
+async fn bind_a_pod_with_a_claim(plane: &ControlPlane, client: &kube::Client, ns: &str) {
     plane
         .try_kubectl(
             &["apply", "-f", "-"],
@@ -196,37 +241,35 @@ spec:
         Duration::from_secs(30),
         "the pod with a claim bound",
         || async {
-            let p = get_pod(&client, ns, "stateful").await;
+            let p = get_pod(client, ns, "stateful").await;
             (node_of(&p) == Some("rbac-2")).then_some(())
         },
     )
     .await;
-    // A pod of higher priority that fits nowhere: some of the 500m pods are evicted for it.
-    plane
-        .try_kubectl(
-            &["apply", "-f", "-"],
-            Some("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: rbac-high}\nvalue: 1000\n"),
-        )
-        .unwrap_or_else(|e| panic!("kubectl apply: {e}"));
-    let mut vip = pod(ns, "vip", "gantry", "1500m", "128Mi");
-    vip.spec.as_mut().expect("spec").priority_class_name = Some("rbac-high".to_string());
-    let nominations = Nominations::watch(&client, ns);
-    create_pod(&client, &vip).await;
+}
+
+/// Waits until the preemptor `vip` is bound where `nominations` saw it nominated and its
+/// victims are gone and reported, so that preemption is exercised under the role.
+async fn wait_preemptor_bound_where_nominated(
+    client: &kube::Client,
+    ns: &str,
+    nominations: &Nominations,
+) {
     eventually(
         Duration::from_secs(30),
         "the preemptor bound where it was nominated, its victims gone and reported",
         || async {
-            let p = get_pod(&client, ns, "vip").await;
+            let p = get_pod(client, ns, "vip").await;
             let node = node_of(&p)?;
             // Seen before the API server cleared it at the binding.
             let nominated = nominations.of("vip");
-            let victims: BTreeSet<String> = events(&client, ns)
+            let victims: BTreeSet<String> = events(client, ns)
                 .await
                 .into_iter()
                 .filter(|e| e.reason.as_deref() == Some("Preempted"))
                 .filter_map(|e| e.regarding?.name)
                 .collect();
-            let names: BTreeSet<String> = pods(&client, ns)
+            let names: BTreeSet<String> = pods(client, ns)
                 .await
                 .into_iter()
                 .filter_map(|p| p.metadata.name)
@@ -236,7 +279,11 @@ spec:
         },
     )
     .await;
+}
 
+/// Checks that `gantry` holds its lease, then terminates it and checks that it exited
+/// cleanly, was refused nothing and released the lease.
+async fn assert_the_lease_held_then_released(client: &kube::Client, gantry: &mut Gantry) {
     let leases = Api::<Lease>::namespaced(client.clone(), "gantry-system");
     let lease = leases.get("gantry").await.expect("lease");
     let holder = lease.spec.and_then(|s| s.holder_identity);

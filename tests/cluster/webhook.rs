@@ -331,6 +331,30 @@ async fn routes_a_sticky_share_of_workloads_and_never_blocks_pod_creation() {
     let plane = ControlPlane::start();
     let client = plane.client().await;
     let (ca, cert, key) = certificates(plane.dir(), "webhook");
+    let mut webhook = start_webhook_as_the_deployed_user(&plane, &cert, &key).await;
+    register(&client, webhook.port, &ca).await;
+    wait_until_the_webhook_is_called(&client).await;
+    assert_a_sticky_split_of_owners(&client, &webhook).await;
+    assert_the_annotation_precedence(&client, &webhook).await;
+
+    assert!(
+        !webhook.log_text().contains("forbidden"),
+        "a request was refused:\n{}",
+        webhook.log_text()
+    );
+
+    assert_a_renewed_certificate_served(&plane, &webhook, &cert, &key).await;
+    assert_pods_created_with_the_webhook_down(&client, &mut webhook).await;
+    assert_a_hung_webhook_delays_creation_at_most_its_timeout(&client, webhook.port).await;
+}
+
+/// Starts the webhook with the test's rollout configuration as the user "gantry", bound to
+/// deploy/'s role for the webhook only, so that its permissions are the deployed ones.
+async fn start_webhook_as_the_deployed_user(
+    plane: &ControlPlane,
+    cert: &Path,
+    key: &Path,
+) -> Webhook {
     let config = format!(
         "apiVersion: gantry.io/v1alpha1
 kind: RolloutConfiguration
@@ -356,12 +380,16 @@ excludedNamespaces: [kube-system, wh-excluded]
         "--clusterrole=gantry-webhook",
         "--user=gantry",
     ]);
-    let mut webhook = Webhook::start(&plane, &config, &cert, &key, &plane.gantry_kubeconfig());
+    let mut webhook = Webhook::start(plane, &config, cert, key, &plane.gantry_kubeconfig());
     webhook.wait_ready().await;
-    register(&client, webhook.port, &ca).await;
+    webhook
+}
 
+/// Creates probe pods in a namespace routed entirely to gantry until one is, since the API
+/// server picks a new registration up asynchronously.
+async fn wait_until_the_webhook_is_called(client: &Client) {
     // The API server picks the configuration up asynchronously: wait until a pod is routed.
-    annotated_namespace(&client, "wh-probe", &[("gantry.io/rollout", "100%")]).await;
+    annotated_namespace(client, "wh-probe", &[("gantry.io/rollout", "100%")]).await;
     let mut probes = 0;
     eventually(Duration::from_secs(30), "the webhook to be called", || {
         probes += 1;
@@ -370,11 +398,11 @@ excludedNamespaces: [kube-system, wh-excluded]
         async move { (create(&client, &pod).await == "gantry").then_some(()) }
     })
     .await;
+}
 
-    // The split: 1,000 pods of 50 owners at 30%. A third of the owners are Deployments whose
-    // pods come from two ReplicaSets (before and after a rollout).
-    let ns = "wh-split";
-    create_namespace(&client, ns).await;
+/// The pods of the split in `ns`, owner after owner, with the index of each one's owner:
+/// Deployments whose pods come from two ReplicaSets, StatefulSets and Jobs in turn.
+fn split_pods(ns: &str) -> (Vec<Pod>, Vec<usize>) {
     let mut pods = Vec::new();
     let mut owner_of = Vec::new();
     for o in 0..OWNERS {
@@ -418,8 +446,20 @@ excludedNamespaces: [kube-system, wh-excluded]
             owner_of.push(o);
         }
     }
+    (pods, owner_of)
+}
+
+/// Creates the pods of many owners and checks that each owner's pods all go one way, the
+/// way the documented hash says, that the share routed to gantry is near the configured one,
+/// and that the metrics count them.
+async fn assert_a_sticky_split_of_owners(client: &Client, webhook: &Webhook) {
+    // The split: 1,000 pods of 50 owners at 30%. A third of the owners are Deployments whose
+    // pods come from two ReplicaSets (before and after a rollout).
+    let ns = "wh-split";
+    create_namespace(client, ns).await;
+    let (pods, owner_of) = split_pods(ns);
     let started = Instant::now();
-    let schedulers = create_all(&client, &pods).await;
+    let schedulers = create_all(client, &pods).await;
     let took = started.elapsed();
     let mut sides: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
     for (o, s) in owner_of.iter().zip(&schedulers) {
@@ -462,18 +502,23 @@ excludedNamespaces: [kube-system, wh-excluded]
         webhook.metric("gantry_webhook_pods_routed_total{scheduler=\"default\",source=\"config\"}"),
         (pods.len() - gantry_pods) as f64
     );
+}
 
+/// Creates pods annotated every way in namespaces annotated every way, and checks that
+/// the namespace's annotation overrides the configuration and the pod's the namespace's,
+/// that an invalid one is ignored and logged, and that the metrics count each source.
+async fn assert_the_annotation_precedence(client: &Client, webhook: &Webhook) {
     // Precedence: the namespace annotation overrides the configuration, a pod annotation
     // (either name) overrides the namespace; an invalid pod annotation falls back to the
     // namespace's. Twenty owners per case, so that the configuration's 30% cannot pass.
-    annotated_namespace(&client, "wh-all", &[("gantry.io/rollout", "100%")]).await;
+    annotated_namespace(client, "wh-all", &[("gantry.io/rollout", "100%")]).await;
     annotated_namespace(
-        &client,
+        client,
         "wh-none",
         &[("scheduler.alpha.kubernetes.io/use-new-scheduler", "0%")],
     )
     .await;
-    create_namespace(&client, "wh-excluded").await;
+    create_namespace(client, "wh-excluded").await;
     let cases: [Case; 8] = [
         ("wh-all", &[], None, "gantry"),
         ("wh-none", &[], None, "default-scheduler"),
@@ -516,7 +561,7 @@ excludedNamespaces: [kube-system, wh-excluded]
             expected.push((c, *want));
         }
     }
-    let schedulers = create_all(&client, &pods).await;
+    let schedulers = create_all(client, &pods).await;
     for ((c, want), got) in expected.iter().zip(&schedulers) {
         assert_eq!(got, want, "case {c}: {:?}", cases[*c]);
     }
@@ -559,19 +604,22 @@ excludedNamespaces: [kube-system, wh-excluded]
             .contains("ignoring pod annotation gantry.io/rollout: invalid share \"130%\""),
         "no log line for the invalid annotation"
     );
+}
 
-    assert!(
-        !webhook.log_text().contains("forbidden"),
-        "a request was refused:\n{}",
-        webhook.log_text()
-    );
-
+/// Replaces the serving certificate and key with ones of another CA and waits until the
+/// webhook serves them, since a renewal must need no restart.
+async fn assert_a_renewed_certificate_served(
+    plane: &ControlPlane,
+    webhook: &Webhook,
+    cert: &Path,
+    key: &Path,
+) {
     // A renewed certificate (here from another CA) is served without a restart.
     let (_, renewed_cert, renewed_key) = certificates(plane.dir(), "renewed");
     let renewed_ca = plane.dir().join("renewed-ca.crt");
     assert_eq!(webhook.get_verified_by("/healthz", &renewed_ca), None);
-    std::fs::rename(&renewed_key, &key).expect("replace the key");
-    std::fs::rename(&renewed_cert, &cert).expect("replace the certificate");
+    std::fs::rename(&renewed_key, key).expect("replace the key");
+    std::fs::rename(&renewed_cert, cert).expect("replace the certificate");
     eventually(
         Duration::from_secs(10),
         "the renewed certificate",
@@ -583,13 +631,17 @@ excludedNamespaces: [kube-system, wh-excluded]
     )
     .await;
     assert!(webhook.log_text().contains("TLS certificate reloaded"));
+}
 
+/// Stops the webhook and checks that a pod is still created at once, left to the default
+/// scheduler, as failurePolicy Ignore promises.
+async fn assert_pods_created_with_the_webhook_down(client: &Client, webhook: &mut Webhook) {
     // The webhook down: pods are still created (failurePolicy Ignore), left to the default
     // scheduler.
     assert_eq!(webhook.terminate(), Some(0), "{}", webhook.log_text());
     let started = Instant::now();
     let pod = test_pod("wh-all", "after-outage", None, &[], &[], None);
-    assert_eq!(create(&client, &pod).await, "default-scheduler");
+    assert_eq!(create(client, &pod).await, "default-scheduler");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "pod creation took {:?} with the webhook down",
@@ -600,10 +652,14 @@ excludedNamespaces: [kube-system, wh-excluded]
         .await
         .expect("the pod exists");
     assert_eq!(scheduler_of(&stored), "default-scheduler");
+}
 
+/// Listens on the webhook's `port` without ever answering and checks that a pod is created
+/// all the same, delayed by no more than the registration's timeout.
+async fn assert_a_hung_webhook_delays_creation_at_most_its_timeout(client: &Client, port: u16) {
     // A hung webhook (accepts connections, never answers) delays pod creation by at most the
     // registration's timeoutSeconds (2 s).
-    let hung = std::net::TcpListener::bind(("127.0.0.1", webhook.port)).expect("bind the port");
+    let hung = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind the port");
     let held = std::thread::spawn(move || {
         if let Ok((connection, _)) = hung.accept() {
             std::thread::sleep(Duration::from_secs(5));
@@ -612,7 +668,7 @@ excludedNamespaces: [kube-system, wh-excluded]
     });
     let started = Instant::now();
     let pod = test_pod("wh-all", "webhook-hung", None, &[], &[], None);
-    assert_eq!(create(&client, &pod).await, "default-scheduler");
+    assert_eq!(create(client, &pod).await, "default-scheduler");
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(1500) && took < Duration::from_secs(5),

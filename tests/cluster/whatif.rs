@@ -7,6 +7,7 @@
 use crate::support;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -116,22 +117,7 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     let plane = ControlPlane::shared();
     let client = plane.client().await;
     create_namespace(&client, NS).await;
-    for (name, cpu) in [("wi-a", "4"), ("wi-b", "4"), ("wi-c", "2"), ("wi-d", "3")] {
-        create_node(
-            &client,
-            &labelled_node(
-                name,
-                NS,
-                cpu,
-                "8Gi",
-                &[(
-                    "topology.kubernetes.io/zone",
-                    if name < "wi-c" { "z1" } else { "z2" },
-                )],
-            ),
-        )
-        .await;
-    }
+    create_nodes_in_two_zones(&client).await;
     let config = config(PROFILE, NS, None, "");
     let config_file = plane.dir().join("whatif-config.yaml");
     std::fs::write(&config_file, &config).expect("config");
@@ -168,8 +154,42 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     let question = plane.dir().join("whatif-batch.yaml");
     write_yaml(&question, &objects);
     let q = question.display().to_string();
+    let predicted = ask_the_batch_question(&q, &server);
+    // Nothing was created or bound by the question.
+    assert_eq!(pods(&client, NS).await.len(), 2);
+
+    assert_the_snapshot_answers_the_same(&plane, &q, &server, &config_file, &predicted);
+    create_the_batch_and_check_it_lands_as_predicted(&client, &bare, &predicted).await;
+    assert_max_is_exact(&plane, &client, &server).await;
+}
+
+/// Creates the test's nodes, of unequal sizes in two zones, so that where a pod goes depends
+/// on both its size and the spreading of its set.
+async fn create_nodes_in_two_zones(client: &kube::Client) {
+    for (name, cpu) in [("wi-a", "4"), ("wi-b", "4"), ("wi-c", "2"), ("wi-d", "3")] {
+        create_node(
+            client,
+            &labelled_node(
+                name,
+                NS,
+                cpu,
+                "8Gi",
+                &[(
+                    "topology.kubernetes.io/zone",
+                    if name < "wi-c" { "z1" } else { "z2" },
+                )],
+            ),
+        )
+        .await;
+    }
+}
+
+/// Asks the running gantry at `server` the batch question in the file `q`, as JSON and as a
+/// table, checks that only the pod too big for any node is left pending, and returns the
+/// placements it predicts.
+fn ask_the_batch_question(q: &str, server: &str) -> BTreeMap<String, Option<String>> {
     let answer: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
-        "what-if", &q, "--server", &server, "--output", "json",
+        "what-if", q, "--server", server, "--output", "json",
     ])))
     .expect("a JSON answer");
     let predicted = placements(&answer);
@@ -183,7 +203,7 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
         "{answer}"
     );
     // The table says the same, with the reason for the pending one.
-    let table = stdout(&cli(&["what-if", &q, "--server", &server]));
+    let table = stdout(&cli(&["what-if", q, "--server", server]));
     assert!(
         table
             .lines()
@@ -194,21 +214,31 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
         table.contains("What single change would let it fit:"),
         "{table}"
     );
-    // Nothing was created or bound by the question.
-    assert_eq!(pods(&client, NS).await.len(), 2);
+    predicted
+}
 
+/// Writes the state of the gantry at `server` as a snapshot file and checks that the
+/// question in the file `q`, asked of that file with the same configuration, gets the
+/// `predicted` answer.
+fn assert_the_snapshot_answers_the_same(
+    plane: &ControlPlane,
+    q: &str,
+    server: &str,
+    config_file: &Path,
+    predicted: &BTreeMap<String, Option<String>>,
+) {
     // The state as a snapshot file, and the same question asked of it.
     let snapshot = plane.dir().join("whatif-snapshot.yaml");
     stdout(&cli(&[
         "snapshot",
         "--server",
-        &server,
+        server,
         "-f",
         &snapshot.display().to_string(),
     ]));
     let offline: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
         "what-if",
-        &q,
+        q,
         "--snapshot",
         &snapshot.display().to_string(),
         "--config",
@@ -217,11 +247,19 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
         "json",
     ])))
     .expect("a JSON answer");
-    assert_eq!(placements(&offline), predicted, "offline: {offline}");
+    assert_eq!(&placements(&offline), predicted, "offline: {offline}");
+}
 
+/// Creates the `bare` pods and the StatefulSet with its pods for real, in the question's
+/// order, and checks that each pod lands where `predicted` said, or stays pending.
+async fn create_the_batch_and_check_it_lands_as_predicted(
+    client: &kube::Client,
+    bare: &[Pod],
+    predicted: &BTreeMap<String, Option<String>>,
+) {
     // Now for real, in the same order.
-    for p in &bare {
-        create_pod(&client, p).await;
+    for p in bare {
+        create_pod(client, p).await;
     }
     let set: StatefulSet = Api::namespaced(client.clone(), NS)
         .create(
@@ -233,20 +271,24 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     // gantry hears of the StatefulSet (its selector spreads the pods) before its pods.
     tokio::time::sleep(Duration::from_secs(1)).await;
     for i in 0..3 {
-        create_pod(&client, &stateful_pod(&set, i)).await;
+        create_pod(client, &stateful_pod(&set, i)).await;
     }
-    for (name, node) in &predicted {
+    for (name, node) in predicted {
         match node {
             Some(node) => {
-                let bound = wait_bound(&client, NS, name, Duration::from_secs(30)).await;
+                let bound = wait_bound(client, NS, name, Duration::from_secs(30)).await;
                 assert_eq!(&bound, node, "{name} landed elsewhere than predicted");
             }
             None => {
-                wait_unschedulable(&client, NS, name, Duration::from_secs(30)).await;
+                wait_unschedulable(client, NS, name, Duration::from_secs(30)).await;
             }
         }
     }
+}
 
+/// Asks the gantry at `server` how many more filler pods fit, creates one more than that,
+/// and checks that exactly one stays pending while every other pod is bound.
+async fn assert_max_is_exact(plane: &ControlPlane, client: &kube::Client, server: &str) {
     // --max: how many more 700m pods fit now; one more than that stays pending.
     let filler = {
         let mut v = serde_json::to_value(pod(NS, "filler", PROFILE, "700m", "64Mi")).expect("pod");
@@ -258,7 +300,7 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
     write_yaml(&max_question, &[filler]);
     let mq = max_question.display().to_string();
     let answer: serde_json::Value = serde_json::from_str(&stdout(&cli(&[
-        "what-if", &mq, "--server", &server, "--max", "--output", "json",
+        "what-if", &mq, "--server", server, "--max", "--output", "json",
     ])))
     .expect("a JSON answer");
     let fits = answer["capacity"][0]["fits"].as_u64().expect("fits") as usize;
@@ -279,12 +321,12 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
         })
         .collect();
     for name in &names {
-        create_pod(&client, &pod(NS, name, PROFILE, "700m", "64Mi")).await;
+        create_pod(client, &pod(NS, name, PROFILE, "700m", "64Mi")).await;
     }
     let mut pending = 0;
     for name in &names {
         let done = eventually(Duration::from_secs(30), "filler decided", || async {
-            let p = get_pod(&client, NS, name).await;
+            let p = get_pod(client, NS, name).await;
             if node_of(&p).is_some() {
                 return Some(false);
             }
@@ -301,7 +343,7 @@ async fn what_if_agrees_with_what_the_scheduler_then_does() {
         "of {} replicas, exactly one stays pending",
         fits + 1
     );
-    let all = bound_pods(&client, NS).await;
+    let all = bound_pods(client, NS).await;
     assert_eq!(all.len(), 2 + 8 + fits, "every other pod is bound");
 }
 
@@ -615,21 +657,7 @@ async fn hostile_questions_are_bounded() {
     let client = plane.client().await;
     let ns = "whatif-hostile";
     create_namespace(&client, ns).await;
-    // Room for far more tiny pods than a question may count: `--max` counts to its limit.
-    for i in 0..20 {
-        let mut n = node(&format!("wih-{i}"), ns, "64", "256Gi");
-        n.status
-            .as_mut()
-            .expect("status")
-            .allocatable
-            .as_mut()
-            .expect("allocatable")
-            .insert(
-                "pods".to_string(),
-                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1000".to_string()),
-            );
-        create_node(&client, &n).await;
-    }
+    create_nodes_with_room_for_many_pods(&client, ns).await;
     let profile = "gantry-whatif-hostile";
     let args: Vec<String> = [
         "--whatif-concurrent=2",
@@ -680,57 +708,9 @@ async fn hostile_questions_are_bounded() {
 
     // Long questions: `--max` counting 5,000 replicas, one cycle each.
     let long = question_body(&one, Some(5_000));
-    // Two askers go away while their questions run (the places are taken: a third is
-    // refused): the questions stop, long before they would end, and the places are free.
-    let mut askers = Vec::new();
-    for _ in 0..2 {
-        askers.push(send_post(addr, "/debug/whatif", &long).expect("sent"));
-        // Its question under way before the next comes.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
     let quick = question_body(&one, Some(1));
-    let (code, body) = http_post(addr, "/debug/whatif", &quick, wait).expect("an answer");
-    assert_eq!(code, 429, "{body}");
-    assert!(
-        body.contains("2 what-if questions are being answered, the most at once"),
-        "{body}"
-    );
-    let gone = Instant::now();
-    drop(askers);
-    let answered = eventually(Duration::from_secs(5), "a place free again", || async {
-        http_post(addr, "/debug/whatif", &quick, wait).filter(|(code, _)| *code == 200)
-    })
-    .await;
-    assert!(answered.1.contains("\"fits\":1"), "{}", answered.1);
-    assert!(
-        gone.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        gone.elapsed()
-    );
-    // One place free is enough for the question above: the other stop may come a moment later.
-    eventually(Duration::from_secs(3), "both questions stopped", || async {
-        let stops = gantry
-            .log_text()
-            .matches("what-if question stopped why=its asker went away")
-            .count();
-        (stops == 2).then_some(())
-    })
-    .await;
-
-    // Three at once: two are answered (or stopped at their deadline), the third refused.
-    let askers: Vec<_> = (0..3)
-        .map(|_| {
-            let long = long.clone();
-            std::thread::spawn(move || http_post(addr, "/debug/whatif", &long, wait))
-        })
-        .collect();
-    let mut codes: Vec<u16> = askers
-        .into_iter()
-        .map(|a| a.join().expect("asker").map_or(0, |(code, _)| code))
-        .collect();
-    codes.sort_unstable();
-    assert_eq!(codes[0], 200, "{codes:?}");
-    assert_eq!(codes[2], 429, "{codes:?}");
+    assert_abandoned_questions_stop(&gantry, &long, &quick, wait).await;
+    assert_questions_beyond_the_concurrency_refused(addr, &long, wait);
 
     // Past its deadline: stopped, with why.
     let mut late = Gantry::start_with_args(
@@ -783,4 +763,85 @@ async fn hostile_questions_are_bounded() {
     assert_eq!(code, 404);
     assert_eq!(plain.get("/debug/snapshot").map(|(c, _)| c), Some(404));
     assert_eq!(plain.get("/metrics").map(|(c, _)| c), Some(200));
+}
+
+/// Creates nodes in `ns` with room for far more tiny pods than a question may count, so that
+/// `--max` counts to its limit.
+async fn create_nodes_with_room_for_many_pods(client: &kube::Client, ns: &str) {
+    // Room for far more tiny pods than a question may count: `--max` counts to its limit.
+    for i in 0..20 {
+        let mut n = node(&format!("wih-{i}"), ns, "64", "256Gi");
+        n.status
+            .as_mut()
+            .expect("status")
+            .allocatable
+            .as_mut()
+            .expect("allocatable")
+            .insert(
+                "pods".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("1000".to_string()),
+            );
+        create_node(client, &n).await;
+    }
+}
+
+/// Sends `gantry` `long` questions until its places are taken and checks that a `quick` one
+/// is refused, then that once their askers go away the questions stop and a place is soon
+/// free again.
+async fn assert_abandoned_questions_stop(gantry: &Gantry, long: &str, quick: &str, wait: Duration) {
+    let addr = gantry.addr;
+    // Two askers go away while their questions run (the places are taken: a third is
+    // refused): the questions stop, long before they would end, and the places are free.
+    let mut askers = Vec::new();
+    for _ in 0..2 {
+        askers.push(send_post(addr, "/debug/whatif", long).expect("sent"));
+        // Its question under way before the next comes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (code, body) = http_post(addr, "/debug/whatif", quick, wait).expect("an answer");
+    assert_eq!(code, 429, "{body}");
+    assert!(
+        body.contains("2 what-if questions are being answered, the most at once"),
+        "{body}"
+    );
+    let gone = Instant::now();
+    drop(askers);
+    let answered = eventually(Duration::from_secs(5), "a place free again", || async {
+        http_post(addr, "/debug/whatif", quick, wait).filter(|(code, _)| *code == 200)
+    })
+    .await;
+    assert!(answered.1.contains("\"fits\":1"), "{}", answered.1);
+    assert!(
+        gone.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        gone.elapsed()
+    );
+    // One place free is enough for the question above: the other stop may come a moment later.
+    eventually(Duration::from_secs(3), "both questions stopped", || async {
+        let stops = gantry
+            .log_text()
+            .matches("what-if question stopped why=its asker went away")
+            .count();
+        (stops == 2).then_some(())
+    })
+    .await;
+}
+
+/// Asks the gantry at `addr` more `long` questions at once than it may answer together, and
+/// checks that one is answered and one refused.
+fn assert_questions_beyond_the_concurrency_refused(addr: SocketAddr, long: &str, wait: Duration) {
+    // Three at once: two are answered (or stopped at their deadline), the third refused.
+    let askers: Vec<_> = (0..3)
+        .map(|_| {
+            let long = long.to_string();
+            std::thread::spawn(move || http_post(addr, "/debug/whatif", &long, wait))
+        })
+        .collect();
+    let mut codes: Vec<u16> = askers
+        .into_iter()
+        .map(|a| a.join().expect("asker").map_or(0, |(code, _)| code))
+        .collect();
+    codes.sort_unstable();
+    assert_eq!(codes[0], 200, "{codes:?}");
+    assert_eq!(codes[2], 429, "{codes:?}");
 }
