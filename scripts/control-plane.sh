@@ -20,7 +20,7 @@
 #       to exit. Safe to run twice.
 #
 # The tests start what else runs against it (kube-scheduler for the parity
-# check) themselves, through tests/support/component.rs.
+# check) themselves, through crates/test-support/src/component.rs.
 #
 # Binaries: from $KUBEBUILDER_ASSETS when it has them, else from the folder
 # scripts/install-kube.sh fills (scripts/lib.sh names it).

@@ -136,7 +136,7 @@ EOC
 # bench_kube_scheduler_command CONFIG KUBECONFIG PORT: sets KUBE_SCHEDULER_COMMAND to
 # KUBE_SCHEDULER's command line with the configuration CONFIG, serving /healthz and /metrics
 # over HTTPS on 127.0.0.1:PORT (its only way to serve them; a self-signed certificate made in
-# memory, which whoever reads them accepts on loopback), as tests/support/component.rs starts
+# memory, which whoever reads them accepts on loopback), as crates/test-support/src/component.rs starts
 # it. KUBECONFIG is for the delegated authentication and authorization of that port, whose
 # lookup of client CA settings is skipped (this API server publishes none: it would log an
 # error per retry), and /metrics is open to anyone like /healthz, so that cluster-bench reads it

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod scenario_schema;
-mod support;
+use gantry_test_support as support;
 use scenario_schema::{Detailed, Expect};
 use support::{
     ControlPlane, KubeControllerManager, KubeScheduler, kube_bins, metric, while_provisioning,

@@ -4,8 +4,7 @@
 //! Tests that run at the same time share a control plane and keep apart by node labels and
 //! scheduler names; a test that needs a cluster of its own starts one.
 
-#[path = "../support/mod.rs"]
-mod support;
+use gantry_test_support as support;
 
 mod explain;
 mod extenders;

@@ -1,5 +1,5 @@
 //! The real PersistentVolume controller (kube-controller-manager with only its
-//! persistentvolume-binder controller, started by `tests/support`'s `KubeControllerManager`)
+//! persistentvolume-binder controller, started by `gantry_test_support::KubeControllerManager`)
 //! against a real kube-apiserver, without gantry: the harness the volume tests of `gantry run`
 //! stand on does what a cluster does with claims. A claim of immediate binding is bound to a
 //! matching volume; a claim of a `WaitForFirstConsumer` class waits, then gets a volume

@@ -2,8 +2,7 @@
 //! configuration before it contacts anything, and the webhook's HTTPS server stands up to
 //! broken and idle clients.
 
-#[path = "../support/mod.rs"]
-mod support;
+use gantry_test_support as support;
 
 mod config;
 mod webhook;

@@ -19,7 +19,8 @@ use super::{client_for, on_test_exit};
 
 /// The repository root.
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    // This crate is crates/test-support of the repository.
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
 
 /// The folder `scripts/install-kube.sh` fills, as `scripts/lib.sh` names it (one place says

@@ -212,8 +212,8 @@ fn https_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
 /// claims to volumes, completes the bindings a scheduler starts, and provisions volumes, in
 /// directories of the test machine, for StorageClasses of `kubernetes.io/host-path`.
 pub struct KubeControllerManager {
-    /// The process; stopped when this is dropped.
-    component: Component,
+    /// The process, held for its drop, which stops it.
+    _component: Component,
 }
 
 impl KubeControllerManager {
@@ -262,7 +262,9 @@ impl KubeControllerManager {
         args.extend(extra_args.iter().map(|a| a.to_string()));
         let mut component = Component::start("kube-controller-manager", &args, &files)?;
         component.wait_until(Duration::from_secs(60), || https_ok(secure, "/healthz"))?;
-        Ok(KubeControllerManager { component })
+        Ok(KubeControllerManager {
+            _component: component,
+        })
     }
 }
 
