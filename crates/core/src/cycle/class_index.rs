@@ -21,7 +21,7 @@ use domains::{DomainChecks, DomainColumn, FeasibleByValue, Pick};
 use super::{
     ActiveFilter, Cycle, CycleOptions, Diagnosis, NodeScores, PreFiltered, RejectionCount, TopK,
     active_filters, count_rejections, fixed_tie_order, num_feasible_nodes_to_find, plain_weight,
-    pod_tie_hash, run_filters, run_pre_score, select_host, tie_key, uniform_weighted,
+    pod_tie_hash, run_filter_block, run_pre_score, select_host, tie_key, uniform_weighted,
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::{
@@ -316,7 +316,7 @@ impl Class {
             statuses.clear();
             statuses.resize_with(positions.len(), Status::success);
             let block = NodeBlock::of_snapshot(&nodes, positions, snapshot);
-            run_filters(
+            run_filter_block(
                 filtered.filters,
                 filtered.state,
                 filtered.pod,

@@ -12,10 +12,14 @@ use rayon::prelude::*;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::extender::combine::Verdict;
 use crate::framework::resource_claims;
-use crate::framework::run::{run_filters_with_nominated, run_filters_with_nominated_ahead};
+use crate::framework::runners::PreFilterRun;
+use crate::framework::runners::{
+    ActiveFilter, active_filters, run_filter_block, run_filters_with_nominated,
+    run_filters_with_nominated_ahead, run_post_filter_plugins, run_pre_filter, run_pre_score,
+};
 use crate::framework::{
-    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore,
-    NominatedPods, PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore, NominatedPods,
+    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 use class_index::ClassIndex;
@@ -614,10 +618,10 @@ fn claims_nobody_allocates(profile: &Profile, pod: &PodInfo) -> Option<Status> {
     resource_claims::refusal(pod)
 }
 
-/// Runs every PreFilter plugin. A plugin may reject the pod outright (every node then
-/// carries its status), skip itself for the pod, or narrow the search to some nodes (the
-/// intersection of what all narrowing plugins allow; the nodes left out are recorded in the
-/// diagnosis as kube-scheduler reports them). Errors end the cycle.
+/// PreFilter: a pod with claims no plugin allocates is refused, then the PreFilter plugins
+/// run ([`run_pre_filter`]). A rejection puts its status on every node; the nodes the
+/// narrowing plugins leave out are recorded in the diagnosis as kube-scheduler reports them.
+/// Errors end the cycle.
 fn pre_filter(
     profile: &Profile,
     state: &mut CycleState,
@@ -628,46 +632,16 @@ fn pre_filter(
     if let Some(status) = claims_nobody_allocates(profile, pod) {
         return Err(reject_all(snapshot, diagnosis, status));
     }
-    let mut skip_filter: Vec<&'static str> = Vec::new();
-    let mut allowed: Option<BTreeSet<Arc<str>>> = None;
-    let mut narrowing_plugins: Vec<&'static str> = Vec::new();
-    for plugin in &profile.pre_filter {
-        let Some(pf) = plugin.as_pre_filter() else {
-            continue;
+    let (skip_filter, allowed, narrowing_plugins) =
+        match run_pre_filter(profile, state, pod, snapshot) {
+            PreFilterRun::Passed {
+                skip_filter,
+                allowed,
+                narrowing,
+            } => (skip_filter, allowed, narrowing),
+            PreFilterRun::Rejected(status) => return Err(reject_all(snapshot, diagnosis, status)),
+            PreFilterRun::Failed(status) => return Err(CycleError::Error(status)),
         };
-        let (result, status) = pf.pre_filter(state, pod, snapshot);
-        let status = status.with_plugin(plugin.name());
-        match status.code() {
-            Code::Success => {}
-            Code::Skip => {
-                skip_filter.push(plugin.name());
-                continue;
-            }
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                return Err(reject_all(snapshot, diagnosis, status));
-            }
-            _ => return Err(CycleError::Error(status)),
-        }
-        if let Some(names) = result.node_names {
-            narrowing_plugins.push(plugin.name());
-            allowed = Some(match allowed {
-                Some(prev) => prev.intersection(&names).cloned().collect(),
-                None => names,
-            });
-            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
-                let msg = if narrowing_plugins.len() == 1 {
-                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
-                } else {
-                    format!(
-                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
-                        narrowing_plugins.join(" ")
-                    )
-                };
-                let status = Status::unresolvable(msg).with_plugin(plugin.name());
-                return Err(reject_all(snapshot, diagnosis, status));
-            }
-        }
-    }
     let candidates = allowed.map(|names| {
         // kube-scheduler (1.32+) reports the nodes PreFilter left out as not satisfying the
         // narrowing plugins, listed sorted (Go's `%v` of a sorted string set).
@@ -797,7 +771,7 @@ fn find_feasible_nodes<'s>(
     // nominated ahead of this one, the first of kube-scheduler's two passes, with them
     // counted, whose rejection wins.
     let filter_block = |block: NodeBlock<'_>, statuses: &mut [Status]| {
-        run_filters(&filters, state, pod, block, statuses, true);
+        run_filter_block(&filters, state, pod, block, statuses, true);
         if let Some(nominated) = options.nominated {
             for (node, status) in block.nodes.iter().zip(statuses.iter_mut()) {
                 let first = run_filters_with_nominated_ahead(profile, state, pod, node, nominated);
@@ -896,70 +870,6 @@ fn find_feasible_nodes<'s>(
     })
 }
 
-/// A Filter plugin of the pass over the nodes, in profile order.
-#[derive(Clone, Copy)]
-struct ActiveFilter<'p> {
-    plugin: &'p dyn FilterPlugin,
-    name: &'static str,
-    /// False when the plugin accepts every node of the snapshot: it is not called, only
-    /// told how many nodes it examined.
-    called: bool,
-}
-
-/// The Filter plugins the pass over the nodes runs for `pod`, in order: those PreFilter did
-/// not skip, with those that accept every node of the snapshot marked not to be called.
-fn active_filters<'p>(
-    profile: &'p Profile,
-    state: &CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    skip: &[&'static str],
-) -> Vec<ActiveFilter<'p>> {
-    profile
-        .filter
-        .iter()
-        .filter(|p| !skip.contains(&p.name()))
-        .filter_map(|p| {
-            p.as_filter().map(|f| ActiveFilter {
-                plugin: f,
-                name: p.name(),
-                called: !f.passes_all(state, pod, snapshot),
-            })
-        })
-        .collect()
-}
-
-/// Runs `filters` over a block whose statuses are all successes, each node's status naming
-/// the plugin that rejected it. With `count`, tells each plugin how many nodes it examined
-/// (see [`FilterPlugin::filtered`]).
-fn run_filters(
-    filters: &[ActiveFilter<'_>],
-    state: &CycleState,
-    pod: &PodInfo,
-    block: NodeBlock<'_>,
-    statuses: &mut [Status],
-    count: bool,
-) {
-    let mut left = statuses.len();
-    for f in filters {
-        if count {
-            f.plugin.filtered(left);
-        }
-        if !f.called {
-            continue;
-        }
-        let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
-        if rejected > 0 {
-            left = left.saturating_sub(rejected);
-            for s in statuses.iter_mut() {
-                if !s.is_success() && s.plugin().is_none() {
-                    s.set_plugin(f.name);
-                }
-            }
-        }
-    }
-}
-
 /// Filtering results so far, in examination order.
 struct FilterProgress<'s> {
     feasible: Vec<&'s NodeInfo>,
@@ -1024,10 +934,8 @@ fn reject_all(snapshot: &Snapshot, mut diagnosis: Diagnosis, status: Status) -> 
     CycleError::Unschedulable(diagnosis)
 }
 
-/// Runs the PostFilter plugins after no node was found feasible, as kube-scheduler does:
-/// the first that succeeds (or finds the pod unresolvable) ends the run with its result;
-/// otherwise the last result that changes the nomination is kept, and the reasons of all go
-/// into the diagnosis's message.
+/// Runs the PostFilter plugins after no node was found feasible, with what they read of the
+/// cycle; their result and message go into the diagnosis.
 fn run_post_filter(
     profile: &Profile,
     state: &CycleState,
@@ -1048,40 +956,11 @@ fn run_post_filter(
         extenders_cut: options.preempt_extenders,
         preemption_running: options.preemption_running,
     };
-    let mut reject_waiting = Vec::new();
-    let mut group_failed = false;
-    let mut reasons: Vec<String> = Vec::new();
-    let mut kept = PostFilterResult::default();
-    for plugin in &profile.post_filter {
-        let Some(pf) = plugin.as_post_filter() else {
-            continue;
-        };
-        let (mut result, status) = pf.post_filter(state, pod, &input);
-        reject_waiting.append(&mut result.reject_waiting);
-        group_failed |= result.group_failed;
-        if status.is_success()
-            || !status.is_rejected()
-            || status.code() == Code::UnschedulableAndUnresolvable
-        {
-            if !status.reasons().is_empty() {
-                diagnosis.post_filter_msg = Some(status.message());
-            }
-            result.reject_waiting = reject_waiting;
-            result.group_failed = group_failed;
-            *diagnosis.post_filter = result;
-            return;
-        }
-        if result.nomination != crate::framework::Nomination::Keep {
-            kept = result;
-        }
-        reasons.extend(status.reasons().iter().map(|r| r.to_string()));
+    let (result, message) = run_post_filter_plugins(profile, state, pod, &input);
+    if message.is_some() {
+        diagnosis.post_filter_msg = message;
     }
-    if !reasons.is_empty() {
-        diagnosis.post_filter_msg = Some(reasons.join(", "));
-    }
-    kept.reject_waiting = reject_waiting;
-    kept.group_failed = group_failed;
-    *diagnosis.post_filter = kept;
+    *diagnosis.post_filter = result;
 }
 
 impl ScoreBuffers {
@@ -1159,7 +1038,9 @@ fn score_nodes(
     } = found;
     let skip_score = match pre_scored {
         Some(skipped) => skipped,
-        None => run_pre_score(profile, state, pod, snapshot, feasible)?,
+        None => {
+            run_pre_score(profile, state, pod, snapshot, feasible).map_err(CycleError::Error)?
+        }
     };
     let active: Vec<(&dyn crate::framework::ScorePlugin, &'static str, i64)> = profile
         .score
@@ -1307,31 +1188,6 @@ fn out_of_range(name: &'static str, score: i64) -> CycleError {
         ))
         .with_plugin(name),
     )
-}
-
-/// Runs every PreScore plugin; returns the names of those that skip the pod.
-fn run_pre_score(
-    profile: &Profile,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    feasible: &[&NodeInfo],
-) -> Result<Vec<&'static str>, CycleError> {
-    let mut skipped = Vec::new();
-    for plugin in &profile.pre_score {
-        let Some(ps) = plugin.as_pre_score() else {
-            continue;
-        };
-        let status = ps
-            .pre_score(state, pod, snapshot, feasible)
-            .with_plugin(plugin.name());
-        match status.code() {
-            Code::Success => {}
-            Code::Skip => skipped.push(plugin.name()),
-            _ => return Err(CycleError::Error(status)),
-        }
-    }
-    Ok(skipped)
 }
 
 /// The weighted score of a plugin whose raw score `raw` is the same on every node: equal raw

@@ -7,7 +7,7 @@ pub mod nominated;
 pub mod plugin;
 pub mod registry;
 pub mod resource_claims;
-pub mod run;
+pub mod runners;
 pub mod status;
 pub mod waiting;
 
@@ -23,6 +23,6 @@ pub use registry::{
     ARGS_API_VERSION, ArgsError, ArgsResolver, DefaultPlace, Factory, PluginArgs, PluginSpec,
     Registry, decode_args, resolved_args,
 };
-pub use run::SkippedFilters;
+pub use runners::SkippedFilters;
 pub use status::{Code, Status};
 pub use waiting::{MAX_PERMIT_WAIT, Verdict, WaitingPod, WaitingPods};

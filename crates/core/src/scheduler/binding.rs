@@ -21,53 +21,7 @@ pub struct BindTask {
     pub extender_binder: Option<usize>,
 }
 
-/// Runs the Reserve plugins in order; when one fails, those before it (and it) are
-/// unreserved in reverse order, and its status is returned.
-pub(super) fn run_reserve(
-    profile: &Profile,
-    state: &mut CycleState,
-    assumed: &PodInfo,
-    node: &NodeInfo,
-) -> Result<(), Status> {
-    for (i, plugin) in profile.reserve.iter().enumerate() {
-        let Some(r) = plugin.as_reserve() else {
-            continue;
-        };
-        let status = r.reserve(state, assumed, node);
-        if !status.is_success() {
-            unreserve(profile, state, assumed, node.name(), i + 1);
-            return Err(status.with_plugin(plugin.name()));
-        }
-    }
-    Ok(())
-}
-
-/// Runs the Permit plugins, as kube-scheduler's `RunPermitPlugins`: the first that rejects
-/// the pod (or fails) ends it; the waits the others ask for are returned, one per plugin
-/// (none: the pod may be bound now).
-pub(super) fn run_permit(
-    profile: &Profile,
-    state: &mut CycleState,
-    assumed: &PodInfo,
-    node: &str,
-    waiting: &mut WaitingPods,
-) -> Result<Vec<(&'static str, Duration)>, Status> {
-    let mut waits = Vec::new();
-    for plugin in &profile.permit {
-        let Some(p) = plugin.as_permit() else {
-            continue;
-        };
-        let (status, timeout) = p.permit(state, assumed, node, waiting);
-        match status.code() {
-            Code::Success => {}
-            Code::Wait => waits.push((plugin.name(), timeout)),
-            _ => return Err(status.with_plugin(plugin.name())),
-        }
-    }
-    Ok(waits)
-}
-
-/// The binding of a pod that passed Permit: the Bind plugins' plan ([`plan_binding`]) with
+/// The binding of a pod that passed Permit: the Bind plugins' plan ([`run_bind`]) with
 /// the PreBind work ([`run_pre_bind`]) and the annotations its Reserve plugins set.
 pub(super) fn plan(
     profile: &Profile,
@@ -76,7 +30,7 @@ pub(super) fn plan(
     state: &CycleState,
     reserved: Vec<(String, String)>,
 ) -> Result<BindPlan, Status> {
-    let mut plan = plan_binding(profile, state, assumed, node)?;
+    let mut plan = run_bind(profile, state, assumed, node)?;
     plan.pre_bind = run_pre_bind(profile, state, assumed, node)?;
     for (k, v) in reserved {
         plan.annotations.retain(|(pk, _)| *pk != k);
@@ -111,60 +65,6 @@ pub(super) fn bind_task(
     }
 }
 
-/// The binding the first Bind plugin that does not skip the pod plans.
-pub(super) fn plan_binding(
-    profile: &Profile,
-    state: &CycleState,
-    assumed: &PodInfo,
-    node: &Arc<str>,
-) -> Result<BindPlan, Status> {
-    for plugin in &profile.bind {
-        let Some(b) = plugin.as_bind() else { continue };
-        match b.bind(state, assumed, node) {
-            Ok(plan) => return Ok(plan),
-            Err(s) if s.is_skip() => continue,
-            Err(s) => return Err(s.with_plugin(plugin.name())),
-        }
-    }
-    Err(Status::error("no bind plugin bound the pod"))
-}
-
-/// The work the PreBind plugins ask for before the binding, in order.
-pub(super) fn run_pre_bind(
-    profile: &Profile,
-    state: &CycleState,
-    assumed: &PodInfo,
-    node: &str,
-) -> Result<Vec<PreBindAction>, Status> {
-    let mut actions = Vec::new();
-    for plugin in &profile.pre_bind {
-        let Some(p) = plugin.as_pre_bind() else {
-            continue;
-        };
-        if let Some(action) = p
-            .pre_bind(state, assumed, node)
-            .map_err(|s| s.with_plugin(plugin.name()))?
-        {
-            actions.push(action);
-        }
-    }
-    Ok(actions)
-}
-
-pub(super) fn unreserve(
-    profile: &Profile,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    node: &str,
-    upto: usize,
-) {
-    for plugin in profile.reserve[..upto].iter().rev() {
-        if let Some(r) = plugin.as_reserve() {
-            r.unreserve(state, pod, node);
-        }
-    }
-}
-
 impl Scheduler {
     /// The binding was carried out: the pod is bound (confirmed in the cache).
     pub fn binding_succeeded(&mut self, task: &BindTask, now: Duration) -> Result<(), CacheError> {
@@ -180,11 +80,7 @@ impl Scheduler {
             self.queue.on_event(&ClusterChange::PodAdded(pod), now);
         }
         if let Some(profile) = self.profile(&task.profile) {
-            for plugin in &profile.post_bind {
-                if let Some(p) = plugin.as_post_bind() {
-                    p.post_bind(pod, &task.plan.node);
-                }
-            }
+            run_post_bind(profile, pod, &task.plan.node);
         }
         Ok(())
     }

@@ -51,7 +51,7 @@ impl Scheduler {
         let Some(profile) = self.profile(&pod.scheduler_name) else {
             return Ok(());
         };
-        let gated = gate(profile, &pod);
+        let gated = run_pre_enqueue(profile, &pod);
         // A nomination the API reports is taken; one this scheduler made and the API does
         // not show yet is kept (the pod's status is written after the decision).
         if let Some(node) = &pod.nominated_node {

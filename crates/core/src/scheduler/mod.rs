@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::cache::{Cache, CacheError, GroupProgress, NodeInfo, Snapshot, TrackedSet};
+use crate::cache::{Cache, CacheError, GroupProgress, Snapshot, TrackedSet};
 use crate::config::Config;
 use crate::cycle::{
     self, CycleError, CycleMemory, CycleOptions, Diagnosis, Filtered, NodeScores, Placement,
@@ -16,9 +16,9 @@ use crate::extender::Extenders;
 use crate::extender::combine::{Exchange, Verdict as ExtenderVerdict};
 use crate::extender::preempt::PreemptRound;
 use crate::framework::{
-    BindPlan, ClusterChange, ClusterEvent, Code, CycleState, NominatedPods, Nomination,
-    PendingCandidates, PodsToActivate, PostFilterResult, PreBindAction, PreemptionCandidate,
-    Profile, ReservedAnnotations, ReservedVolumes, Status, Verdict, WaitingPods,
+    BindPlan, ClusterChange, ClusterEvent, CycleState, NominatedPods, Nomination,
+    PendingCandidates, PodsToActivate, PostFilterResult, PreemptionCandidate, Profile,
+    ReservedAnnotations, ReservedVolumes, Status, Verdict, WaitingPods,
 };
 use crate::model::disruption_budget::DisruptionBudgetModel;
 use crate::model::load::LoadSample;
@@ -37,8 +37,12 @@ mod input;
 mod preemption;
 mod views;
 
+use crate::framework::runners::{
+    run_bind, run_permit, run_post_bind, run_pre_bind, run_pre_enqueue, run_reserve,
+    run_unreserved, unreserve,
+};
 pub use binding::BindTask;
-use binding::{bind_task, plan, run_permit, run_reserve, unreserve};
+use binding::{bind_task, plan};
 use extenders::Asking;
 pub use extenders::{ExtenderAnswer, ExtenderAsk, ExtenderReply, ExtenderRequest};
 use preemption::Preempting;
@@ -610,11 +614,7 @@ impl Scheduler {
     /// Tells the Permit plugins that `pod` will not be bound (see
     /// [`crate::framework::PermitPlugin::unreserved`]).
     fn run_unreserved_hooks(&mut self, profile: &Profile, pod: &PodInfo) {
-        for plugin in &profile.permit {
-            if let Some(p) = plugin.as_permit() {
-                p.unreserved(pod, &mut self.waiting);
-            }
-        }
+        run_unreserved(profile, pod, &mut self.waiting);
     }
 
     fn forget(
@@ -684,16 +684,10 @@ fn cycle_options<'a>(
     }
 }
 
-fn gate(profile: &Profile, pod: &PodInfo) -> Option<Status> {
-    profile.pre_enqueue.iter().find_map(|p| {
-        let s = p.as_pre_enqueue()?.pre_enqueue(pod);
-        (!s.is_success()).then(|| s.with_plugin(p.name()))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::Code;
     use crate::plugins;
     use crate::testing::{node, pod};
 

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::run::{
+use crate::framework::runners::{
     add_pod, extensions_active, remove_pod, run_filters, with_nominated_ahead,
 };
 use crate::framework::{CycleState, NominatedPods, PostFilterInput, Profile, Status};
