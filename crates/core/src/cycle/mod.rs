@@ -14,12 +14,13 @@ use crate::extender::combine::Verdict;
 use crate::framework::resource_claims;
 use crate::framework::runners::PreFilterRun;
 use crate::framework::runners::{
-    ActiveFilter, active_filters, run_filter_block, run_filters_with_nominated,
-    run_filters_with_nominated_ahead, run_post_filter_plugins, run_pre_filter, run_pre_score,
+    ActiveFilter, active_filters, check_scores, run_filter_block, run_filters_with_nominated,
+    run_filters_with_nominated_ahead, run_normalize, run_post_filter_plugins, run_pre_filter,
+    run_pre_score, run_score_block,
 };
 use crate::framework::{
-    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore, NominatedPods,
-    PostFilterInput, PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
+    Code, CycleState, NodeBlock, NodeScore, NominatedPods, PostFilterInput, PostFilterResult,
+    Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 use class_index::ClassIndex;
@@ -1075,15 +1076,8 @@ fn score_nodes(
     }
     type Block<'b, 'n> = ((&'b [&'n NodeInfo], &'b [usize]), &'b mut [i64]);
     let score_block = |((nodes, positions), cells): Block<'_, '_>| -> Result<(), Status> {
-        let len = nodes.len();
         let block = NodeBlock::of_snapshot(nodes, positions, snapshot);
-        for (j, (s, name, _)) in active.iter().enumerate() {
-            if uniform[j].is_none() {
-                s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
-                    .map_err(|e| e.with_plugin(name))?;
-            }
-        }
-        Ok(())
+        run_score_block(&active, &uniform, state, pod, block, cells)
     };
     let cells = &mut buffers.cells;
     match options.pool {
@@ -1128,17 +1122,7 @@ fn score_nodes(
         if !plugin.normalizes() {
             for (start, at, len) in runs(j) {
                 let run = &mut cells[at..at + len];
-                let (low, high) = run
-                    .iter()
-                    .fold((MAX_NODE_SCORE, MIN_NODE_SCORE), |(l, h), &c| {
-                        (l.min(c), h.max(c))
-                    });
-                if low < MIN_NODE_SCORE || high > MAX_NODE_SCORE {
-                    let bad = run
-                        .iter()
-                        .find(|c| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(c));
-                    return Err(out_of_range(name, bad.copied().unwrap_or(low)));
-                }
+                check_scores(name, run).map_err(CycleError::Error)?;
                 add_weighted(run, &mut totals[start..start + len], *weight);
             }
             continue;
@@ -1155,16 +1139,7 @@ fn score_nodes(
                     }),
             );
         }
-        let status = plugin.normalize(state, pod, column);
-        if !status.is_success() {
-            return Err(CycleError::Error(status.with_plugin(name)));
-        }
-        if let Some(bad) = column
-            .iter()
-            .find(|s| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score))
-        {
-            return Err(out_of_range(name, bad.score));
-        }
+        run_normalize(*plugin, name, state, pod, column).map_err(CycleError::Error)?;
         for (start, at, len) in runs(j) {
             let scored = &column[start..start + len];
             let run = &mut cells[at..at + len];
@@ -1178,16 +1153,6 @@ fn score_nodes(
         plugin.scored(feasible.len());
     }
     Ok(active.iter().map(|(_, n, _)| *n).collect())
-}
-
-/// A score out of `MIN_NODE_SCORE..=MAX_NODE_SCORE`, in kube-scheduler's words.
-fn out_of_range(name: &'static str, score: i64) -> CycleError {
-    CycleError::Error(
-        Status::error(format!(
-            "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
-        ))
-        .with_plugin(name),
-    )
 }
 
 /// The weighted score of a plugin whose raw score `raw` is the same on every node: equal raw
@@ -1204,17 +1169,8 @@ fn uniform_weighted(
         index: 0,
         score: raw,
     }];
-    if plugin.normalizes() {
-        let status = plugin.normalize(state, pod, &mut one);
-        if !status.is_success() {
-            return Err(CycleError::Error(status.with_plugin(name)));
-        }
-    }
-    let score = one[0].score;
-    if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&score) {
-        return Err(out_of_range(name, score));
-    }
-    Ok(score * weight)
+    run_normalize(plugin, name, state, pod, &mut one).map_err(CycleError::Error)?;
+    Ok(one[0].score * weight)
 }
 
 /// True for a weight a configured profile can have (see `add_weighted` in [`score_nodes`]):

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::cache::Cache;
 use crate::config::{Config, DEFAULT_SCHEDULER_NAME};
+use crate::framework::{MAX_NODE_SCORE, MIN_NODE_SCORE};
 use crate::testing::{node, pod};
 
 /// kube-scheduler's default profile, built once.

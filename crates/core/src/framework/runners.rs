@@ -18,8 +18,8 @@ use crate::model::PodInfo;
 use super::cycle_state::CycleState;
 use super::nominated::NominatedPods;
 use super::plugin::{
-    BindPlan, FilterPlugin, NodeBlock, Nomination, PostFilterInput, PostFilterResult,
-    PreBindAction, Profile,
+    BindPlan, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore, Nomination,
+    PostFilterInput, PostFilterResult, PreBindAction, Profile, ScorePlugin,
 };
 use super::status::{Code, Status};
 use super::waiting::WaitingPods;
@@ -540,6 +540,77 @@ pub fn run_pre_filter(
         allowed,
         narrowing: narrowing_plugins,
     }
+}
+
+/// Runs the Score plugins of `active` (each with its name and weight) on the nodes of
+/// `block`, each into its column of `cells` (the block's length apart, in order); a plugin
+/// whose score is the same on every node (`uniform`) is not called.
+pub fn run_score_block(
+    active: &[(&dyn ScorePlugin, &'static str, i64)],
+    uniform: &[Option<i64>],
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    cells: &mut [i64],
+) -> Result<(), Status> {
+    let len = block.nodes.len();
+    for (j, (s, name, _)) in active.iter().enumerate() {
+        if uniform[j].is_none() {
+            s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
+                .map_err(|e| e.with_plugin(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs NormalizeScore of `plugin` (named `name`) on `scores` when it normalizes, then
+/// checks that every score is within `MIN_NODE_SCORE..=MAX_NODE_SCORE`, as kube-scheduler's
+/// `RunScorePlugins` does.
+pub fn run_normalize(
+    plugin: &dyn ScorePlugin,
+    name: &'static str,
+    state: &CycleState,
+    pod: &PodInfo,
+    scores: &mut [NodeScore],
+) -> Result<(), Status> {
+    if plugin.normalizes() {
+        let status = plugin.normalize(state, pod, scores);
+        if !status.is_success() {
+            return Err(status.with_plugin(name));
+        }
+    }
+    match scores
+        .iter()
+        .find(|s| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score))
+    {
+        Some(bad) => Err(out_of_range(name, bad.score)),
+        None => Ok(()),
+    }
+}
+
+/// Checks the raw scores of a plugin that does not normalize: each within
+/// `MIN_NODE_SCORE..=MAX_NODE_SCORE` (tested on their bounds first, the common case).
+pub fn check_scores(name: &'static str, scores: &[i64]) -> Result<(), Status> {
+    let (low, high) = scores
+        .iter()
+        .fold((MAX_NODE_SCORE, MIN_NODE_SCORE), |(l, h), &c| {
+            (l.min(c), h.max(c))
+        });
+    if low < MIN_NODE_SCORE || high > MAX_NODE_SCORE {
+        let bad = scores
+            .iter()
+            .find(|c| !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(c));
+        return Err(out_of_range(name, bad.copied().unwrap_or(low)));
+    }
+    Ok(())
+}
+
+/// A score out of `MIN_NODE_SCORE..=MAX_NODE_SCORE`, in kube-scheduler's words.
+fn out_of_range(name: &'static str, score: i64) -> Status {
+    Status::error(format!(
+        "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
+    ))
+    .with_plugin(name)
 }
 
 #[cfg(test)]
