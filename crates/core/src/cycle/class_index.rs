@@ -24,9 +24,8 @@ use super::{
     pod_tie_hash, run_filter_block, run_pre_score, select_host, tie_key, uniform_weighted,
 };
 use crate::cache::{NodeInfo, Snapshot};
-use crate::framework::{
-    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, Profile, ScorePlugin, Status,
-};
+use crate::framework::runners::{check_scores, run_score_block};
+use crate::framework::{Code, CycleState, MAX_NODE_SCORE, NodeBlock, Profile, ScorePlugin, Status};
 use crate::model::{PodInfo, Resources};
 
 /// Totals (nodes times classes) kept at most: 32 MiB.
@@ -515,11 +514,11 @@ impl Class {
         if domains.is_empty() && live.is_empty() {
             return Some(self.choose_by_spans(snapshot, pod, order));
         }
-        let plugins: Vec<&dyn ScorePlugin> = scoring
+        let plugins: Vec<(&dyn ScorePlugin, &'static str)> = scoring
             .columns
             .iter()
             .filter(|(c, _)| matches!(c, Column::Domain(..)))
-            .map(|(c, _)| c.plugin())
+            .map(|(c, name)| (c.plugin(), *name))
             .collect();
         let pick = Pick {
             class: self,
@@ -1151,21 +1150,11 @@ fn weighted_sums(
     let len = block.nodes.len();
     sums.clear();
     sums.resize(len, 0);
-    for (column, _) in columns {
+    for (column, name) in columns {
         let Column::Kept(plugin, weight) = column else {
             continue;
         };
-        cells.clear();
-        cells.resize(len, 0);
-        plugin.score_nodes(state, pod, block, cells).ok()?;
-        let (low, high) = cells
-            .iter()
-            .fold((MAX_NODE_SCORE, MIN_NODE_SCORE), |(l, h), &c| {
-                (l.min(c), h.max(c))
-            });
-        if low < MIN_NODE_SCORE || high > MAX_NODE_SCORE {
-            return None;
-        }
+        kept_scores(*plugin, name, state, pod, block, cells)?;
         for (sum, &raw) in sums.iter_mut().zip(cells.iter()) {
             *sum += raw * weight;
         }
@@ -1186,24 +1175,32 @@ fn weighted_columns(
     let len = block.nodes.len();
     columns
         .iter()
-        .map(|(column, _)| match column {
+        .map(|(column, name)| match column {
             Column::Constant(_, weighted) => Some(vec![*weighted; len]),
             Column::Domain(_, i) => Some(block.positions.iter().map(|&p| live[*i].at(p)).collect()),
             Column::Kept(plugin, weight) => {
-                cells.clear();
-                cells.resize(len, 0);
-                plugin.score_nodes(state, pod, block, cells).ok()?;
-                cells
-                    .iter()
-                    .map(|&raw| {
-                        (MIN_NODE_SCORE..=MAX_NODE_SCORE)
-                            .contains(&raw)
-                            .then_some(raw * weight)
-                    })
-                    .collect()
+                kept_scores(*plugin, name, state, pod, block, cells)?;
+                Some(cells.iter().map(|&raw| raw * weight).collect())
             }
         })
         .collect()
+}
+
+/// The raw scores of a kept column's plugin (`name`) on the block's nodes, into `cells`,
+/// through Score's runner; `None` when the plugin fails or a score is out of range (the
+/// plain cycle then reports it).
+fn kept_scores(
+    plugin: &dyn ScorePlugin,
+    name: &'static str,
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    cells: &mut Vec<i64>,
+) -> Option<()> {
+    cells.clear();
+    cells.resize(block.nodes.len(), 0);
+    run_score_block(&[(plugin, name, 0)], &[None], state, pod, block, cells).ok()?;
+    check_scores(name, cells).ok()
 }
 
 mod alike;

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use super::{Class, LeastKey, SPAN, Total, bit_positions, examination_spans, low_bits};
 use crate::cache::{Snapshot, TopologyValues};
 use crate::cycle::{TopK, select_host, tie_key};
-use crate::framework::{
-    CycleState, DomainScores, DomainVerdict, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore,
-    ScorePlugin, Status,
-};
+use crate::framework::runners::run_normalize;
+use crate::framework::{CycleState, DomainScores, DomainVerdict, NodeScore, ScorePlugin, Status};
 use crate::model::PodInfo;
 
 /// The Filter plugins' verdicts by domain for one cycle, checked in order.
@@ -199,6 +197,7 @@ impl<'s> DomainColumn<'s> {
     pub fn weigh(
         &mut self,
         plugin: &dyn ScorePlugin,
+        name: &'static str,
         state: &CycleState,
         pod: &PodInfo,
         raws: &[i64],
@@ -208,14 +207,9 @@ impl<'s> DomainColumn<'s> {
             .enumerate()
             .map(|(index, &score)| NodeScore { index, score })
             .collect();
-        if plugin.normalizes() && !plugin.normalize(state, pod, &mut scores).is_success() {
-            return None;
-        }
+        run_normalize(plugin, name, state, pod, &mut scores).ok()?;
         self.weighted.clear();
         for (&raw, s) in raws.iter().zip(&scores) {
-            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
-                return None;
-            }
             self.weighted.push((raw, s.score * self.weight));
         }
         Some(())
@@ -417,7 +411,7 @@ impl Pick<'_> {
         feasible: usize,
         constant_total: i64,
         live: &mut [DomainColumn<'_>],
-        plugins: &[&dyn ScorePlugin],
+        plugins: &[(&dyn ScorePlugin, &'static str)],
         listed: &mut Vec<usize>,
     ) -> Option<(usize, Vec<usize>)> {
         let (state, pod) = (self.state, self.pod);
@@ -437,7 +431,7 @@ impl Pick<'_> {
         let others = feasible - listed.len();
         let mut base = constant_total;
         let mut raws = Vec::new();
-        for (c, plugin) in live.iter_mut().zip(plugins) {
+        for (c, &(plugin, name)) in live.iter_mut().zip(plugins) {
             raws.clear();
             raws.extend(listed.iter().map(|&p| c.scores.at(p)));
             if others > 0 {
@@ -445,7 +439,7 @@ impl Pick<'_> {
             }
             raws.sort_unstable();
             raws.dedup();
-            c.weigh(*plugin, state, pod, &raws)?;
+            c.weigh(plugin, name, state, pod, &raws)?;
             if others > 0 {
                 base += c.weighted(0);
             }
