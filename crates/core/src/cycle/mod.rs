@@ -12,11 +12,10 @@ use rayon::prelude::*;
 use crate::cache::{NodeInfo, Snapshot};
 use crate::extender::combine::Verdict;
 use crate::framework::resource_claims;
-use crate::framework::runners::PreFilterRun;
 use crate::framework::runners::{
-    ActiveFilter, active_filters, check_scores, run_filter_block, run_filters_with_nominated,
-    run_filters_with_nominated_ahead, run_normalize, run_post_filter_plugins, run_pre_filter,
-    run_pre_score, run_score_block,
+    ActiveFilter, PreFilterRun, active_filters, check_scores, run_filter_block,
+    run_filters_with_nominated, run_filters_with_nominated_ahead, run_normalize,
+    run_post_filter_plugins, run_pre_filter, run_pre_score, run_score_block,
 };
 use crate::framework::{
     Code, CycleState, NodeBlock, NodeScore, NominatedPods, PostFilterInput, PostFilterResult,

@@ -29,6 +29,155 @@ use super::waiting::WaitingPods;
 #[derive(Debug, Clone, Default)]
 pub struct SkippedFilters(pub Vec<&'static str>);
 
+/// Runs the PreEnqueue plugins: the status of the first that keeps the pod out of the
+/// active queue, if one does.
+pub fn run_pre_enqueue(profile: &Profile, pod: &PodInfo) -> Option<Status> {
+    profile.pre_enqueue.iter().find_map(|p| {
+        let s = p.as_pre_enqueue()?.pre_enqueue(pod);
+        (!s.is_success()).then(|| s.with_plugin(p.name()))
+    })
+}
+
+/// What the PreFilter plugins said of a pod.
+#[derive(Debug)]
+pub enum PreFilterRun {
+    /// No plugin rejected it.
+    Passed {
+        /// The plugins that skip the pod: their Filter and PreFilter extensions do not run.
+        skip_filter: Vec<&'static str>,
+        /// The nodes the narrowing plugins allow (what all of them allow); `None`: every node.
+        allowed: Option<BTreeSet<Arc<str>>>,
+        /// The plugins that narrowed the nodes, in order.
+        narrowing: Vec<&'static str>,
+    },
+    /// A plugin rejects the pod on every node, or the narrowing plugins together allow none.
+    Rejected(Status),
+    /// A plugin failed.
+    Failed(Status),
+}
+
+/// Runs every PreFilter plugin, as kube-scheduler's `RunPreFilterPlugins`: a plugin may
+/// reject the pod outright, skip itself for the pod, or narrow the search to some nodes.
+pub fn run_pre_filter(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+) -> PreFilterRun {
+    let mut skip_filter: Vec<&'static str> = Vec::new();
+    let mut allowed: Option<BTreeSet<Arc<str>>> = None;
+    let mut narrowing_plugins: Vec<&'static str> = Vec::new();
+    for plugin in &profile.pre_filter {
+        let Some(pf) = plugin.as_pre_filter() else {
+            continue;
+        };
+        let (result, status) = pf.pre_filter(state, pod, snapshot);
+        let status = status.with_plugin(plugin.name());
+        match status.code() {
+            Code::Success => {}
+            Code::Skip => {
+                skip_filter.push(plugin.name());
+                continue;
+            }
+            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                return PreFilterRun::Rejected(status);
+            }
+            _ => return PreFilterRun::Failed(status),
+        }
+        if let Some(names) = result.node_names {
+            narrowing_plugins.push(plugin.name());
+            allowed = Some(match allowed {
+                Some(prev) => prev.intersection(&names).cloned().collect(),
+                None => names,
+            });
+            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
+                let msg = if narrowing_plugins.len() == 1 {
+                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
+                } else {
+                    format!(
+                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                        narrowing_plugins.join(" ")
+                    )
+                };
+                return PreFilterRun::Rejected(
+                    Status::unresolvable(msg).with_plugin(plugin.name()),
+                );
+            }
+        }
+    }
+    PreFilterRun::Passed {
+        skip_filter,
+        allowed,
+        narrowing: narrowing_plugins,
+    }
+}
+
+/// A Filter plugin of the pass over the nodes, in profile order.
+#[derive(Clone, Copy)]
+pub struct ActiveFilter<'p> {
+    /// The plugin.
+    pub plugin: &'p dyn FilterPlugin,
+    /// Its name.
+    pub name: &'static str,
+    /// False when the plugin accepts every node of the snapshot: it is not called, only
+    /// told how many nodes it examined.
+    pub called: bool,
+}
+
+/// The Filter plugins the pass over the nodes runs for `pod`, in order: those PreFilter did
+/// not skip, with those that accept every node of the snapshot marked not to be called.
+pub fn active_filters<'p>(
+    profile: &'p Profile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    skip: &[&'static str],
+) -> Vec<ActiveFilter<'p>> {
+    profile
+        .filter
+        .iter()
+        .filter(|p| !skip.contains(&p.name()))
+        .filter_map(|p| {
+            p.as_filter().map(|f| ActiveFilter {
+                plugin: f,
+                name: p.name(),
+                called: !f.passes_all(state, pod, snapshot),
+            })
+        })
+        .collect()
+}
+
+/// Runs `filters` over a block whose statuses are all successes, each node's status naming
+/// the plugin that rejected it. With `count`, tells each plugin how many nodes it examined
+/// (see [`FilterPlugin::filtered`]).
+pub fn run_filter_block(
+    filters: &[ActiveFilter<'_>],
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    statuses: &mut [Status],
+    count: bool,
+) {
+    let mut left = statuses.len();
+    for f in filters {
+        if count {
+            f.plugin.filtered(left);
+        }
+        if !f.called {
+            continue;
+        }
+        let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
+        if rejected > 0 {
+            left = left.saturating_sub(rejected);
+            for s in statuses.iter_mut() {
+                if !s.is_success() && s.plugin().is_none() {
+                    s.set_plugin(f.name);
+                }
+            }
+        }
+    }
+}
+
 /// Runs the profile's Filter plugins on `node`, the first rejection winning; plugins whose
 /// PreFilter skipped the pod are left out.
 pub fn run_filters(
@@ -207,227 +356,6 @@ fn run_extensions(
     Status::success()
 }
 
-/// Runs the PreEnqueue plugins: the status of the first that keeps the pod out of the
-/// active queue, if one does.
-pub fn run_pre_enqueue(profile: &Profile, pod: &PodInfo) -> Option<Status> {
-    profile.pre_enqueue.iter().find_map(|p| {
-        let s = p.as_pre_enqueue()?.pre_enqueue(pod);
-        (!s.is_success()).then(|| s.with_plugin(p.name()))
-    })
-}
-
-/// A Filter plugin of the pass over the nodes, in profile order.
-#[derive(Clone, Copy)]
-pub struct ActiveFilter<'p> {
-    /// The plugin.
-    pub plugin: &'p dyn FilterPlugin,
-    /// Its name.
-    pub name: &'static str,
-    /// False when the plugin accepts every node of the snapshot: it is not called, only
-    /// told how many nodes it examined.
-    pub called: bool,
-}
-
-/// The Filter plugins the pass over the nodes runs for `pod`, in order: those PreFilter did
-/// not skip, with those that accept every node of the snapshot marked not to be called.
-pub fn active_filters<'p>(
-    profile: &'p Profile,
-    state: &CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    skip: &[&'static str],
-) -> Vec<ActiveFilter<'p>> {
-    profile
-        .filter
-        .iter()
-        .filter(|p| !skip.contains(&p.name()))
-        .filter_map(|p| {
-            p.as_filter().map(|f| ActiveFilter {
-                plugin: f,
-                name: p.name(),
-                called: !f.passes_all(state, pod, snapshot),
-            })
-        })
-        .collect()
-}
-
-/// Runs `filters` over a block whose statuses are all successes, each node's status naming
-/// the plugin that rejected it. With `count`, tells each plugin how many nodes it examined
-/// (see [`FilterPlugin::filtered`]).
-pub fn run_filter_block(
-    filters: &[ActiveFilter<'_>],
-    state: &CycleState,
-    pod: &PodInfo,
-    block: NodeBlock<'_>,
-    statuses: &mut [Status],
-    count: bool,
-) {
-    let mut left = statuses.len();
-    for f in filters {
-        if count {
-            f.plugin.filtered(left);
-        }
-        if !f.called {
-            continue;
-        }
-        let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
-        if rejected > 0 {
-            left = left.saturating_sub(rejected);
-            for s in statuses.iter_mut() {
-                if !s.is_success() && s.plugin().is_none() {
-                    s.set_plugin(f.name);
-                }
-            }
-        }
-    }
-}
-
-/// Runs every PreScore plugin; returns the names of those that skip the pod, or the status
-/// of the first that fails.
-pub fn run_pre_score(
-    profile: &Profile,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    snapshot: &Snapshot,
-    feasible: &[&NodeInfo],
-) -> Result<Vec<&'static str>, Status> {
-    let mut skipped = Vec::new();
-    for plugin in &profile.pre_score {
-        let Some(ps) = plugin.as_pre_score() else {
-            continue;
-        };
-        let status = ps
-            .pre_score(state, pod, snapshot, feasible)
-            .with_plugin(plugin.name());
-        match status.code() {
-            Code::Success => {}
-            Code::Skip => skipped.push(plugin.name()),
-            _ => return Err(status),
-        }
-    }
-    Ok(skipped)
-}
-
-/// Runs the Reserve plugins in order; when one fails, those before it (and it) are
-/// unreserved in reverse order, and its status is returned.
-pub fn run_reserve(
-    profile: &Profile,
-    state: &mut CycleState,
-    assumed: &PodInfo,
-    node: &NodeInfo,
-) -> Result<(), Status> {
-    for (i, plugin) in profile.reserve.iter().enumerate() {
-        let Some(r) = plugin.as_reserve() else {
-            continue;
-        };
-        let status = r.reserve(state, assumed, node);
-        if !status.is_success() {
-            unreserve(profile, state, assumed, node.name(), i + 1);
-            return Err(status.with_plugin(plugin.name()));
-        }
-    }
-    Ok(())
-}
-
-/// Runs the Permit plugins, as kube-scheduler's `RunPermitPlugins`: the first that rejects
-/// the pod (or fails) ends it; the waits the others ask for are returned, one per plugin
-/// (none: the pod may be bound now).
-pub fn run_permit(
-    profile: &Profile,
-    state: &mut CycleState,
-    assumed: &PodInfo,
-    node: &str,
-    waiting: &mut WaitingPods,
-) -> Result<Vec<(&'static str, Duration)>, Status> {
-    let mut waits = Vec::new();
-    for plugin in &profile.permit {
-        let Some(p) = plugin.as_permit() else {
-            continue;
-        };
-        let (status, timeout) = p.permit(state, assumed, node, waiting);
-        match status.code() {
-            Code::Success => {}
-            Code::Wait => waits.push((plugin.name(), timeout)),
-            _ => return Err(status.with_plugin(plugin.name())),
-        }
-    }
-    Ok(waits)
-}
-
-/// The binding the first Bind plugin that does not skip the pod plans.
-pub fn run_bind(
-    profile: &Profile,
-    state: &CycleState,
-    assumed: &PodInfo,
-    node: &Arc<str>,
-) -> Result<BindPlan, Status> {
-    for plugin in &profile.bind {
-        let Some(b) = plugin.as_bind() else { continue };
-        match b.bind(state, assumed, node) {
-            Ok(plan) => return Ok(plan),
-            Err(s) if s.is_skip() => continue,
-            Err(s) => return Err(s.with_plugin(plugin.name())),
-        }
-    }
-    Err(Status::error("no bind plugin bound the pod"))
-}
-
-/// The work the PreBind plugins ask for before the binding, in order.
-pub fn run_pre_bind(
-    profile: &Profile,
-    state: &CycleState,
-    assumed: &PodInfo,
-    node: &str,
-) -> Result<Vec<PreBindAction>, Status> {
-    let mut actions = Vec::new();
-    for plugin in &profile.pre_bind {
-        let Some(p) = plugin.as_pre_bind() else {
-            continue;
-        };
-        if let Some(action) = p
-            .pre_bind(state, assumed, node)
-            .map_err(|s| s.with_plugin(plugin.name()))?
-        {
-            actions.push(action);
-        }
-    }
-    Ok(actions)
-}
-
-/// Runs Unreserve on the Reserve plugins before position `upto`, in reverse order.
-pub fn unreserve(
-    profile: &Profile,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    node: &str,
-    upto: usize,
-) {
-    for plugin in profile.reserve[..upto].iter().rev() {
-        if let Some(r) = plugin.as_reserve() {
-            r.unreserve(state, pod, node);
-        }
-    }
-}
-
-/// Tells the Permit plugins that `pod` will not be bound (see
-/// [`PermitPlugin::unreserved`](super::PermitPlugin::unreserved)).
-pub fn run_unreserved(profile: &Profile, pod: &PodInfo, waiting: &mut WaitingPods) {
-    for plugin in &profile.permit {
-        if let Some(p) = plugin.as_permit() {
-            p.unreserved(pod, waiting);
-        }
-    }
-}
-
-/// Runs the PostBind plugins once `pod` is bound to `node`.
-pub fn run_post_bind(profile: &Profile, pod: &PodInfo, node: &str) {
-    for plugin in &profile.post_bind {
-        if let Some(p) = plugin.as_post_bind() {
-            p.post_bind(pod, node);
-        }
-    }
-}
-
 /// Runs the PostFilter plugins after no node was found feasible, as kube-scheduler does:
 /// the first that succeeds (or finds the pod unresolvable) ends the run with its result;
 /// otherwise the last result that changes the nomination is kept. Returns the result and
@@ -468,78 +396,30 @@ pub fn run_post_filter_plugins(
     (kept, (!reasons.is_empty()).then(|| reasons.join(", ")))
 }
 
-/// What the PreFilter plugins said of a pod.
-#[derive(Debug)]
-pub enum PreFilterRun {
-    /// No plugin rejected it.
-    Passed {
-        /// The plugins that skip the pod: their Filter and PreFilter extensions do not run.
-        skip_filter: Vec<&'static str>,
-        /// The nodes the narrowing plugins allow (what all of them allow); `None`: every node.
-        allowed: Option<BTreeSet<Arc<str>>>,
-        /// The plugins that narrowed the nodes, in order.
-        narrowing: Vec<&'static str>,
-    },
-    /// A plugin rejects the pod on every node, or the narrowing plugins together allow none.
-    Rejected(Status),
-    /// A plugin failed.
-    Failed(Status),
-}
-
-/// Runs every PreFilter plugin, as kube-scheduler's `RunPreFilterPlugins`: a plugin may
-/// reject the pod outright, skip itself for the pod, or narrow the search to some nodes.
-pub fn run_pre_filter(
+/// Runs every PreScore plugin; returns the names of those that skip the pod, or the status
+/// of the first that fails.
+pub fn run_pre_score(
     profile: &Profile,
     state: &mut CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
-) -> PreFilterRun {
-    let mut skip_filter: Vec<&'static str> = Vec::new();
-    let mut allowed: Option<BTreeSet<Arc<str>>> = None;
-    let mut narrowing_plugins: Vec<&'static str> = Vec::new();
-    for plugin in &profile.pre_filter {
-        let Some(pf) = plugin.as_pre_filter() else {
+    feasible: &[&NodeInfo],
+) -> Result<Vec<&'static str>, Status> {
+    let mut skipped = Vec::new();
+    for plugin in &profile.pre_score {
+        let Some(ps) = plugin.as_pre_score() else {
             continue;
         };
-        let (result, status) = pf.pre_filter(state, pod, snapshot);
-        let status = status.with_plugin(plugin.name());
+        let status = ps
+            .pre_score(state, pod, snapshot, feasible)
+            .with_plugin(plugin.name());
         match status.code() {
             Code::Success => {}
-            Code::Skip => {
-                skip_filter.push(plugin.name());
-                continue;
-            }
-            Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
-                return PreFilterRun::Rejected(status);
-            }
-            _ => return PreFilterRun::Failed(status),
-        }
-        if let Some(names) = result.node_names {
-            narrowing_plugins.push(plugin.name());
-            allowed = Some(match allowed {
-                Some(prev) => prev.intersection(&names).cloned().collect(),
-                None => names,
-            });
-            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
-                let msg = if narrowing_plugins.len() == 1 {
-                    format!("node(s) didn't satisfy plugin {}", narrowing_plugins[0])
-                } else {
-                    format!(
-                        "node(s) didn't satisfy plugin(s) [{}] simultaneously",
-                        narrowing_plugins.join(" ")
-                    )
-                };
-                return PreFilterRun::Rejected(
-                    Status::unresolvable(msg).with_plugin(plugin.name()),
-                );
-            }
+            Code::Skip => skipped.push(plugin.name()),
+            _ => return Err(status),
         }
     }
-    PreFilterRun::Passed {
-        skip_filter,
-        allowed,
-        narrowing: narrowing_plugins,
-    }
+    Ok(skipped)
 }
 
 /// Runs the Score plugins of `active` (each with its name and weight) on the nodes of
@@ -611,6 +491,126 @@ fn out_of_range(name: &'static str, score: i64) -> Status {
         "plugin {name} returns an invalid score {score}, it should be in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing"
     ))
     .with_plugin(name)
+}
+
+/// Runs the Reserve plugins in order; when one fails, those before it (and it) are
+/// unreserved in reverse order, and its status is returned.
+pub fn run_reserve(
+    profile: &Profile,
+    state: &mut CycleState,
+    assumed: &PodInfo,
+    node: &NodeInfo,
+) -> Result<(), Status> {
+    for (i, plugin) in profile.reserve.iter().enumerate() {
+        let Some(r) = plugin.as_reserve() else {
+            continue;
+        };
+        let status = r.reserve(state, assumed, node);
+        if !status.is_success() {
+            unreserve(profile, state, assumed, node.name(), i + 1);
+            return Err(status.with_plugin(plugin.name()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs Unreserve on the Reserve plugins before position `upto`, in reverse order.
+pub fn unreserve(
+    profile: &Profile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    node: &str,
+    upto: usize,
+) {
+    for plugin in profile.reserve[..upto].iter().rev() {
+        if let Some(r) = plugin.as_reserve() {
+            r.unreserve(state, pod, node);
+        }
+    }
+}
+
+/// Runs the Permit plugins, as kube-scheduler's `RunPermitPlugins`: the first that rejects
+/// the pod (or fails) ends it; the waits the others ask for are returned, one per plugin
+/// (none: the pod may be bound now).
+pub fn run_permit(
+    profile: &Profile,
+    state: &mut CycleState,
+    assumed: &PodInfo,
+    node: &str,
+    waiting: &mut WaitingPods,
+) -> Result<Vec<(&'static str, Duration)>, Status> {
+    let mut waits = Vec::new();
+    for plugin in &profile.permit {
+        let Some(p) = plugin.as_permit() else {
+            continue;
+        };
+        let (status, timeout) = p.permit(state, assumed, node, waiting);
+        match status.code() {
+            Code::Success => {}
+            Code::Wait => waits.push((plugin.name(), timeout)),
+            _ => return Err(status.with_plugin(plugin.name())),
+        }
+    }
+    Ok(waits)
+}
+
+/// Tells the Permit plugins that `pod` will not be bound (see
+/// [`PermitPlugin::unreserved`](super::PermitPlugin::unreserved)).
+pub fn run_unreserved(profile: &Profile, pod: &PodInfo, waiting: &mut WaitingPods) {
+    for plugin in &profile.permit {
+        if let Some(p) = plugin.as_permit() {
+            p.unreserved(pod, waiting);
+        }
+    }
+}
+
+/// The work the PreBind plugins ask for before the binding, in order.
+pub fn run_pre_bind(
+    profile: &Profile,
+    state: &CycleState,
+    assumed: &PodInfo,
+    node: &str,
+) -> Result<Vec<PreBindAction>, Status> {
+    let mut actions = Vec::new();
+    for plugin in &profile.pre_bind {
+        let Some(p) = plugin.as_pre_bind() else {
+            continue;
+        };
+        if let Some(action) = p
+            .pre_bind(state, assumed, node)
+            .map_err(|s| s.with_plugin(plugin.name()))?
+        {
+            actions.push(action);
+        }
+    }
+    Ok(actions)
+}
+
+/// The binding the first Bind plugin that does not skip the pod plans.
+pub fn run_bind(
+    profile: &Profile,
+    state: &CycleState,
+    assumed: &PodInfo,
+    node: &Arc<str>,
+) -> Result<BindPlan, Status> {
+    for plugin in &profile.bind {
+        let Some(b) = plugin.as_bind() else { continue };
+        match b.bind(state, assumed, node) {
+            Ok(plan) => return Ok(plan),
+            Err(s) if s.is_skip() => continue,
+            Err(s) => return Err(s.with_plugin(plugin.name())),
+        }
+    }
+    Err(Status::error("no bind plugin bound the pod"))
+}
+
+/// Runs the PostBind plugins once `pod` is bound to `node`.
+pub fn run_post_bind(profile: &Profile, pod: &PodInfo, node: &str) {
+    for plugin in &profile.post_bind {
+        if let Some(p) = plugin.as_post_bind() {
+            p.post_bind(pod, node);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -415,7 +415,7 @@ impl Scheduler {
             return self.failed(queued, status, now);
         };
         if let Err(status) = run_reserve(profile, &mut state, &assumed, node_info) {
-            self.run_unreserved_hooks(profile, &assumed);
+            run_unreserved(profile, &assumed, &mut self.waiting);
             return self.failed(queued, status, now);
         }
         let reserved = state
@@ -428,7 +428,7 @@ impl Scheduler {
         let assumed = Arc::new(assumed);
         if let Err(e) = self.cache.assume_pod(assumed.clone()) {
             unreserve(profile, &mut state, &assumed, &node, profile.reserve.len());
-            self.run_unreserved_hooks(profile, &assumed);
+            run_unreserved(profile, &assumed, &mut self.waiting);
             return self.failed(queued, Status::error(e.to_string()), now);
         }
         if let Some(ReservedVolumes(decisions)) = state.get::<ReservedVolumes>()
@@ -611,12 +611,6 @@ impl Scheduler {
         })
     }
 
-    /// Tells the Permit plugins that `pod` will not be bound (see
-    /// [`crate::framework::PermitPlugin::unreserved`]).
-    fn run_unreserved_hooks(&mut self, profile: &Profile, pod: &PodInfo) {
-        run_unreserved(profile, pod, &mut self.waiting);
-    }
-
     fn forget(
         &mut self,
         profile: &Profile,
@@ -628,7 +622,7 @@ impl Scheduler {
             self.cache.forget_volumes(decisions);
         }
         unreserve(profile, state, pod, node, profile.reserve.len());
-        self.run_unreserved_hooks(profile, pod);
+        run_unreserved(profile, pod, &mut self.waiting);
         // The pod was assumed before; forgetting it cannot fail.
         let _ = self.cache.forget_pod(&pod.namespace, &pod.name);
     }
