@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use gantry_adapter::driver::Input;
 use gantry_adapter::watch;
 use gantry_core::cache::{Tracked, TrackedSet};
-use gantry_core::config::ContentType;
+use gantry_core::config::{Config, ContentType};
+use gantry_core::scheduler::Scheduler;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, Patch, PatchParams};
@@ -326,28 +327,22 @@ async fn the_budget_watcher_reads_budgets_under_the_role(
     );
     assert_eq!(
         names,
-        ["nodes", "pods", "poddisruptionbudgets", "podgroups"]
+        ["poddisruptionbudgets", "podgroups", "nodes", "pods"]
     );
 
-    let listed = budget_inputs(&inputs, "the budgets listed, no PodGroups", |seen| {
-        seen.iter()
-            .any(|i| matches!(i, Input::Synced("poddisruptionbudgets")))
-            && seen.iter().any(|i| matches!(i, Input::Synced("podgroups")))
-    })
-    .await;
-    let mut budgets: Vec<_> = listed
-        .iter()
-        .filter_map(|i| match i {
-            Input::DisruptionBudgetApplied(b) => Some(b),
-            _ => None,
+    let mut heard = Heard::new();
+    heard
+        .until(&inputs, "the budgets listed, no PodGroups", |h| {
+            h.synced.contains("poddisruptionbudgets") && h.synced.contains("podgroups")
         })
-        .collect();
-    budgets.sort_by(|a, b| a.name.cmp(&b.name));
-    let summary: Vec<_> = budgets
-        .iter()
-        .map(|b| (b.namespace.as_str(), b.name.as_str(), b.disruptions_allowed))
-        .collect();
-    assert_eq!(summary, [(namespace, "gone", 0), (namespace, "web", 0)]);
+        .await;
+    assert_eq!(
+        heard.budgets(),
+        [
+            (namespace.to_string(), "gone".to_string(), 0, Vec::new()),
+            (namespace.to_string(), "web".to_string(), 0, Vec::new())
+        ]
+    );
 
     // The disruption controller is not running: the admin writes the status it would.
     let budgets = Api::<PodDisruptionBudget>::namespaced(admin.clone(), namespace);
@@ -365,17 +360,13 @@ async fn the_budget_watcher_reads_budgets_under_the_role(
         .await
         .expect("patch the budget's status");
     assert_eq!(patched.status.and_then(|s| s.disruptions_allowed), Some(2));
-    let changed = budget_inputs(&inputs, "the status change heard", |seen| {
-        seen.iter().any(|i| {
-            matches!(i, Input::DisruptionBudgetApplied(b)
-                if b.name == "web" && b.disruptions_allowed == 2)
+    heard
+        .until(&inputs, "the status change heard", |h| {
+            h.budgets().iter().any(|(_, name, allowed, disrupted)| {
+                name == "web" && *allowed == 2 && disrupted == &["w9".to_string()]
+            })
         })
-    })
-    .await;
-    let Some(Input::DisruptionBudgetApplied(web)) = changed.last() else {
-        panic!("{changed:?}");
-    };
-    assert_eq!(web.disrupted_pods.iter().collect::<Vec<_>>(), ["w9"]);
+        .await;
 
     plane.kubectl(&[
         "delete",
@@ -384,43 +375,75 @@ async fn the_budget_watcher_reads_budgets_under_the_role(
         "--namespace",
         namespace,
     ]);
-    budget_inputs(&inputs, "the deletion heard", |seen| {
-        seen.iter().any(|i| {
-            matches!(i, Input::DisruptionBudgetDeleted { namespace: n, name }
-                if n == namespace && name == "gone")
+    heard
+        .until(&inputs, "the deletion heard", |h| {
+            h.budgets().iter().all(|(_, name, ..)| name != "gone")
         })
-    })
-    .await;
+        .await;
     drop(inputs);
     for task in tasks {
         task.abort();
     }
 }
 
-/// The watchers' inputs about disruption budgets (and the budget and PodGroup watchers'
-/// `Synced`), the others dropped, read from `inputs` until `done` holds of those seen; panics after 20 s.
-async fn budget_inputs(
-    inputs: &Receiver<Input>,
-    what: &str,
-    done: impl Fn(&[Input]) -> bool,
-) -> Vec<Input> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut seen = Vec::new();
-    loop {
-        while let Ok(input) = inputs.try_recv() {
-            if matches!(
-                input,
-                Input::DisruptionBudgetApplied(_)
-                    | Input::DisruptionBudgetDeleted { .. }
-                    | Input::Synced("poddisruptionbudgets" | "podgroups")
-            ) {
-                seen.push(input);
+/// What the watchers' inputs did to a scheduler (of the default configuration, which keeps
+/// PodDisruptionBudgets), and the watchers that have listed.
+struct Heard {
+    scheduler: Scheduler,
+    synced: BTreeSet<&'static str>,
+}
+
+impl Heard {
+    fn new() -> Heard {
+        let config = Config::default_with(&gantry_core::plugins::registry()).expect("defaults");
+        Heard {
+            scheduler: Scheduler::new(config, None),
+            synced: BTreeSet::new(),
+        }
+    }
+
+    /// The budgets held: namespace, name, disruptions allowed, the disrupted pods; by name.
+    fn budgets(&self) -> Vec<(String, String, i32, Vec<String>)> {
+        let mut budgets: Vec<_> = self
+            .scheduler
+            .cache()
+            .disruption_budgets()
+            .map(|b| {
+                let disrupted = b.disrupted_pods.iter().cloned().collect();
+                (
+                    b.namespace.clone(),
+                    b.name.clone(),
+                    b.disruptions_allowed,
+                    disrupted,
+                )
+            })
+            .collect();
+        budgets.sort();
+        budgets
+    }
+
+    /// Applies the watchers' inputs to the scheduler until `done` holds; panics after 20 s.
+    async fn until(&mut self, inputs: &Receiver<Input>, what: &str, done: impl Fn(&Heard) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            while let Ok(input) = inputs.try_recv() {
+                match input {
+                    Input::Object(change) => change.apply(&mut self.scheduler, Duration::ZERO),
+                    Input::Synced(watcher) => {
+                        self.synced.insert(watcher);
+                    }
+                    _ => {}
+                }
             }
+            if done(self) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: only {:?}",
+                self.budgets()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        if done(&seen) {
-            return seen;
-        }
-        assert!(Instant::now() < deadline, "{what}: only {seen:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -25,13 +25,8 @@ use super::node_load::{NodeLoadSettings, NodeReading};
 use super::preemption::{PreemptRequest, Victim};
 use gantry_core::decision::DecisionRecorder;
 use gantry_core::framework::{Code, Nomination, Preemption, Status};
-use gantry_core::model::disruption_budget::DisruptionBudgetModel;
-use gantry_core::model::pod_group::PodGroupModel;
-use gantry_core::model::selector::LabelSelector;
-use gantry_core::model::volume::{
-    ClaimModel, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel, VolumeModel,
-};
-use gantry_core::model::{Labels, NodeModel, PodInfo, PodKey};
+use gantry_core::kinds::{AnyChange, RefusedPod, Target};
+use gantry_core::model::{NodeModel, PodInfo, PodKey};
 use gantry_core::plugins::overcommit;
 use gantry_core::queue::QueueName;
 use gantry_core::scheduler::{
@@ -58,141 +53,11 @@ pub const MAX_OUTSTANDING: usize = 4 * MAX_IN_FLIGHT;
 /// Where a paused scheduling resumes: a batch of decisions per wake-up, not one per binding.
 const RESUME_OUTSTANDING: usize = MAX_OUTSTANDING - MAX_IN_FLIGHT;
 
-/// A storage object the watchers read, converted.
-#[derive(Debug)]
-pub enum StorageInput {
-    /// A PersistentVolumeClaim was added or changed.
-    Claim(ClaimModel),
-    /// A PersistentVolumeClaim was deleted.
-    ClaimDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A PersistentVolume was added or changed.
-    Volume(VolumeModel),
-    /// A PersistentVolume was deleted.
-    VolumeDeleted(String),
-    /// A StorageClass was added or changed.
-    Class(StorageClassModel),
-    /// A StorageClass was deleted.
-    ClassDeleted(String),
-    /// A CSINode was added or changed.
-    CsiNode(CsiNodeModel),
-    /// A CSINode was deleted.
-    CsiNodeDeleted(String),
-    /// A CSIDriver was added or changed.
-    CsiDriver(CsiDriverModel),
-    /// A CSIDriver was deleted.
-    CsiDriverDeleted(String),
-    /// A CSIStorageCapacity was added or changed.
-    Capacity(StorageCapacityModel),
-    /// The API server does not serve CSIStorageCapacity.
-    CapacitiesNotServed,
-    /// A CSIStorageCapacity was deleted.
-    CapacityDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-}
-
 /// Everything the scheduling thread hears about.
 #[derive(Debug)]
 pub enum Input {
-    /// A node was added or changed.
-    NodeApplied(NodeModel),
-    /// A node was deleted (or can no longer be read).
-    NodeDeleted(String),
-    /// A pod was added or changed.
-    PodApplied(Arc<PodInfo>),
-    /// A pod was deleted or finished.
-    PodDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A pod this scheduler would schedule cannot be read.
-    PodInvalid {
-        /// The pod.
-        pod: PodRef,
-        /// Its scheduler name.
-        scheduler_name: String,
-        /// What is wrong, naming the field.
-        message: String,
-    },
-    /// A namespace's labels.
-    NamespaceApplied(String, Labels),
-    /// A namespace was deleted.
-    NamespaceDeleted(String),
-    /// A Service's selector.
-    ServiceApplied {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// Its selector.
-        selector: Labels,
-    },
-    /// A Service was deleted.
-    ServiceDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A ReplicaSet's, StatefulSet's or ReplicationController's selector.
-    ControllerApplied {
-        /// The kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// Its selector.
-        selector: LabelSelector,
-    },
-    /// A controller was deleted.
-    ControllerDeleted {
-        /// The kind.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A storage object appeared, changed or was deleted.
-    Storage(StorageInput),
-    /// A PodDisruptionBudget was added or changed.
-    DisruptionBudgetApplied(DisruptionBudgetModel),
-    /// A PodDisruptionBudget was deleted (or can no longer be read).
-    DisruptionBudgetDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A PodGroup was added or changed.
-    PodGroupApplied(PodGroupModel),
-    /// A PodGroup was deleted.
-    PodGroupDeleted {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// A PodGroup cannot be read: it is absent, and its pods are told why.
-    PodGroupUnreadable {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// Why, naming the field.
-        error: String,
-    },
+    /// An object of some kind ([`gantry_core::kinds`]) was added, changed or deleted.
+    Object(Box<dyn AnyChange>),
     /// Node load a metrics source read (see [`super::node_load`]).
     NodeLoads(Vec<NodeReading>),
     /// A watcher finished a list (its first, or a relist): it has caught up with the API
@@ -495,80 +360,8 @@ impl Driver {
         let now = run.start.elapsed();
         let s = &mut self.scheduler;
         match input {
-            Input::NodeApplied(node) => self.node_applied(node, now),
+            Input::Object(change) => change.apply(self, now),
             Input::NodeLoads(readings) => self.node_loads(&readings, now),
-            Input::NodeDeleted(name) => s.remove_node(&name),
-            Input::PodApplied(pod) => {
-                if pod.node_name.is_none() && pod.terminating {
-                    // kube-scheduler does not schedule pods that are being deleted.
-                    s.remove_pod(&pod.namespace, &pod.name, now);
-                } else if let Err(e) = s.upsert_pod(pod, now) {
-                    tracing::warn!(error = %e, "pod not recorded");
-                }
-            }
-            Input::PodDeleted { namespace, name } => {
-                s.remove_pod(&namespace, &name, now);
-                self.recorder.record(Record::Forget { namespace, name });
-            }
-            Input::PodInvalid {
-                pod,
-                scheduler_name,
-                message,
-            } => self.pod_invalid(pod, scheduler_name, message, now),
-            Input::NamespaceApplied(name, labels) => {
-                s.cache_mut().set_namespace(&name, labels);
-                s.notify(now);
-            }
-            Input::NamespaceDeleted(name) => s.cache_mut().remove_namespace(&name),
-            Input::ServiceApplied {
-                namespace,
-                name,
-                selector,
-            } => {
-                s.cache_mut().set_service(&namespace, &name, selector);
-                s.notify(now);
-            }
-            Input::ServiceDeleted { namespace, name } => {
-                s.cache_mut().remove_service(&namespace, &name);
-                s.notify(now);
-            }
-            Input::ControllerApplied {
-                kind,
-                namespace,
-                name,
-                selector,
-            } => {
-                s.cache_mut()
-                    .set_controller(kind, &namespace, &name, selector);
-                s.notify(now);
-            }
-            Input::ControllerDeleted {
-                kind,
-                namespace,
-                name,
-            } => {
-                s.cache_mut().remove_controller(kind, &namespace, &name);
-                s.notify(now);
-            }
-            Input::Storage(change) => apply_storage(s, change, now),
-            Input::DisruptionBudgetApplied(budget) => s.upsert_disruption_budget(budget),
-            Input::DisruptionBudgetDeleted { namespace, name } => {
-                s.remove_disruption_budget(&namespace, &name)
-            }
-            Input::PodGroupApplied(group) => {
-                // A change of status alone (gantry's own writes among them) changes nothing
-                // the plugin reads, and wakes no pod.
-                let known = s.cache().pod_groups().group(&group.namespace, &group.name);
-                if known.is_none_or(|g| **g != group) {
-                    s.upsert_pod_group(group, now);
-                }
-            }
-            Input::PodGroupDeleted { namespace, name } => s.remove_pod_group(&namespace, &name),
-            Input::PodGroupUnreadable {
-                namespace,
-                name,
-                error,
-            } => s.pod_group_unreadable(&namespace, &name, &error, now),
             Input::Synced(watcher) => self.synced(watcher),
             Input::Stale(watcher) => {
                 if self.watchers.insert(watcher) && self.ready.load(Ordering::Relaxed) {
@@ -616,7 +409,7 @@ impl Driver {
     }
 
     /// A node added or changed, with the load its annotations carry, if any.
-    fn node_applied(&mut self, node: NodeModel, now: Duration) {
+    fn node_applied_at(&mut self, node: NodeModel, now: Duration) {
         let load = self
             .node_load
             .from_annotations(&node, now, SystemTime::now());
@@ -643,7 +436,19 @@ impl Driver {
     }
 
     /// A pod the model cannot read: dropped from the queue, and told why.
-    fn pod_invalid(&mut self, pod: PodRef, scheduler_name: String, message: String, now: Duration) {
+    fn pod_invalid(&mut self, refused: RefusedPod, now: Duration) {
+        let RefusedPod {
+            namespace,
+            name,
+            uid,
+            scheduler_name,
+            message,
+        } = refused;
+        let pod = PodRef {
+            namespace,
+            name,
+            uid,
+        };
         self.scheduler.remove_pod(&pod.namespace, &pod.name, now);
         tracing::warn!(pod = %pod.display(), %message, "pod cannot be scheduled");
         self.recorder.record(Record::Failed {
@@ -905,21 +710,28 @@ pub fn pod_ref(pod: &PodInfo) -> PodRef {
 }
 
 /// A change of a storage object (claims, volumes, classes, CSI nodes and drivers, capacities).
-fn apply_storage(s: &mut Scheduler, change: StorageInput, now: Duration) {
-    match change {
-        StorageInput::Claim(c) => s.upsert_claim(c, now),
-        StorageInput::ClaimDeleted { namespace, name } => s.remove_claim(&namespace, &name),
-        StorageInput::Volume(v) => s.upsert_volume(v, now),
-        StorageInput::VolumeDeleted(name) => s.remove_volume(&name),
-        StorageInput::Class(c) => s.upsert_storage_class(c, now),
-        StorageInput::ClassDeleted(name) => s.remove_storage_class(&name),
-        StorageInput::CsiNode(n) => s.upsert_csi_node(n, now),
-        StorageInput::CsiNodeDeleted(name) => s.remove_csi_node(&name),
-        StorageInput::CsiDriver(d) => s.upsert_csi_driver(d, now),
-        StorageInput::CsiDriverDeleted(name) => s.remove_csi_driver(&name),
-        StorageInput::Capacity(c) => s.upsert_capacity(c, now),
-        StorageInput::CapacitiesNotServed => s.cache_mut().set_capacities_not_served(),
-        StorageInput::CapacityDeleted { namespace, name } => s.remove_capacity(&namespace, &name),
+/// The kinds' changes land in the scheduler, with what only `gantry run` adds: a node's
+/// load annotation dated by the wall clock, a refused pod told to the API server, a deleted
+/// pod's records forgotten.
+impl Target for Driver {
+    fn scheduler(&mut self) -> &mut Scheduler {
+        &mut self.scheduler
+    }
+
+    fn node_applied(&mut self, node: NodeModel, now: Duration) {
+        self.node_applied_at(node, now);
+    }
+
+    fn pod_refused(&mut self, pod: RefusedPod, now: Duration) {
+        self.pod_invalid(pod, now);
+    }
+
+    fn pod_deleted(&mut self, namespace: &str, name: &str, now: Duration) {
+        self.scheduler.remove_pod(namespace, name, now);
+        self.recorder.record(Record::Forget {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        });
     }
 }
 
@@ -928,12 +740,22 @@ mod tests {
     use super::*;
     use gantry_core::config::Config;
     use gantry_core::decision::DecisionStore;
+    use gantry_core::kinds::{self, Change};
     use gantry_core::model::gpu::GPU_RESOURCE;
     use gantry_core::model::hami;
     use gantry_core::plugins;
     use gantry_core::testing::{node, pod};
     use std::sync::mpsc::{Sender, channel};
     use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+    fn node_input(node: NodeModel) -> Input {
+        Input::Object(kinds::boxed::<kinds::Nodes>(Change::Applied(node)))
+    }
+
+    fn pod_input(pod: Arc<PodInfo>) -> Input {
+        let reading = kinds::PodReading::Pod(pod);
+        Input::Object(kinds::boxed::<kinds::Pods>(Change::Applied(reading)))
+    }
 
     struct Harness {
         inputs: Sender<Input>,
@@ -1007,10 +829,10 @@ mod tests {
     fn nothing_is_scheduled_before_warm_caches_and_leadership() {
         let mut h = start();
         h.inputs
-            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .send(node_input(node("n1").capacity("2", "4Gi").build()))
             .unwrap();
         h.inputs
-            .send(Input::PodApplied(pod("a").req("cpu", "1").build()))
+            .send(pod_input(pod("a").req("cpu", "1").build()))
             .unwrap();
         h.inputs.send(Input::Synced("nodes")).unwrap();
         h.inputs.send(Input::Lead).unwrap();
@@ -1039,18 +861,15 @@ mod tests {
         send(
             &h,
             [
-                Input::NodeApplied(node("n1").capacity("2", "4Gi").build()),
-                Input::PodApplied(pod("big").req("cpu", "3").build()),
+                node_input(node("n1").capacity("2", "4Gi").build()),
+                pod_input(pod("big").req("cpu", "3").build()),
             ],
         );
         warm_and_lead(&h);
         assert!(
             matches!(next(&mut h.records), Some(Record::Failed { pod, .. }) if pod.name == "big")
         );
-        send(
-            &h,
-            [Input::NodeApplied(node("n2").capacity("4", "4Gi").build())],
-        );
+        send(&h, [node_input(node("n2").capacity("4", "4Gi").build())]);
         let bind = next(&mut h.binds).expect("a binding once a node fits");
         assert_eq!(&*bind.task.plan.node, "n2");
         assert!(
@@ -1107,14 +926,14 @@ profiles:
         send(
             &h,
             [
-                Input::NodeApplied(
+                node_input(
                     node("gpu")
                         .capacity("32", "128Gi")
                         .alloc(GPU_RESOURCE, "10")
                         .annotation(hami::REGISTER_ANNOTATION, devices)
                         .build(),
                 ),
-                Input::PodApplied(
+                pod_input(
                     pod("share")
                         .req("cpu", "1")
                         .req(GPU_RESOURCE, "1")
@@ -1133,10 +952,7 @@ profiles:
             outstanding_becomes(&h, 0),
             "the lock wait holds nothing back"
         );
-        send(
-            &h,
-            [Input::PodApplied(pod("plain").req("cpu", "1").build())],
-        );
+        send(&h, [pod_input(pod("plain").req("cpu", "1").build())]);
         let plain = next(&mut h.binds).expect("the plain pod is bound");
         assert!(
             outstanding_becomes(&h, 1),
@@ -1165,9 +981,9 @@ profiles:
         send(
             &h,
             [
-                Input::NodeApplied(node("n1").capacity("2", "4Gi").build()),
-                Input::PodApplied(pod("a").req("cpu", "1").build()),
-                Input::PodApplied(pod("big").req("cpu", "3").build()),
+                node_input(node("n1").capacity("2", "4Gi").build()),
+                pod_input(pod("a").req("cpu", "1").build()),
+                pod_input(pod("big").req("cpu", "3").build()),
             ],
         );
         warm_and_lead(&h);
@@ -1205,10 +1021,10 @@ profiles:
     fn node_load_readings_reach_the_scheduler_and_wake_parked_pods() {
         let mut h = start_with(strict_load_aware(), NodeLoadSettings::default());
         h.inputs
-            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .send(node_input(node("n1").capacity("2", "4Gi").build()))
             .unwrap();
         h.inputs
-            .send(Input::PodApplied(pod("a").req("cpu", "100m").build()))
+            .send(pod_input(pod("a").req("cpu", "100m").build()))
             .unwrap();
         warm_and_lead(&h);
         let failed = loop {
@@ -1257,9 +1073,9 @@ profiles:
                 .build()
         };
         for input in [
-            Input::NodeApplied(annotated("hot", "0.95")),
-            Input::NodeApplied(annotated("cool", "0.1")),
-            Input::PodApplied(pod("a").req("cpu", "100m").build()),
+            node_input(annotated("hot", "0.95")),
+            node_input(annotated("cool", "0.1")),
+            pod_input(pod("a").req("cpu", "100m").build()),
         ] {
             h.inputs.send(input).unwrap();
         }
@@ -1292,11 +1108,11 @@ profiles:
         send(
             &h,
             [
-                Input::NodeApplied(node("n1").capacity("3", "4Gi").build()),
-                Input::PodApplied(pod("low").req("cpu", "1").on("n1").build()),
-                Input::PodApplied(Arc::new(terminating)),
-                Input::PodApplied(Arc::new(marked)),
-                Input::PodApplied(pod("vip").req("cpu", "3").priority(100).build()),
+                node_input(node("n1").capacity("3", "4Gi").build()),
+                pod_input(pod("low").req("cpu", "1").on("n1").build()),
+                pod_input(Arc::new(terminating)),
+                pod_input(Arc::new(marked)),
+                pod_input(pod("vip").req("cpu", "3").priority(100).build()),
             ],
         );
         warm_and_lead(&h);
@@ -1361,9 +1177,9 @@ profiles:
     fn a_follower_keeps_its_cache_but_does_not_schedule() {
         let mut h = start();
         h.inputs
-            .send(Input::NodeApplied(node("n1").capacity("2", "4Gi").build()))
+            .send(node_input(node("n1").capacity("2", "4Gi").build()))
             .unwrap();
-        h.inputs.send(Input::PodApplied(pod("a").build())).unwrap();
+        h.inputs.send(pod_input(pod("a").build())).unwrap();
         h.inputs.send(Input::Synced("nodes")).unwrap();
         h.inputs.send(Input::Synced("pods")).unwrap();
         assert!(quiet(&mut h.binds));
@@ -1381,9 +1197,9 @@ profiles:
     fn unschedulable_and_refused_pods_are_reported_once() {
         let mut h = start();
         for input in [
-            Input::NodeApplied(node("n1").capacity("1", "4Gi").build()),
-            Input::PodApplied(pod("big").req("cpu", "2").build()),
-            Input::PodApplied(pod("small").req("cpu", "1").build()),
+            node_input(node("n1").capacity("1", "4Gi").build()),
+            pod_input(pod("big").req("cpu", "2").build()),
+            pod_input(pod("small").req("cpu", "1").build()),
             Input::Synced("nodes"),
             Input::Synced("pods"),
             Input::Lead,
@@ -1431,16 +1247,13 @@ profiles:
     #[test]
     fn a_lost_watch_pauses_scheduling_until_it_has_relisted() {
         let mut h = start();
-        send(
-            &h,
-            [Input::NodeApplied(node("n1").capacity("4", "4Gi").build())],
-        );
+        send(&h, [node_input(node("n1").capacity("4", "4Gi").build())]);
         warm_and_lead(&h);
         send(
             &h,
             [
                 Input::Stale("pods"),
-                Input::PodApplied(pod("a").req("cpu", "1").build()),
+                pod_input(pod("a").req("cpu", "1").build()),
             ],
         );
         assert!(quiet(&mut h.binds), "nothing is scheduled on a stale cache");
@@ -1457,13 +1270,13 @@ profiles:
     fn scheduling_pauses_at_the_most_bindings_outstanding() {
         let mut h = start();
         let pods = MAX_OUTSTANDING + 10;
-        let mut inputs = vec![Input::NodeApplied(
+        let mut inputs = vec![node_input(
             node("n1")
                 .capacity("10000", "10000Gi")
                 .alloc("pods", &pods.to_string())
                 .build(),
         )];
-        inputs.extend((0..pods).map(|i| Input::PodApplied(pod(&format!("p{i}")).build())));
+        inputs.extend((0..pods).map(|i| pod_input(pod(&format!("p{i}")).build())));
         send(&h, inputs);
         warm_and_lead(&h);
         let mut decided = Vec::new();

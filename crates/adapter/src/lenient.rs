@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 use super::protobuf::{self, ProtoError};
+pub use gantry_core::kinds::Unreadable;
 use gantry_core::model::echo::{at_path, bound_message};
 
 /// An object as a watcher read it.
@@ -21,61 +22,31 @@ pub enum Read<K> {
     Unreadable(Unreadable),
 }
 
-/// What is known of an object that does not decode: its names, read on their own, and why
-/// the rest cannot be read.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Unreadable {
-    /// `metadata.namespace`, for a namespaced object.
-    pub namespace: Option<String>,
-    /// `metadata.name` (empty when even that cannot be read).
-    pub name: String,
-    /// `metadata.uid`.
-    pub uid: Option<String>,
-    /// `metadata.resourceVersion`.
-    pub resource_version: Option<String>,
-    /// `spec.nodeName`, for a pod (whether it is bound).
-    pub node_name: Option<String>,
-    /// `spec.schedulerName`, for a pod.
-    pub scheduler_name: Option<String>,
-    /// What is wrong, naming the field: `spec.minMember: invalid value: ...`.
-    pub error: String,
+/// The names of the JSON object `raw` (what of them can be read) with `error`.
+fn unreadable_json(raw: &str, error: String) -> Unreadable {
+    let names: Names = serde_json::from_str(raw).unwrap_or_default();
+    let meta = names.metadata.and_then(Lax::get).unwrap_or_default();
+    let spec = names.spec.and_then(Lax::get).unwrap_or_default();
+    Unreadable {
+        namespace: meta.namespace.and_then(Lax::get),
+        name: meta.name.and_then(Lax::get).unwrap_or_default(),
+        uid: meta.uid.and_then(Lax::get),
+        resource_version: meta.resource_version.and_then(Lax::get),
+        node_name: spec.node_name.and_then(Lax::get),
+        scheduler_name: spec.scheduler_name.and_then(Lax::get),
+        error,
+    }
 }
 
-impl Unreadable {
-    /// `namespace/name`, or `name` for a cluster-scoped object: the key watchers use.
-    pub fn key(&self) -> String {
-        match &self.namespace {
-            Some(ns) if !ns.is_empty() => format!("{ns}/{}", self.name),
-            _ => self.name.clone(),
-        }
-    }
-
-    /// The names of the JSON object `raw` (what of them can be read) with `error`.
-    fn from_json(raw: &str, error: String) -> Unreadable {
-        let names: Names = serde_json::from_str(raw).unwrap_or_default();
-        let meta = names.metadata.and_then(Lax::get).unwrap_or_default();
-        let spec = names.spec.and_then(Lax::get).unwrap_or_default();
-        Unreadable {
-            namespace: meta.namespace.and_then(Lax::get),
-            name: meta.name.and_then(Lax::get).unwrap_or_default(),
-            uid: meta.uid.and_then(Lax::get),
-            resource_version: meta.resource_version.and_then(Lax::get),
-            node_name: spec.node_name.and_then(Lax::get),
-            scheduler_name: spec.scheduler_name.and_then(Lax::get),
-            error,
-        }
-    }
-
-    /// The names of the protobuf object `object` (what of them can be read) with `error`.
-    fn from_protobuf(object: &[u8], error: &ProtoError) -> Unreadable {
-        let (namespace, name) = protobuf::object_names(object);
-        Unreadable {
-            namespace,
-            name: name.unwrap_or_default(),
-            resource_version: protobuf::resource_version(object).ok().flatten(),
-            error: bound_message(&error.to_string()),
-            ..Unreadable::default()
-        }
+/// The names of the protobuf object `object` (what of them can be read) with `error`.
+fn unreadable_protobuf(object: &[u8], error: &ProtoError) -> Unreadable {
+    let (namespace, name) = protobuf::object_names(object);
+    Unreadable {
+        namespace,
+        name: name.unwrap_or_default(),
+        resource_version: protobuf::resource_version(object).ok().flatten(),
+        error: bound_message(&error.to_string()),
+        ..Unreadable::default()
     }
 }
 
@@ -138,17 +109,20 @@ pub fn read_json<K: DeserializeOwned>(raw: &RawValue) -> Read<K> {
         Err(e) => {
             let path = e.path().to_string();
             let error = bound_message(&at_path(&path, &e.into_inner().to_string()));
-            Read::Unreadable(Unreadable::from_json(raw.get(), error))
+            Read::Unreadable(unreadable_json(raw.get(), error))
         }
     }
 }
 
 /// Reads the protobuf object `object` with `decode`; one that does not decode is
 /// [`Read::Unreadable`].
-pub fn read_protobuf<K>(object: &[u8], decode: fn(&[u8]) -> Result<K, ProtoError>) -> Read<K> {
+pub fn read_protobuf<K>(
+    object: &[u8],
+    decode: fn(&[u8]) -> Result<K, prost::DecodeError>,
+) -> Read<K> {
     match decode(object) {
         Ok(obj) => Read::Object(obj),
-        Err(e) => Read::Unreadable(Unreadable::from_protobuf(object, &e)),
+        Err(e) => Read::Unreadable(unreadable_protobuf(object, &ProtoError::Decode(e))),
     }
 }
 
@@ -175,7 +149,7 @@ mod tests {
             r#"{"metadata":{"name":"bad","namespace":"ml","resourceVersion":"7","uid":"u1"},
                 "spec":{"minMember":2147483648}}"#,
         );
-        assert_eq!(u.key(), "ml/bad");
+        assert_eq!(u.key().to_string(), "ml/bad");
         assert_eq!(u.resource_version.as_deref(), Some("7"));
         assert_eq!(u.uid.as_deref(), Some("u1"));
         assert_eq!(
@@ -195,7 +169,7 @@ mod tests {
         ] {
             let json = format!(r#"{{"metadata":{{"name":"g","namespace":"ns"}},"spec":{spec}}}"#);
             let u = unreadable::<PodGroup>(&json);
-            assert_eq!(u.key(), "ns/g", "{spec}");
+            assert_eq!(u.key().to_string(), "ns/g", "{spec}");
             assert!(u.error.starts_with("spec"), "{spec}: {}", u.error);
         }
         let good = r#"{"metadata":{"name":"g","namespace":"ns"},"spec":{"minMember":3}}"#;

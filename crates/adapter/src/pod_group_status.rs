@@ -29,7 +29,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::protobuf::ProtoError;
 use super::protobuf::pod::PodMembership;
 use super::readiness::Watchers;
 use super::reflector::{self, Format, Selectors};
@@ -241,7 +240,7 @@ impl GroupPod {
     /// Reads a pod from its protobuf encoding, the few fields the writer needs only: the
     /// same encoding as the scheduler's own pod watch, which the API server then encodes
     /// once for both.
-    pub fn decode(raw: &[u8]) -> Result<GroupPod, ProtoError> {
+    pub fn decode(raw: &[u8]) -> Result<GroupPod, prost::DecodeError> {
         let pod = PodMembership::decode(raw)?;
         let mut meta = pod.metadata.unwrap_or_default();
         let labels = std::mem::take(&mut meta.labels);

@@ -825,7 +825,7 @@ fn json_change<K: DeserializeOwned>(line: &[u8]) -> Result<Option<Change<K>>, Re
 /// Reads one protobuf watch frame, its object on its own.
 fn protobuf_change<K>(
     frame: &[u8],
-    decode: fn(&[u8]) -> Result<K, protobuf::ProtoError>,
+    decode: fn(&[u8]) -> Result<K, prost::DecodeError>,
 ) -> Result<Option<Change<K>>, protobuf::ProtoError> {
     let (kind, object) = protobuf::watch_event(frame)?;
     Ok(match kind {
@@ -849,7 +849,7 @@ pub enum Format<K> {
     Json,
     /// Kubernetes' protobuf, read with this function (from an object's message, out of its
     /// envelope).
-    Protobuf(fn(&[u8]) -> Result<K, protobuf::ProtoError>),
+    Protobuf(fn(&[u8]) -> Result<K, prost::DecodeError>),
 }
 
 impl<K> Clone for Format<K> {

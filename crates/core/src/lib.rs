@@ -13,6 +13,7 @@ pub mod cycle;
 pub mod decision;
 pub mod extender;
 pub mod framework;
+pub mod kinds;
 pub mod memory;
 pub mod model;
 pub mod plugins;

@@ -3,16 +3,19 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::apps::v1 as apps;
+use std::any::{Any, TypeId};
+use std::fmt::Debug;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::Metadata;
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::policy::v1 as policy;
-use k8s_openapi::api::storage::v1 as storage;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use gantry_core::config::yaml;
+use gantry_core::kinds::{self, Change, Kind, ReadContext, Target, Visitor};
 use gantry_core::model::echo::{bound_message, echo, echo_name};
-use gantry_core::model::pod_group::{self, PodGroup};
 
 /// Input that cannot be read; names the document and, where it can, the field.
 #[derive(Debug, thiserror::Error)]
@@ -58,46 +61,51 @@ pub enum InputError {
 }
 
 /// The objects a simulation reads.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct ClusterInput {
-    /// Nodes.
-    pub nodes: Vec<core::Node>,
     /// Pods: with `spec.nodeName` they are running, without it they are pending, in order.
+    /// They are the simulation's workload, read here rather than as a [`Kind`].
     pub pods: Vec<core::Pod>,
-    /// Namespaces (for their labels).
-    pub namespaces: Vec<core::Namespace>,
-    /// Services (for default topology spreading).
-    pub services: Vec<core::Service>,
-    /// ReplicaSets (for default topology spreading).
-    pub replica_sets: Vec<apps::ReplicaSet>,
-    /// StatefulSets (for default topology spreading).
-    pub stateful_sets: Vec<apps::StatefulSet>,
-    /// ReplicationControllers (for default topology spreading).
-    pub replication_controllers: Vec<core::ReplicationController>,
-    /// PersistentVolumeClaims.
-    pub claims: Vec<core::PersistentVolumeClaim>,
-    /// PersistentVolumes.
-    pub volumes: Vec<core::PersistentVolume>,
-    /// StorageClasses.
-    pub storage_classes: Vec<storage::StorageClass>,
-    /// CSINodes.
-    pub csi_nodes: Vec<storage::CSINode>,
-    /// CSIDrivers.
-    pub csi_drivers: Vec<storage::CSIDriver>,
-    /// CSIStorageCapacities.
-    pub capacities: Vec<storage::CSIStorageCapacity>,
-    /// PodDisruptionBudgets, of `policy/v1` or `policy/v1beta1` (read as v1: the fields
-    /// preemption reads have the same schema).
-    pub disruption_budgets: Vec<policy::PodDisruptionBudget>,
-    /// PodGroups (`scheduling.x-k8s.io/v1alpha1`), for gang scheduling.
-    pub pod_groups: Vec<PodGroup>,
+    /// The objects of every other kind, by the kind's place in [`kinds::each`].
+    objects: BTreeMap<usize, Box<dyn KindObjects>>,
     /// Objects of other kinds, counted by kind; the scheduler does not read them.
     pub ignored: BTreeMap<String, usize>,
     /// Where each pod (namespace, name) was read, to refuse a second one.
     pod_origins: HashMap<(String, String), String>,
 }
 
+impl Clone for ClusterInput {
+    fn clone(&self) -> Self {
+        ClusterInput {
+            pods: self.pods.clone(),
+            objects: self
+                .objects
+                .iter()
+                .map(|(place, objects)| (*place, objects.clone_box()))
+                .collect(),
+            ignored: self.ignored.clone(),
+            pod_origins: self.pod_origins.clone(),
+        }
+    }
+}
+
 impl ClusterInput {
+    /// The objects of kind `K` read, in input order.
+    pub fn objects<K: Kind>(&self) -> &[K::Object] {
+        self.objects
+            .values()
+            .find_map(|objects| objects.as_any().downcast_ref::<Of<K>>())
+            .map_or(&[], |of| &of.0)
+    }
+
+    /// Applies the objects of every kind read to `loader`, kind by kind in
+    /// [`kinds::each`]'s order; each object that cannot be read is told to it and left out.
+    pub fn apply_objects(&self, loader: &mut dyn Loader, now: Duration) {
+        for objects in self.objects.values() {
+            objects.apply(loader, now);
+        }
+    }
+
     /// Reads a file.
     pub fn from_file(path: &std::path::Path) -> Result<Self, InputError> {
         let text = std::fs::read_to_string(path).map_err(|error| InputError::Read {
@@ -164,55 +172,11 @@ impl ClusterInput {
             .to_string();
         let what = format!("{path}{} {}", echo_name(&kind), echo(&name));
         match kind.as_str() {
-            "Node" => self.nodes.push(decode(value, &what).map_err(invalid)?),
             "Pod" => {
                 let pod: core::Pod = decode(value, &what).map_err(invalid)?;
                 self.check_unique(&pod, origin.describe(path))?;
                 self.pods.push(pod);
             }
-            "Namespace" => self.namespaces.push(decode(value, &what).map_err(invalid)?),
-            "Service" => self.services.push(decode(value, &what).map_err(invalid)?),
-            "ReplicaSet" => self
-                .replica_sets
-                .push(decode(value, &what).map_err(invalid)?),
-            "StatefulSet" => self
-                .stateful_sets
-                .push(decode(value, &what).map_err(invalid)?),
-            "PersistentVolumeClaim" => self.claims.push(decode(value, &what).map_err(invalid)?),
-            "PersistentVolume" => self.volumes.push(decode(value, &what).map_err(invalid)?),
-            "StorageClass" => self
-                .storage_classes
-                .push(decode(value, &what).map_err(invalid)?),
-            "CSINode" => self.csi_nodes.push(decode(value, &what).map_err(invalid)?),
-            "CSIDriver" => self
-                .csi_drivers
-                .push(decode(value, &what).map_err(invalid)?),
-            "CSIStorageCapacity" => self.capacities.push(decode(value, &what).map_err(invalid)?),
-            "PodDisruptionBudget" => {
-                let mut value = value;
-                if value.get("apiVersion").and_then(|v| v.as_str()) == Some("policy/v1beta1") {
-                    // Served until Kubernetes 1.25 and still found in saved manifests;
-                    // k8s-openapi knows only v1's struct, whose deserializer checks the
-                    // apiVersion.
-                    value["apiVersion"] = "policy/v1".into();
-                }
-                self.disruption_budgets
-                    .push(decode(value, &what).map_err(invalid)?)
-            }
-            "PodGroup" => {
-                let version = value.get("apiVersion").and_then(|v| v.as_str());
-                if version != Some(pod_group::API_VERSION) {
-                    return Err(invalid(format!(
-                        "apiVersion: {}, expected {}",
-                        echo(version.unwrap_or("")),
-                        pod_group::API_VERSION
-                    )));
-                }
-                self.pod_groups.push(decode(value, &what).map_err(invalid)?)
-            }
-            "ReplicationController" => self
-                .replication_controllers
-                .push(decode(value, &what).map_err(invalid)?),
             k if k == "List" || k.ends_with("List") => {
                 let items = value
                     .get("items")
@@ -223,7 +187,16 @@ impl ClusterInput {
                     self.add_object(item, &format!("{path}items[{i}]: "), origin)?;
                 }
             }
-            _ => *self.ignored.entry(kind).or_default() += 1,
+            _ => match readers().iter().find(|r| r.kind == kind) {
+                Some(reader) => {
+                    let objects = self
+                        .objects
+                        .entry(reader.place)
+                        .or_insert_with(reader.empty);
+                    (reader.add)(objects.as_mut(), value, &what).map_err(invalid)?;
+                }
+                None => *self.ignored.entry(kind).or_default() += 1,
+            },
         }
         Ok(())
     }
@@ -281,6 +254,140 @@ fn decode<T: DeserializeOwned>(value: serde_json::Value, what: &str) -> Result<T
     })
 }
 
+/// What the objects read are applied to: a [`Target`] told also of the objects that cannot
+/// be read.
+pub trait Loader: Target {
+    /// An object that cannot be read, and why (naming it and the field).
+    fn invalid(&mut self, error: String);
+}
+
+/// The objects of one kind read, in input order.
+trait KindObjects: Debug + Send + Sync {
+    fn clone_box(&self) -> Box<dyn KindObjects>;
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+    /// Reads each object into the model and applies it to `target`.
+    fn apply(&self, loader: &mut dyn Loader, now: Duration);
+}
+
+/// The objects of kind `K`.
+struct Of<K: Kind>(Vec<K::Object>);
+
+impl<K: Kind> Debug for Of<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple(K::NAME).field(&self.0).finish()
+    }
+}
+
+impl<K: Kind> KindObjects for Of<K>
+where
+    K::Model: Debug,
+{
+    fn clone_box(&self) -> Box<dyn KindObjects> {
+        Box::new(Of::<K>(self.0.clone()))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn apply(&self, loader: &mut dyn Loader, now: Duration) {
+        let namespaced = TypeId::of::<<K::Object as k8s_openapi::Resource>::Scope>()
+            == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+        let context = ReadContext::default();
+        for object in &self.0 {
+            let mut object = object.clone();
+            if namespaced {
+                // Hand-written input may leave the namespace out, as kubectl would fill it in.
+                object
+                    .metadata_mut()
+                    .namespace
+                    .get_or_insert_with(|| "default".to_string());
+            }
+            match K::read(&object, &context) {
+                Ok(Some(model)) => K::apply(Change::Applied(model), loader, now),
+                Ok(None) => {}
+                Err(e) => loader.invalid(e),
+            }
+        }
+    }
+}
+
+/// How the objects of one kind are read from the input.
+struct Reader {
+    /// `kind`.
+    kind: &'static str,
+    /// The kind's place in [`kinds::each`].
+    place: usize,
+    /// None read yet.
+    empty: fn() -> Box<dyn KindObjects>,
+    /// Decodes one object (`what` names it) and adds it.
+    add: fn(&mut dyn KindObjects, serde_json::Value, &str) -> Result<(), String>,
+}
+
+/// A reader for every kind but pods (the workload, read on their own).
+fn readers() -> &'static [Reader] {
+    struct Readers(Vec<Reader>);
+    impl Visitor for Readers {
+        fn visit<K: Kind>(&mut self)
+        where
+            K::Model: Debug,
+        {
+            let place = self.0.len();
+            if TypeId::of::<K>() != TypeId::of::<kinds::Pods>() {
+                self.0.push(Reader {
+                    kind: <K::Object as k8s_openapi::Resource>::KIND,
+                    place,
+                    empty: || Box::new(Of::<K>(Vec::new())),
+                    add: add::<K>,
+                });
+            }
+        }
+    }
+    static READERS: OnceLock<Vec<Reader>> = OnceLock::new();
+    READERS.get_or_init(|| {
+        let mut readers = Readers(Vec::new());
+        kinds::each(&mut readers);
+        readers.0
+    })
+}
+
+/// Decodes an object of kind `K` into `objects`, which hold that kind's. An `apiVersion`
+/// the kind reads as its own ([`Kind::OLDER_VERSIONS`]) is read as the current one; any
+/// other than the kind's is refused.
+fn add<K: Kind>(
+    objects: &mut dyn KindObjects,
+    mut value: serde_json::Value,
+    what: &str,
+) -> Result<(), String>
+where
+    K::Model: Debug,
+{
+    let expected = <K::Object as k8s_openapi::Resource>::API_VERSION;
+    let version = value.get("apiVersion").and_then(|v| v.as_str());
+    if version.is_some_and(|v| K::OLDER_VERSIONS.contains(&v)) {
+        // Older versions are still found in saved manifests; k8s-openapi knows only the
+        // current one's struct, whose deserializer checks the apiVersion.
+        value["apiVersion"] = expected.into();
+    } else if version != Some(expected) {
+        return Err(format!(
+            "{what}: apiVersion: {}, expected {expected}",
+            echo(version.unwrap_or(""))
+        ));
+    }
+    let object: K::Object = decode(value, what)?;
+    let of = objects
+        .as_any_mut()
+        .downcast_mut::<Of<K>>()
+        .expect("the objects of the reader's kind");
+    of.0.push(object);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,13 +408,13 @@ mod tests {
                 "pdbs.yaml",
             )
             .unwrap();
-        let names: Vec<_> = input
-            .disruption_budgets
+        let budgets = input.objects::<kinds::DisruptionBudgets>();
+        let names: Vec<_> = budgets
             .iter()
             .map(|b| b.metadata.name.as_deref().unwrap())
             .collect();
         assert_eq!(names, ["a", "b"]);
-        let status = input.disruption_budgets[1].status.as_ref().unwrap();
+        let status = budgets[1].status.as_ref().unwrap();
         assert_eq!(status.disruptions_allowed, Some(2));
         let e = ClusterInput::default()
             .add_yaml(
@@ -317,7 +424,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "pdbs.yaml: document 1: PodDisruptionBudget \"c\": .: invalid value: string \"policy/v2\", expected policy/v1"
+            "pdbs.yaml: document 1: PodDisruptionBudget \"c\": apiVersion: \"policy/v2\", expected policy/v1"
         );
     }
 

@@ -15,24 +15,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gantry_core::cache::Cache;
 use gantry_core::cache::VolumeDecision;
 use gantry_core::config::Config;
 use gantry_core::decision::DecisionRecorder;
 use gantry_core::framework::{PreBindAction, Status};
-use gantry_core::model::disruption_budget::DisruptionBudgetModel;
+use gantry_core::kinds::Target;
 use gantry_core::model::load::{AnnotatedLoad, LoadSample, load_from_annotations};
-use gantry_core::model::pod_group::PodGroupModel;
-use gantry_core::model::selector::LabelSelector;
-use gantry_core::model::volume::{
-    ClaimModel, ClaimRef, CsiDriverModel, CsiNodeModel, StorageCapacityModel, StorageClassModel,
-    VolumeModel,
-};
+use gantry_core::model::volume::{ClaimRef, VolumeModel};
 use gantry_core::model::{Labels, NodeModel, PodInfo};
 use gantry_core::plugins::scheduling_gates;
 use gantry_core::scheduler::{Attempt, Scheduler};
 
-pub use input::{ClusterInput, InputError};
+pub use input::{ClusterInput, InputError, Loader};
 pub(crate) use report::table;
 pub use report::{GpuDevice, GroupOutcome, NodeUsage, PodOutcome, PreemptionOutcome, Report};
 
@@ -90,28 +84,14 @@ pub fn load(input: &ClusterInput, config: Config, pool: Option<Arc<rayon::Thread
     };
     let now = Duration::ZERO;
 
-    load_workloads(sched.cache_mut(), input);
-    load_storage(&mut sched, input, &mut report, now);
-    load_disruption_budgets(&mut sched, input, &mut report);
-    load_pod_groups(&mut sched, input, &mut report, now);
-    let mut loads = Vec::new();
-    for node in &input.nodes {
-        match NodeModel::from_api(node) {
-            Ok(n) => {
-                match load_from_annotations(&n.annotations) {
-                    Ok(Some(load)) => loads.push((n.name.clone(), simulated_sample(load, now))),
-                    Ok(None) => {}
-                    Err(e) => report.invalid.push(format!(
-                        "node {}: {}",
-                        gantry_core::model::echo::echo_name(&n.name),
-                        gantry_core::model::echo::bound_message(&e)
-                    )),
-                }
-                sched.upsert_node(n, now);
-            }
-            Err(e) => report.invalid.push(e.to_string()),
-        }
-    }
+    let mut loading = Loading {
+        scheduler: &mut sched,
+        invalid: Vec::new(),
+        loads: Vec::new(),
+    };
+    input.apply_objects(&mut loading, now);
+    let Loading { invalid, loads, .. } = loading;
+    report.invalid = invalid;
     sched.set_node_loads(loads.iter().map(|(n, s)| (&**n, *s)), now);
     // Running pods first, so pending ones see them; then pending pods in input order.
     let mut pending: Vec<Arc<PodInfo>> = Vec::new();
@@ -484,87 +464,6 @@ fn complete_pre_bind(
     outcome
 }
 
-/// Claims, volumes, storage classes, CSI nodes, CSI drivers and storage capacities;
-/// unreadable ones are reported as invalid
-/// and left out.
-fn load_storage(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report, now: Duration) {
-    for c in &input.storage_classes {
-        match StorageClassModel::from_api(c) {
-            Ok(c) => sched.upsert_storage_class(c, now),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-    for v in &input.volumes {
-        match VolumeModel::from_api(v) {
-            Ok(v) => sched.upsert_volume(v, now),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-    for c in &input.claims {
-        let mut c = c.clone();
-        // Hand-written input may leave the namespace out, as kubectl would fill it in.
-        c.metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string());
-        match ClaimModel::from_api(&c) {
-            Ok(c) => sched.upsert_claim(c, now),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-    for n in &input.csi_nodes {
-        sched.upsert_csi_node(CsiNodeModel::from_api(n), now);
-    }
-    for d in &input.csi_drivers {
-        sched.upsert_csi_driver(CsiDriverModel::from_api(d), now);
-    }
-    for c in &input.capacities {
-        let mut c = c.clone();
-        c.metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string());
-        match StorageCapacityModel::from_api(&c) {
-            Ok(c) => sched.upsert_capacity(c, now),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-}
-
-/// PodDisruptionBudgets (for preemption); unreadable ones are reported as invalid and left
-/// out, so they cover no pod.
-fn load_disruption_budgets(sched: &mut Scheduler, input: &ClusterInput, report: &mut Report) {
-    for b in &input.disruption_budgets {
-        let mut b = b.clone();
-        // Hand-written input may leave the namespace out, as kubectl would fill it in.
-        b.metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string());
-        match DisruptionBudgetModel::from_api(&b) {
-            Ok(b) => sched.upsert_disruption_budget(b),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-}
-
-/// PodGroups (for gang scheduling); unreadable ones are reported as invalid and left out, so
-/// their pods are refused at Permit as pods of a group that does not exist.
-fn load_pod_groups(
-    sched: &mut Scheduler,
-    input: &ClusterInput,
-    report: &mut Report,
-    now: Duration,
-) {
-    for g in &input.pod_groups {
-        let mut g = g.clone();
-        g.metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_string());
-        match PodGroupModel::from_api(&g) {
-            Ok(g) => sched.upsert_pod_group(g, now),
-            Err(e) => report.invalid.push(e),
-        }
-    }
-}
-
 /// How each PodGroup fared: complete once `minMember` of its pods are bound; otherwise how
 /// many of them the simulation held at most, and why the rest found no place (the message
 /// of a pod not placed, preferring one that did not wait for the others).
@@ -623,56 +522,41 @@ fn is_permit_rejection(message: &str) -> bool {
         || message.starts_with("optimistic rejection")
 }
 
-fn load_workloads(cache: &mut Cache, input: &ClusterInput) {
-    for ns in &input.namespaces {
-        if let Some(name) = &ns.metadata.name {
-            let labels = ns
-                .metadata
-                .labels
-                .as_ref()
-                .map(Labels::from)
-                .unwrap_or_default();
-            cache.set_namespace(name, labels);
+/// What the objects of a cluster's input are applied to: the scheduler, with each node's
+/// load read from its annotations (dated at the simulation's start).
+struct Loading<'a> {
+    scheduler: &'a mut Scheduler,
+    /// The objects that cannot be read, and the nodes whose load annotations cannot, with
+    /// why.
+    invalid: Vec<String>,
+    /// Each node's load, from its annotations.
+    loads: Vec<(Arc<str>, LoadSample)>,
+}
+
+impl Loader for Loading<'_> {
+    fn invalid(&mut self, error: String) {
+        self.invalid.push(error);
+    }
+}
+
+impl Target for Loading<'_> {
+    fn scheduler(&mut self) -> &mut Scheduler {
+        self.scheduler
+    }
+
+    fn node_applied(&mut self, node: NodeModel, now: Duration) {
+        match load_from_annotations(&node.annotations) {
+            Ok(Some(load)) => self
+                .loads
+                .push((node.name.clone(), simulated_sample(load, now))),
+            Ok(None) => {}
+            Err(e) => self.invalid.push(format!(
+                "node {}: {}",
+                gantry_core::model::echo::echo_name(&node.name),
+                gantry_core::model::echo::bound_message(&e)
+            )),
         }
-    }
-    let ns_name = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        (
-            m.namespace.clone().unwrap_or_else(|| "default".to_string()),
-            m.name.clone().unwrap_or_default(),
-        )
-    };
-    for svc in &input.services {
-        let (ns, name) = ns_name(&svc.metadata);
-        let selector = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .map(Labels::from)
-            .unwrap_or_default();
-        cache.set_service(&ns, &name, selector);
-    }
-    for rc in &input.replication_controllers {
-        let (ns, name) = ns_name(&rc.metadata);
-        if let Some(sel) = rc.spec.as_ref().and_then(|s| s.selector.as_ref()) {
-            cache.set_controller(
-                "ReplicationController",
-                &ns,
-                &name,
-                LabelSelector::from_map(sel),
-            );
-        }
-    }
-    let controller = |cache: &mut Cache, kind: &str, meta, sel| {
-        let (ns, name) = ns_name(meta);
-        if let Ok(s) = LabelSelector::compile(Some(sel), "spec.selector") {
-            cache.set_controller(kind, &ns, &name, s);
-        }
-    };
-    for rs in &input.replica_sets {
-        controller(cache, "ReplicaSet", &rs.metadata, &rs.spec.selector);
-    }
-    for ss in &input.stateful_sets {
-        controller(cache, "StatefulSet", &ss.metadata, &ss.spec.selector);
+        self.scheduler.upsert_node(node, now);
     }
 }
 

@@ -5,10 +5,9 @@
 //! faster too. With thousands of pods bound per second, every bound pod comes back on the
 //! scheduler's watch, so this is work taken off the API server on the critical path.
 //!
-//! Only what scheduling reads is declared ([`pod`], [`volume`], [`node`], [`meta`]); the
-//! rest of each object is skipped by the decoder without being allocated. Decoded messages
-//! become the API's own types (only the fields read), so that one conversion into the model
-//! serves JSON and protobuf alike.
+//! The messages (what scheduling reads of each kind, in [`meta`], [`pod`], [`volume`],
+//! [`node`]) are declared with their kinds in the core; this module reads the envelope
+//! and the watch framing around them.
 //!
 //! On the wire (`k8s.io/apimachinery/pkg/runtime/serializer/protobuf`):
 //! - an object or a list is the four bytes `k8s\0`, then a `runtime.Unknown` whose `raw`
@@ -16,10 +15,7 @@
 //! - a watch is a stream of frames, each a four-byte big-endian length and a
 //!   `metav1.WatchEvent` (no envelope) whose `object.raw` holds the object in its envelope.
 
-pub mod meta;
-pub mod node;
-pub mod pod;
-pub mod volume;
+pub use gantry_core::kinds::protobuf::{meta, node, pod, volume};
 
 use prost::Message;
 

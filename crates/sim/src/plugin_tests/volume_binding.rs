@@ -202,27 +202,18 @@ fn a_failed_binding_gives_the_volume_back() {
     let config = Config::default_with(&gantry_core::plugins::registry()).unwrap();
     let mut s = Scheduler::new(config, None);
     let now = Duration::ZERO;
-    for sc in &input.storage_classes {
-        s.upsert_storage_class(
-            gantry_core::model::volume::StorageClassModel::from_api(sc).unwrap(),
-            now,
-        );
+    struct Strict<'a>(&'a mut Scheduler);
+    impl gantry_core::kinds::Target for Strict<'_> {
+        fn scheduler(&mut self) -> &mut Scheduler {
+            self.0
+        }
     }
-    for v in &input.volumes {
-        s.upsert_volume(
-            gantry_core::model::volume::VolumeModel::from_api(v).unwrap(),
-            now,
-        );
+    impl crate::Loader for Strict<'_> {
+        fn invalid(&mut self, error: String) {
+            panic!("{error}");
+        }
     }
-    for c in &input.claims {
-        s.upsert_claim(
-            gantry_core::model::volume::ClaimModel::from_api(c).unwrap(),
-            now,
-        );
-    }
-    for n in &input.nodes {
-        s.upsert_node(gantry_core::model::NodeModel::from_api(n).unwrap(), now);
-    }
+    input.apply_objects(&mut Strict(&mut s), now);
     let pod = std::sync::Arc::new(gantry_core::model::PodInfo::from_api(&input.pods[0]).unwrap());
     s.upsert_pod(pod, now).unwrap();
     let Some(Attempt::Scheduled(task, _)) = s.schedule_next(now) else {

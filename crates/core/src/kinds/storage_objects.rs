@@ -1,5 +1,5 @@
-//! The storage objects a scheduler holds, written back as API objects (see the parent
-//! module): PersistentVolumeClaims and PersistentVolumes as the scheduler's cycles see them
+//! The storage objects a scheduler holds, written back as API objects (see
+//! [`super::Kind::write`]): PersistentVolumeClaims and PersistentVolumes as the scheduler's cycles see them
 //! (with what it assumed over the API's objects: a volume reserved for a claim, a node
 //! selected for a claim to provision), StorageClasses, CSINodes, CSIDrivers and
 //! CSIStorageCapacities. Only the fields the volume plugins read are written.
@@ -11,14 +11,14 @@ use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
-use gantry_core::cache::Storage;
-use gantry_core::model::volume::{
+use crate::cache::Storage;
+use crate::model::volume::{
     BIND_COMPLETED_ANNOTATION, BindingMode, ClaimModel, CsiDriverModel, CsiNodeModel,
     MIGRATED_PLUGINS_ANNOTATION, SELECTED_NODE_ANNOTATION, StorageCapacityModel, StorageClassModel,
     VolumeModel,
 };
 
-use super::{map, node_selector_term};
+use super::objects::{map, node_selector_term};
 
 /// `Some(value)` unless it is empty.
 fn non_empty(value: &str) -> Option<String> {
@@ -26,7 +26,7 @@ fn non_empty(value: &str) -> Option<String> {
 }
 
 /// A list of access modes, `None` when empty.
-fn modes(m: gantry_core::model::volume::AccessModes) -> Option<Vec<String>> {
+fn modes(m: crate::model::volume::AccessModes) -> Option<Vec<String>> {
     let modes = m.to_api();
     (!modes.is_empty()).then_some(modes)
 }
