@@ -400,6 +400,28 @@ mod tests {
     }
 
     #[test]
+    fn every_kind_but_pods_has_a_reader_in_its_place() {
+        // A kind added to `kinds::each` is read from the input with nothing more.
+        struct Check(usize);
+        impl Visitor for Check {
+            fn visit<K: Kind>(&mut self)
+            where
+                K::Model: Debug,
+            {
+                let kind = <K::Object as k8s_openapi::Resource>::KIND;
+                let reader = readers().iter().find(|r| r.kind == kind);
+                if kind == "Pod" {
+                    assert!(reader.is_none(), "pods are the workload, read on their own");
+                } else {
+                    assert_eq!(reader.map(|r| r.place), Some(self.0), "{kind}");
+                }
+                self.0 += 1;
+            }
+        }
+        kinds::each(&mut Check(0));
+    }
+
+    #[test]
     fn disruption_budgets_of_both_versions_are_read() {
         let mut input = ClusterInput::default();
         input
