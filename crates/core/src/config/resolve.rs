@@ -369,6 +369,17 @@ pub(super) fn build_profile(
         resolved.push(list);
     }
     check_score_total(&resolved[6], &base_plugins)?;
+    assemble(cfg, &base_plugins, &resolved, percentage)
+}
+
+/// The profile of `cfg` from its plugins resolved at each extension point (in [`POINTS`]'
+/// order): exactly one QueueSort plugin and at least one Bind plugin.
+fn assemble(
+    cfg: &ProfileConfig,
+    base_plugins: &str,
+    resolved: &[Vec<(Arc<dyn Plugin>, i64)>],
+    percentage: Option<u32>,
+) -> Result<Profile, ConfigError> {
     let take =
         |i: usize| -> Vec<Arc<dyn Plugin>> { resolved[i].iter().map(|(p, _)| p.clone()).collect() };
     let queue_sort = take(1);
@@ -406,6 +417,7 @@ pub(super) fn build_profile(
         pre_bind: take(9),
         bind,
         post_bind: take(11),
+        observer: Arc::new(crate::framework::Unobserved),
     })
 }
 

@@ -25,7 +25,9 @@ use super::{
 };
 use crate::cache::{NodeInfo, Snapshot};
 use crate::framework::runners::{check_scores, run_score_block};
-use crate::framework::{Code, CycleState, MAX_NODE_SCORE, NodeBlock, Profile, ScorePlugin, Status};
+use crate::framework::{
+    Code, CycleState, MAX_NODE_SCORE, NodeBlock, Observer, Point, Profile, ScorePlugin, Status,
+};
 use crate::model::{PodInfo, Resources};
 
 /// Totals (nodes times classes) kept at most: 32 MiB.
@@ -629,11 +631,12 @@ impl Class {
     fn count_filter_runs<'s>(
         &'s self,
         filters: &[ActiveFilter<'_>],
+        observer: &dyn Observer,
         by_domain: impl Iterator<Item = (&'s Status, usize)> + Clone,
     ) {
         let mut left = self.totals.len();
         for f in filters {
-            f.plugin.filtered(left);
+            observer.runs(f.name, Point::Filter, left as u64);
             let rejected: usize = self
                 .rejected
                 .iter()
@@ -788,6 +791,7 @@ impl ClassIndex {
             *next_start = start;
             class.count_filter_runs(
                 &filters,
+                state.observer(),
                 domain_rejections(&domains, &scratch.domain_counts),
             );
             let only = class.feasible_from(0, &domains).next().unwrap_or(0);
@@ -824,6 +828,7 @@ impl ClassIndex {
         let to_plain = (!reads_feasible).then(|| skipped.clone());
         let state: &CycleState = state;
         let mut live: Vec<DomainColumn<'_>> = Vec::new();
+        let score_started = state.observer().now();
         let Some(columns) = score_columns(profile, &skipped, state, pod, snapshot, &mut live)
         else {
             class.scored_by.clear();
@@ -865,10 +870,16 @@ impl ClassIndex {
         };
         class.count_filter_runs(
             &filters,
+            state.observer(),
             domain_rejections(&domains, &scratch.domain_counts),
         );
-        for (column, _) in &columns {
-            column.plugin().scored(feasible);
+        let observer = state.observer();
+        if !columns.is_empty() {
+            let elapsed = observer.now().saturating_sub(score_started);
+            observer.extension_point(Point::Score, Code::Success, elapsed);
+        }
+        for (_, name) in &columns {
+            observer.runs(name, Point::Score, feasible as u64);
         }
         Outcome::Placed(Chosen {
             node: snapshot.nodes()[chosen].node.name.clone(),

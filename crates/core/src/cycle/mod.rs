@@ -18,8 +18,8 @@ use crate::framework::runners::{
     run_post_filter_plugins, run_pre_filter, run_pre_score, run_score_block,
 };
 use crate::framework::{
-    Code, CycleState, NodeBlock, NodeScore, NominatedPods, PostFilterInput, PostFilterResult,
-    Profile, SkippedFilters, Status, WaitingPods,
+    Code, CycleState, NodeBlock, NodeScore, NominatedPods, Point, PostFilterInput,
+    PostFilterResult, Profile, SkippedFilters, Status, WaitingPods,
 };
 use crate::model::PodInfo;
 use class_index::ClassIndex;
@@ -332,7 +332,7 @@ pub fn schedule_one(
     if num_all_nodes == 0 {
         return Err(CycleError::Unschedulable(Diagnosis::default()));
     }
-    let mut state = CycleState::new();
+    let mut state = CycleState::observed_by(profile.observer.clone());
     let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     if let Some(node) = fits_nominated_node(profile, &state, pod, snapshot, options) {
         return Ok(Placement {
@@ -398,7 +398,7 @@ pub fn filter_for_extenders(
     if snapshot.is_empty() {
         return Err(CycleError::Unschedulable(Diagnosis::default()));
     }
-    let mut state = CycleState::new();
+    let mut state = CycleState::observed_by(profile.observer.clone());
     let (pre, diagnosis) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     let cycle = Cycle {
         profile,
@@ -436,7 +436,7 @@ pub fn resume_after_extenders(
     if snapshot.is_empty() {
         return Err(CycleError::Unschedulable(Diagnosis::default()));
     }
-    let mut state = CycleState::new();
+    let mut state = CycleState::observed_by(profile.observer.clone());
     let (pre, _) = pre_filter_or_post_filter(profile, &mut state, pod, snapshot, options)?;
     let mut diagnosis = filtered.diagnosis.clone();
     diagnosis.num_all_nodes = snapshot.len();
@@ -1029,26 +1029,64 @@ fn score_nodes(
         profile,
         pod,
         snapshot,
-        options,
-    } = *cycle;
-    let NodeBlock {
-        nodes: feasible,
-        positions,
         ..
-    } = found;
+    } = *cycle;
+    let feasible = found.nodes;
     let skip_score = match pre_scored {
         Some(skipped) => skipped,
         None => {
             run_pre_score(profile, state, pod, snapshot, feasible).map_err(CycleError::Error)?
         }
     };
-    let active: Vec<(&dyn crate::framework::ScorePlugin, &'static str, i64)> = profile
+    let active: Vec<ActiveScore<'_>> = profile
         .score
         .iter()
         .filter(|(p, _)| !skip_score.contains(&p.name()))
         .filter_map(|(p, w)| p.as_score().map(|s| (s, p.name(), *w)))
         .collect();
     let state: &CycleState = state;
+    let observer = state.observer();
+    let started = observer.now();
+    let scored = score_active(cycle, state, found, buffers, &active);
+    if !active.is_empty() {
+        let code = match &scored {
+            Ok(()) => Code::Success,
+            Err(CycleError::Error(status)) => status.code(),
+            Err(_) => Code::Error,
+        };
+        let elapsed = observer.now().saturating_sub(started);
+        observer.extension_point(Point::Score, code, elapsed);
+    }
+    scored?;
+    for (_, name, _) in &active {
+        observer.runs(name, Point::Score, feasible.len() as u64);
+    }
+    Ok(active.iter().map(|(_, n, _)| *n).collect())
+}
+
+/// A Score plugin the cycle runs, with its name and weight.
+type ActiveScore<'p> = (&'p dyn crate::framework::ScorePlugin, &'static str, i64);
+
+/// Scores the feasible nodes of `found` with `active` into `buffers`: each plugin's raw
+/// scores, normalized, weighted and summed per node.
+fn score_active(
+    cycle: &Cycle<'_>,
+    state: &CycleState,
+    found: NodeBlock<'_>,
+    buffers: &mut ScoreBuffers,
+    active: &[ActiveScore<'_>],
+) -> Result<(), CycleError> {
+    let Cycle {
+        pod,
+        snapshot,
+        options,
+        ..
+    } = *cycle;
+    let NodeBlock {
+        nodes: feasible,
+        positions,
+        ..
+    } = found;
     // The raw score of each plugin that gives every node the same: neither asked for per
     // node nor added to each row, but kept once (see `ScoreBuffers::constant`).
     let uniform: Vec<Option<i64>> = active
@@ -1071,12 +1109,12 @@ fn score_nodes(
     buffers.totals.clear();
     buffers.totals.resize(feasible.len(), 0);
     if width == 0 {
-        return Ok(Vec::new());
+        return Ok(());
     }
     type Block<'b, 'n> = ((&'b [&'n NodeInfo], &'b [usize]), &'b mut [i64]);
     let score_block = |((nodes, positions), cells): Block<'_, '_>| -> Result<(), Status> {
         let block = NodeBlock::of_snapshot(nodes, positions, snapshot);
-        run_score_block(&active, &uniform, state, pod, block, cells)
+        run_score_block(active, &uniform, state, pod, block, cells)
     };
     let cells = &mut buffers.cells;
     match options.pool {
@@ -1148,10 +1186,7 @@ fn score_nodes(
             add_weighted(run, &mut totals[start..start + len], *weight);
         }
     }
-    for (plugin, _, _) in &active {
-        plugin.scored(feasible.len());
-    }
-    Ok(active.iter().map(|(_, n, _)| *n).collect())
+    Ok(())
 }
 
 /// The weighted score of a plugin whose raw score `raw` is the same on every node: equal raw

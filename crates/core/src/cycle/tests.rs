@@ -99,6 +99,7 @@ fn profile(weight: i64) -> Profile {
         pre_bind: vec![],
         bind: vec![],
         post_bind: vec![],
+        observer: Arc::new(crate::framework::Unobserved),
     }
 }
 

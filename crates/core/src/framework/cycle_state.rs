@@ -1,6 +1,9 @@
 //! Per-cycle plugin state, keyed by type.
 
 use std::any::{Any, TypeId};
+use std::sync::Arc;
+
+use super::observer::{Observer, Unobserved};
 
 /// Data plugins compute in one scheduling cycle (at PreFilter, PreScore, Reserve) and read at
 /// later extension points. Each plugin stores its own type, so keys cannot collide and reads
@@ -9,9 +12,14 @@ use std::any::{Any, TypeId};
 ///
 /// A state can be cloned (each value with it): preemption tries removing pods from a node
 /// on a copy of the cycle's state, which PreFilter extensions update as pods come and go.
+///
+/// It also carries what measures the cycle's plugins (its profile's [`Observer`]), as
+/// kube-scheduler's `CycleState` says whether to record plugin metrics: the runners that
+/// are given a state and no profile find it there.
 #[derive(Default, Clone)]
 pub struct CycleState {
     values: Vec<(TypeId, Box<dyn Value>)>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// A value kept in a [`CycleState`]: any cloneable, shareable type.
@@ -44,9 +52,22 @@ impl Clone for Box<dyn Value> {
 }
 
 impl CycleState {
-    /// An empty state.
+    /// An empty state, of a cycle nothing measures.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty state, of a cycle `observer` measures.
+    pub fn observed_by(observer: Arc<dyn Observer>) -> Self {
+        CycleState {
+            values: Vec::new(),
+            observer: Some(observer),
+        }
+    }
+
+    /// What measures the cycle's plugins.
+    pub fn observer(&self) -> &dyn Observer {
+        self.observer.as_deref().unwrap_or(&Unobserved)
     }
 
     /// Stores `value`, replacing any earlier value of the same type.

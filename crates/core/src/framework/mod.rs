@@ -4,6 +4,7 @@ pub mod by_domain;
 pub mod cycle_state;
 pub mod events;
 pub mod nominated;
+pub mod observer;
 pub mod plugin;
 pub mod registry;
 pub mod resource_claims;
@@ -18,6 +19,7 @@ pub use events::{
     POD_AND_NODE_CHANGES, QueueingHint, may_help,
 };
 pub use nominated::NominatedPods;
+pub use observer::{Observer, Point, Unobserved};
 pub use plugin::*;
 pub use registry::{
     ARGS_API_VERSION, ArgsError, ArgsResolver, DefaultPlace, Factory, PluginArgs, PluginSpec,

@@ -17,6 +17,7 @@ use super::by_domain::{DomainScores, DomainVerdict};
 use super::cycle_state::CycleState;
 use super::events::EventHint;
 use super::nominated::NominatedPods;
+use super::observer::Observer;
 use super::status::Status;
 use super::waiting::WaitingPods;
 
@@ -267,14 +268,6 @@ pub trait FilterPlugin: Send + Sync {
     ) -> Option<Vec<DomainVerdict>> {
         None
     }
-
-    /// Told that this plugin examined `nodes` more nodes in this cycle's pass, as
-    /// kube-scheduler counts a Filter plugin's runs: each node no earlier plugin rejected,
-    /// whether the cycle called the plugin or knew its verdict without the call (the plugin
-    /// accepts every node, or the verdict was kept from an earlier pod). Does nothing by
-    /// default: it is there for the adapter's `scheduler_plugin_evaluation_total`, which the
-    /// cycle's shortcuts must not change.
-    fn filtered(&self, _nodes: usize) {}
 }
 
 /// Keeps a PreFilter plugin's cycle state true to a node whose pods change within the
@@ -549,12 +542,6 @@ pub trait ScorePlugin: Send + Sync {
     fn fixed_tie_order(&self) -> bool {
         false
     }
-
-    /// Told, once the plugin's scores of this cycle are final (normalized), that it scored
-    /// `nodes` feasible nodes, whether the cycle asked for each score or knew it without
-    /// the call (a score the same on every node, or kept from an earlier pod). Does nothing
-    /// by default; see [`FilterPlugin::filtered`].
-    fn scored(&self, _nodes: usize) {}
 }
 
 /// Claims resources for the pod on the chosen node before binding; `unreserve` releases them
@@ -747,6 +734,9 @@ pub struct Profile {
     pub bind: Vec<Arc<dyn Plugin>>,
     /// PostBind plugins, in order.
     pub post_bind: Vec<Arc<dyn Plugin>>,
+    /// What measures the plugins as the runners call them ([`Unobserved`](super::Unobserved)
+    /// but in `gantry run`).
+    pub observer: Arc<dyn Observer>,
 }
 
 impl std::fmt::Debug for Profile {

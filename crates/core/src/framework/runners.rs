@@ -17,6 +17,7 @@ use crate::model::PodInfo;
 
 use super::cycle_state::CycleState;
 use super::nominated::NominatedPods;
+use super::observer::{Observer, Point, PointRun, timed_call};
 use super::plugin::{
     BindPlan, FilterPlugin, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeBlock, NodeScore, Nomination,
     PostFilterInput, PostFilterResult, PreBindAction, Profile, ScorePlugin,
@@ -67,12 +68,21 @@ pub fn run_pre_filter(
     let mut skip_filter: Vec<&'static str> = Vec::new();
     let mut allowed: Option<BTreeSet<Arc<str>>> = None;
     let mut narrowing_plugins: Vec<&'static str> = Vec::new();
+    let observer = &*profile.observer;
+    let mut run = PointRun::start(observer, Point::PreFilter);
     for plugin in &profile.pre_filter {
         let Some(pf) = plugin.as_pre_filter() else {
             continue;
         };
-        let (result, status) = pf.pre_filter(state, pod, snapshot);
+        let (result, status) = run.call(
+            plugin.name(),
+            || pf.pre_filter(state, pod, snapshot),
+            |(_, s)| s.code(),
+        );
         let status = status.with_plugin(plugin.name());
+        if status.code() != Code::Skip {
+            observer.runs(plugin.name(), Point::PreFilter, 1);
+        }
         match status.code() {
             Code::Success => {}
             Code::Skip => {
@@ -80,9 +90,13 @@ pub fn run_pre_filter(
                 continue;
             }
             Code::Unschedulable | Code::UnschedulableAndUnresolvable => {
+                run.end(status.code());
                 return PreFilterRun::Rejected(status);
             }
-            _ => return PreFilterRun::Failed(status),
+            code => {
+                run.end(code);
+                return PreFilterRun::Failed(status);
+            }
         }
         if let Some(names) = result.node_names {
             narrowing_plugins.push(plugin.name());
@@ -99,12 +113,14 @@ pub fn run_pre_filter(
                         narrowing_plugins.join(" ")
                     )
                 };
+                run.end(Code::UnschedulableAndUnresolvable);
                 return PreFilterRun::Rejected(
                     Status::unresolvable(msg).with_plugin(plugin.name()),
                 );
             }
         }
     }
+    run.end(Code::Success);
     PreFilterRun::Passed {
         skip_filter,
         allowed,
@@ -148,8 +164,8 @@ pub fn active_filters<'p>(
 }
 
 /// Runs `filters` over a block whose statuses are all successes, each node's status naming
-/// the plugin that rejected it. With `count`, tells each plugin how many nodes it examined
-/// (see [`FilterPlugin::filtered`]).
+/// the plugin that rejected it. With `count`, tells the observer how many nodes each plugin
+/// examined: those no earlier plugin rejected, whether it was called or accepts every node.
 pub fn run_filter_block(
     filters: &[ActiveFilter<'_>],
     state: &CycleState,
@@ -158,15 +174,16 @@ pub fn run_filter_block(
     statuses: &mut [Status],
     count: bool,
 ) {
+    let observer = state.observer();
     let mut left = statuses.len();
     for f in filters {
         if count {
-            f.plugin.filtered(left);
+            observer.runs(f.name, Point::Filter, left as u64);
         }
         if !f.called {
             continue;
         }
-        let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
+        let rejected = filter_nodes_timed(f, observer, state, pod, block, statuses);
         if rejected > 0 {
             left = left.saturating_sub(rejected);
             for s in statuses.iter_mut() {
@@ -176,6 +193,46 @@ pub fn run_filter_block(
             }
         }
     }
+}
+
+/// Runs one Filter plugin over a block. In a sampled cycle the block is timed as a whole,
+/// and each node it examined counts as one call with its own code and the block's mean
+/// duration: the count and the sum are kube-scheduler's, who times every call; reading the
+/// clock around every node would cost a tenth of the scheduling thread.
+fn filter_nodes_timed(
+    f: &ActiveFilter<'_>,
+    observer: &dyn Observer,
+    state: &CycleState,
+    pod: &PodInfo,
+    block: NodeBlock<'_>,
+    statuses: &mut [Status],
+) -> usize {
+    if !observer.sampled() {
+        return f.plugin.filter_nodes(state, pod, block, statuses);
+    }
+    let examined: Vec<usize> = (0..statuses.len())
+        .filter(|&i| statuses[i].is_success())
+        .collect();
+    let start = observer.now();
+    let rejected = f.plugin.filter_nodes(state, pod, block, statuses);
+    let each = mean(observer.now().saturating_sub(start), examined.len());
+    // Most nodes pass: those are counted at once, the others one by one.
+    let mut passed = 0;
+    for i in examined {
+        match statuses[i].code() {
+            Code::Success => passed += 1,
+            code => observer.plugin_calls(f.name, Point::Filter, code, each, 1),
+        }
+    }
+    if passed > 0 {
+        observer.plugin_calls(f.name, Point::Filter, Code::Success, each, passed);
+    }
+    rejected
+}
+
+/// `total` shared evenly by `calls` calls.
+fn mean(total: Duration, calls: usize) -> Duration {
+    total / u32::try_from(calls.max(1)).unwrap_or(u32::MAX)
 }
 
 /// Runs the profile's Filter plugins on `node`, the first rejection winning; plugins whose
@@ -194,7 +251,15 @@ pub fn run_filters(
         let Some(f) = plugin.as_filter() else {
             continue;
         };
-        let status = f.filter(state, pod, node);
+        let observer = &*profile.observer;
+        observer.runs(plugin.name(), Point::Filter, 1);
+        let status = timed_call(
+            observer,
+            plugin.name(),
+            Point::Filter,
+            || f.filter(state, pod, node),
+            Status::code,
+        );
         if !status.is_success() {
             return status.with_plugin(plugin.name());
         }
@@ -370,17 +435,27 @@ pub fn run_post_filter_plugins(
     let mut group_failed = false;
     let mut reasons: Vec<String> = Vec::new();
     let mut kept = PostFilterResult::default();
+    let observer = &*profile.observer;
+    let mut run = PointRun::start(observer, Point::PostFilter);
+    let mut last = Code::Unschedulable;
     for plugin in &profile.post_filter {
         let Some(pf) = plugin.as_post_filter() else {
             continue;
         };
-        let (mut result, status) = pf.post_filter(state, pod, input);
+        observer.runs(plugin.name(), Point::PostFilter, 1);
+        let (mut result, status) = run.call(
+            plugin.name(),
+            || pf.post_filter(state, pod, input),
+            |(_, s)| s.code(),
+        );
         reject_waiting.append(&mut result.reject_waiting);
         group_failed |= result.group_failed;
+        last = status.code();
         if status.is_success()
             || !status.is_rejected()
             || status.code() == Code::UnschedulableAndUnresolvable
         {
+            run.end(status.code());
             let message = (!status.reasons().is_empty()).then(|| status.message());
             result.reject_waiting = reject_waiting;
             result.group_failed = group_failed;
@@ -391,6 +466,7 @@ pub fn run_post_filter_plugins(
         }
         reasons.extend(status.reasons().iter().map(|r| r.to_string()));
     }
+    run.end(last);
     kept.reject_waiting = reject_waiting;
     kept.group_failed = group_failed;
     (kept, (!reasons.is_empty()).then(|| reasons.join(", ")))
@@ -406,25 +482,38 @@ pub fn run_pre_score(
     feasible: &[&NodeInfo],
 ) -> Result<Vec<&'static str>, Status> {
     let mut skipped = Vec::new();
+    let observer = &*profile.observer;
+    let mut run = PointRun::start(observer, Point::PreScore);
     for plugin in &profile.pre_score {
         let Some(ps) = plugin.as_pre_score() else {
             continue;
         };
-        let status = ps
-            .pre_score(state, pod, snapshot, feasible)
+        let status = run
+            .call(
+                plugin.name(),
+                || ps.pre_score(state, pod, snapshot, feasible),
+                Status::code,
+            )
             .with_plugin(plugin.name());
         match status.code() {
-            Code::Success => {}
+            Code::Success => observer.runs(plugin.name(), Point::PreScore, 1),
             Code::Skip => skipped.push(plugin.name()),
-            _ => return Err(status),
+            code => {
+                observer.runs(plugin.name(), Point::PreScore, 1);
+                run.end(code);
+                return Err(status);
+            }
         }
     }
+    run.end(Code::Success);
     Ok(skipped)
 }
 
 /// Runs the Score plugins of `active` (each with its name and weight) on the nodes of
 /// `block`, each into its column of `cells` (the block's length apart, in order); a plugin
-/// whose score is the same on every node (`uniform`) is not called.
+/// whose score is the same on every node (`uniform`) is not called. In a sampled cycle
+/// each block is timed as a whole, as Filter's are: one call per node with the block's
+/// mean duration (a failed block counts as one failed call).
 pub fn run_score_block(
     active: &[(&dyn ScorePlugin, &'static str, i64)],
     uniform: &[Option<i64>],
@@ -433,11 +522,31 @@ pub fn run_score_block(
     block: NodeBlock<'_>,
     cells: &mut [i64],
 ) -> Result<(), Status> {
+    let observer = state.observer();
     let len = block.nodes.len();
+    let sampled = observer.sampled();
     for (j, (s, name, _)) in active.iter().enumerate() {
-        if uniform[j].is_none() {
-            s.score_nodes(state, pod, block, &mut cells[j * len..(j + 1) * len])
+        if uniform[j].is_some() {
+            continue;
+        }
+        let column = &mut cells[j * len..(j + 1) * len];
+        if !sampled {
+            s.score_nodes(state, pod, block, column)
                 .map_err(|e| e.with_plugin(name))?;
+            continue;
+        }
+        let start = observer.now();
+        let result = s.score_nodes(state, pod, block, column);
+        let elapsed = observer.now().saturating_sub(start);
+        match result {
+            Ok(()) => {
+                let each = mean(elapsed, len);
+                observer.plugin_calls(name, Point::Score, Code::Success, each, len as u64);
+            }
+            Err(status) => {
+                observer.plugin_calls(name, Point::Score, status.code(), elapsed, 1);
+                return Err(status.with_plugin(name));
+            }
         }
     }
     Ok(())
@@ -454,7 +563,13 @@ pub fn run_normalize(
     scores: &mut [NodeScore],
 ) -> Result<(), Status> {
     if plugin.normalizes() {
-        let status = plugin.normalize(state, pod, scores);
+        let status = timed_call(
+            state.observer(),
+            name,
+            Point::Normalize,
+            || plugin.normalize(state, pod, scores),
+            Status::code,
+        );
         if !status.is_success() {
             return Err(status.with_plugin(name));
         }
@@ -501,16 +616,23 @@ pub fn run_reserve(
     assumed: &PodInfo,
     node: &NodeInfo,
 ) -> Result<(), Status> {
+    let mut run = PointRun::start(&*profile.observer, Point::Reserve);
     for (i, plugin) in profile.reserve.iter().enumerate() {
         let Some(r) = plugin.as_reserve() else {
             continue;
         };
-        let status = r.reserve(state, assumed, node);
+        let status = run.call(
+            plugin.name(),
+            || r.reserve(state, assumed, node),
+            Status::code,
+        );
         if !status.is_success() {
+            run.end(status.code());
             unreserve(profile, state, assumed, node.name(), i + 1);
             return Err(status.with_plugin(plugin.name()));
         }
     }
+    run.end(Code::Success);
     Ok(())
 }
 
@@ -522,9 +644,16 @@ pub fn unreserve(
     node: &str,
     upto: usize,
 ) {
+    let observer = &*profile.observer;
     for plugin in profile.reserve[..upto].iter().rev() {
         if let Some(r) = plugin.as_reserve() {
-            r.unreserve(state, pod, node);
+            timed_call(
+                observer,
+                plugin.name(),
+                Point::Unreserve,
+                || r.unreserve(state, pod, node),
+                |()| Code::Success,
+            );
         }
     }
 }
@@ -540,17 +669,30 @@ pub fn run_permit(
     waiting: &mut WaitingPods,
 ) -> Result<Vec<(&'static str, Duration)>, Status> {
     let mut waits = Vec::new();
+    let mut run = PointRun::start(&*profile.observer, Point::Permit);
     for plugin in &profile.permit {
         let Some(p) = plugin.as_permit() else {
             continue;
         };
-        let (status, timeout) = p.permit(state, assumed, node, waiting);
+        let (status, timeout) = run.call(
+            plugin.name(),
+            || p.permit(state, assumed, node, waiting),
+            |(s, _)| s.code(),
+        );
         match status.code() {
             Code::Success => {}
             Code::Wait => waits.push((plugin.name(), timeout)),
-            _ => return Err(status.with_plugin(plugin.name())),
+            code => {
+                run.end(code);
+                return Err(status.with_plugin(plugin.name()));
+            }
         }
     }
+    run.end(if waits.is_empty() {
+        Code::Success
+    } else {
+        Code::Wait
+    });
     Ok(waits)
 }
 

@@ -1303,6 +1303,7 @@ mod tests {
             pre_bind: vec![],
             bind: vec![],
             post_bind: vec![],
+            observer: Arc::new(crate::framework::Unobserved),
         };
         let options = CycleOptions {
             pool: None,

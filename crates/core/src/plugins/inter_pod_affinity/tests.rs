@@ -732,6 +732,7 @@ fn diagnosis_message_through_the_cycle() {
         pre_bind: vec![],
         bind: vec![],
         post_bind: vec![],
+        observer: Arc::new(crate::framework::Unobserved),
     };
     let snap = snapshot(
         vec![n("n1", "a"), n("n2", "b"), n("n3", "b")],

@@ -800,6 +800,7 @@ fn cycle_places_and_reports_as_kube_does() {
         pre_bind: vec![],
         bind: vec![],
         post_bind: vec![],
+        observer: Arc::new(crate::framework::Unobserved),
     };
     let options = CycleOptions {
         pool: None,
