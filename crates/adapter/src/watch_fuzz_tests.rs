@@ -67,6 +67,35 @@ fn seeds(kind: &str) -> Vec<Value> {
             "spec": {"minMember": 3, "minResources": {"cpu": "2"}, "scheduleTimeoutSeconds": 30},
             "status": {"phase": "Scheduling", "scheduled": 1}}),
         ],
+        "deviceclasses" => vec![
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": "gpu.nvidia.com"},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+                "extendedResourceName": "nvidia.com/gpu"}}),
+        ],
+        "resourceslices" => vec![
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": "n1-gpu.nvidia.com-x7k2p"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0",
+                    "attributes": {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA A100-SXM4-40GB"},
+                        "index": {"int": 0}, "driverVersion": {"version": "580.65.6"},
+                        "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"}},
+                    "capacity": {"memory": {"value": "40Gi"}}}]}}),
+        ],
+        "resourceclaims" => vec![
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": meta("train-gpu-abc12"),
+            "spec": {"devices": {"requests": [{"name": "gpu",
+                "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1,
+                    "selectors": [{"cel": {"expression": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"}}]}}]}},
+            "status": {"allocation": {"devices": {"results": [{"request": "gpu",
+                "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}},
+                "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "u1"}]}}),
+        ],
         other => panic!("no seed for {other}"),
     }
 }
@@ -147,6 +176,9 @@ fuzz_kind!(fuzz_watched_csi_drivers, kinds::CsiDrivers);
 fuzz_kind!(fuzz_watched_capacities, kinds::Capacities);
 fuzz_kind!(fuzz_watched_budgets, kinds::DisruptionBudgets);
 fuzz_kind!(fuzz_watched_pod_groups, kinds::PodGroups);
+fuzz_kind!(fuzz_watched_device_classes, kinds::DeviceClasses);
+fuzz_kind!(fuzz_watched_resource_slices, kinds::ResourceSlices);
+fuzz_kind!(fuzz_watched_resource_claims, kinds::ResourceClaims);
 
 #[test]
 fn every_kind_has_its_seed_read() {

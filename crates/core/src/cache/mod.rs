@@ -6,6 +6,7 @@
 //! decision the scheduler *assumes* the pod on its node at once, so the next cycle sees it,
 //! and either confirms it when the binding is observed or forgets it when binding fails.
 
+mod dra;
 mod node_info;
 mod pod_groups;
 mod pod_index;
@@ -25,6 +26,9 @@ use imbl::shared_ptr::DefaultSharedPtr;
 use rustc_hash::FxBuildHasher;
 
 use crate::model::disruption_budget::DisruptionBudgetModel;
+use crate::model::dra::claim::ResourceClaimModel;
+use crate::model::dra::class::DeviceClassModel;
+use crate::model::dra::slice::SliceModel;
 use crate::model::load::{LoadSample, NodeLoad};
 use crate::model::pod_group::{PodGroupModel, group_of};
 use crate::model::selector::LabelSelector;
@@ -35,6 +39,7 @@ use crate::model::{Labels, NodeModel, PodInfo, PodKey};
 use pod_name::{PodName, lookup};
 use snapshot::DisruptionBudgets;
 
+pub use dra::DynamicResources;
 pub use node_info::{NodeInfo, NodeRow};
 pub use pod_groups::{GroupProgress, Member, Members, PodGroups};
 pub use pod_index::{Matched, Namespaces, PodIndex, TermPod};
@@ -100,6 +105,8 @@ pub struct Cache {
     workloads: Arc<Workloads>,
     image_nodes: Arc<HashMap<String, usize>>,
     storage: Storage,
+    /// DeviceClasses, ResourceSlices and ResourceClaims.
+    dynamic_resources: DynamicResources,
     /// PodDisruptionBudgets by namespace and name; a persistent map, so that a snapshot
     /// shares it, and a change copies only the path to one entry.
     disruption_budgets: DisruptionBudgets,
@@ -133,6 +140,7 @@ impl Clone for Cache {
             workloads: self.workloads.clone(),
             image_nodes: self.image_nodes.clone(),
             storage: self.storage.clone(),
+            dynamic_resources: self.dynamic_resources.clone(),
             disruption_budgets: self.disruption_budgets.clone(),
             pod_groups: self.pod_groups.clone(),
             group_of_pod: self.group_of_pod.clone(),
@@ -171,6 +179,7 @@ impl Cache {
             workloads: Arc::default(),
             image_nodes: Arc::default(),
             storage: Storage::default(),
+            dynamic_resources: DynamicResources::default(),
             disruption_budgets: DisruptionBudgets::default(),
             pod_groups: PodGroups::default(),
             group_of_pod: SharedMap::default(),
@@ -535,6 +544,62 @@ impl Cache {
     /// [`Tracked::DisruptionBudgets`] is tracked).
     pub fn disruption_budgets(&self) -> impl Iterator<Item = &Arc<DisruptionBudgetModel>> {
         self.disruption_budgets.values()
+    }
+
+    /// The objects of Dynamic Resource Allocation held (none unless
+    /// [`Tracked::DynamicResources`] is tracked).
+    pub fn dynamic_resources(&self) -> &DynamicResources {
+        &self.dynamic_resources
+    }
+
+    fn dynamic_resources_mut(&mut self) -> Option<&mut DynamicResources> {
+        if !self.tracked.contains(Tracked::DynamicResources) {
+            return None;
+        }
+        self.generation += 1;
+        Some(&mut self.dynamic_resources)
+    }
+
+    /// Records a DeviceClass (added or changed).
+    pub fn upsert_device_class(&mut self, class: DeviceClassModel) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.upsert_class(class);
+        }
+    }
+
+    /// Forgets a DeviceClass.
+    pub fn remove_device_class(&mut self, name: &str) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.remove_class(name);
+        }
+    }
+
+    /// Records a ResourceSlice (added or changed).
+    pub fn upsert_resource_slice(&mut self, slice: SliceModel) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.upsert_slice(slice);
+        }
+    }
+
+    /// Forgets a ResourceSlice.
+    pub fn remove_resource_slice(&mut self, name: &str) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.remove_slice(name);
+        }
+    }
+
+    /// Records a ResourceClaim (added or changed).
+    pub fn upsert_resource_claim(&mut self, claim: ResourceClaimModel) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.upsert_claim(claim);
+        }
+    }
+
+    /// Forgets a ResourceClaim.
+    pub fn remove_resource_claim(&mut self, namespace: &str, name: &str) {
+        if let Some(d) = self.dynamic_resources_mut() {
+            d.remove_claim(namespace, name);
+        }
     }
 
     /// The storage objects held (empty unless [`Tracked::Volumes`] is tracked).

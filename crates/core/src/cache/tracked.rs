@@ -32,11 +32,14 @@ pub enum Tracked {
     /// PodGroups and the pods naming each, for gang scheduling
     /// ([`crate::cache::Snapshot::pod_groups`]).
     PodGroups,
+    /// DeviceClasses, ResourceSlices and ResourceClaims, for Dynamic Resource Allocation
+    /// ([`crate::cache::Cache::dynamic_resources`]).
+    DynamicResources,
 }
 
 impl Tracked {
     /// Every part, in declaration order.
-    pub const ALL: [Tracked; 8] = [
+    pub const ALL: [Tracked; 9] = [
         Tracked::PodLabels,
         Tracked::ImageSpread,
         Tracked::NamespaceLabels,
@@ -45,10 +48,11 @@ impl Tracked {
         Tracked::Volumes,
         Tracked::DisruptionBudgets,
         Tracked::PodGroups,
+        Tracked::DynamicResources,
     ];
 
-    fn bit(self) -> u8 {
-        1 << self as u8
+    fn bit(self) -> u16 {
+        1 << self as u16
     }
 }
 
@@ -63,13 +67,14 @@ impl fmt::Display for Tracked {
             Tracked::Volumes => "storage",
             Tracked::DisruptionBudgets => "disruption budgets",
             Tracked::PodGroups => "pod groups",
+            Tracked::DynamicResources => "dynamic resources",
         })
     }
 }
 
 /// A set of [`Tracked`] parts.
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
-pub struct TrackedSet(u8);
+pub struct TrackedSet(u16);
 
 impl TrackedSet {
     /// No part: the cache keeps nodes, pods and their requests only.

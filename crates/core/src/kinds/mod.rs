@@ -5,6 +5,7 @@
 //! kinds from [`each`] and handle every one alike, as kube-rs's reflector handles any
 //! `Resource`: a new kind is its model, its `Kind` and one line in [`each`].
 
+mod dra;
 mod node;
 mod objects;
 mod pod;
@@ -28,6 +29,7 @@ use crate::cache::{Cache, Tracked};
 use crate::model::{NodeModel, PodInfo};
 use crate::scheduler::Scheduler;
 
+pub use dra::{DeviceClasses, ResourceClaims, ResourceSlices};
 pub use node::Nodes;
 pub use pod::{LeanPod, PodReading, Pods, RefusedPod};
 pub use pod_group::{GroupReading, PodGroups};
@@ -349,6 +351,9 @@ pub fn each(visitor: &mut impl Visitor) {
     visitor.visit::<Capacities>();
     visitor.visit::<DisruptionBudgets>();
     visitor.visit::<PodGroups>();
+    visitor.visit::<DeviceClasses>();
+    visitor.visit::<ResourceSlices>();
+    visitor.visit::<ResourceClaims>();
     visitor.visit::<Nodes>();
     visitor.visit::<Pods>();
 }

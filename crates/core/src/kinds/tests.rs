@@ -191,3 +191,112 @@ fn a_pod_that_does_not_decode_is_refused_when_pending_and_kept_when_bound() {
         "another scheduler's"
     );
 }
+
+/// Reads `json` as `K`'s object into its model, applies it to a cache that keeps
+/// everything, writes the kind back and reads that again: the same model.
+fn written_back_alike<K: Kind>(json: serde_json::Value) -> K::Model
+where
+    K::Model: std::fmt::Debug + PartialEq,
+{
+    let object: K::Object = serde_json::from_value(json).expect("the object decodes");
+    let model = K::read(&object, &context()).expect("read").expect("kept");
+    let config = crate::config::Config::default_with(&crate::plugins::registry()).expect("config");
+    let mut scheduler = crate::scheduler::Scheduler::new(config, None);
+    *scheduler.cache_mut() = crate::cache::Cache::new();
+    let again = K::read(&object, &context()).expect("read").expect("kept");
+    K::apply(
+        Change::Applied(again),
+        &mut scheduler,
+        std::time::Duration::ZERO,
+    );
+    let mut out = Written::default();
+    K::write(
+        &Holding {
+            cache: scheduler.cache(),
+            queued: &[],
+        },
+        &mut out,
+    );
+    let items = out.finish().expect("written");
+    assert_eq!(items.len(), 1, "{items:?}");
+    let written: K::Object = serde_json::from_value(items[0].clone()).expect("written decodes");
+    let reread = K::read(&written, &context()).expect("read").expect("kept");
+    assert_eq!(reread, model);
+    model
+}
+
+#[test]
+fn dra_objects_are_read_and_written_back_as_the_same_models() {
+    let class = written_back_alike::<DeviceClasses>(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": "gpu.nvidia.com"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}],
+            "extendedResourceName": "nvidia.com/gpu"}
+    }));
+    assert_eq!(class.selectors, ["device.driver == 'gpu.nvidia.com'"]);
+    let slice = written_back_alike::<ResourceSlices>(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n1-gpu"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "n1",
+            "pool": {"name": "n1", "generation": 2, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "gpu-0-counters",
+                "counters": {"memory": {"value": "40Gi"}, "multiprocessors": {"value": "98"}}}],
+            "devices": [{"name": "gpu-0-mig-1g.5gb-0",
+                "attributes": {"profile": {"string": "1g.5gb"},
+                    "driverVersion": {"version": "580.65.6"},
+                    "resource.kubernetes.io/pcieRoot": {"string": "pci0000:00"}},
+                "capacity": {"memory": {"value": "5Gi",
+                    "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "step": "1Gi"}}}},
+                "consumesCounters": [{"counterSet": "gpu-0-counters",
+                    "counters": {"memory": {"value": "5Gi"}, "multiprocessors": {"value": "14"}}}],
+                "taints": [{"key": "maintenance", "effect": "NoSchedule"}],
+                "allowMultipleAllocations": true}]}
+    }));
+    let device = &slice.devices[0];
+    assert_eq!(
+        device.attributes.keys().collect::<Vec<_>>(),
+        [
+            "gpu.nvidia.com/driverVersion",
+            "gpu.nvidia.com/profile",
+            "resource.kubernetes.io/pcieRoot"
+        ],
+        "a name without a domain is the driver's"
+    );
+    assert_eq!(
+        device.capacity["gpu.nvidia.com/memory"].value.units(),
+        5 << 30
+    );
+    let claim = written_back_alike::<ResourceClaims>(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "train-gpu", "namespace": "ml", "uid": "c1",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "train-0",
+                "uid": "p1", "controller": true}]},
+        "spec": {"devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2,
+                    "tolerations": [{"key": "maintenance", "operator": "Exists"}]}},
+                {"name": "mig", "firstAvailable": [
+                    {"name": "small", "deviceClassName": "mig.nvidia.com", "allocationMode": "All"},
+                    {"name": "big", "deviceClassName": "gpu.nvidia.com",
+                        "capacity": {"requests": {"memory": "10Gi"}}}]}],
+            "constraints": [{"requests": ["gpu"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]}},
+        "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n1", "device": "gpu-0"}]}},
+            "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "p1"}]}
+    }));
+    assert_eq!(claim.owner_pod.as_deref(), Some("p1"));
+    assert_eq!(claim.requests.len(), 2);
+    let e = ResourceClaims::read(
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "bad", "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "gpu"}]}}
+        }))
+        .unwrap(),
+        &context(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "resourceclaim ml/bad: spec.devices.requests[0]: exactly one of exactly or firstAvailable is required"
+    );
+}

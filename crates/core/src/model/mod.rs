@@ -3,6 +3,7 @@
 
 pub(crate) mod arc_str;
 pub mod disruption_budget;
+pub mod dra;
 pub mod duration;
 pub mod echo;
 pub mod gpu;

@@ -415,6 +415,29 @@ impl NodeSelector {
     pub fn matches(&self, name: &str, labels: &Labels) -> bool {
         self.terms.iter().any(|t| t.matches(name, labels))
     }
+
+    /// The API's node selector, written back.
+    pub fn to_api(&self) -> core::NodeSelector {
+        core::NodeSelector {
+            node_selector_terms: self
+                .terms
+                .iter()
+                .map(|t| {
+                    let list = |rs: &[Requirement]| {
+                        (!rs.is_empty()).then(|| {
+                            rs.iter()
+                                .map(|r| r.to_node_selector_requirement())
+                                .collect()
+                        })
+                    };
+                    core::NodeSelectorTerm {
+                        match_expressions: list(&t.expressions),
+                        match_fields: list(&t.fields),
+                    }
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
