@@ -26,7 +26,12 @@ pub fn refusal(pod: &PodInfo) -> Option<Status> {
     if pod.resource_claims.is_empty() {
         return None;
     }
-    let claims = pod.resource_claims.join(" ");
+    let names: Vec<&str> = pod
+        .resource_claims
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    let claims = names.join(" ");
     let reason = format!("{ERR_REASON_PREFIX}{claims}{ERR_REASON_SUFFIX}");
     Some(Status::unresolvable(reason).with_plugin(PLUGIN))
 }

@@ -367,15 +367,8 @@ pub(super) fn pod_object(p: &PodInfo) -> core::Pod {
             }),
             host_network: user_namespaces_on_host.then_some(true),
             host_users: user_namespaces_on_host.then_some(false),
-            resource_claims: (!p.resource_claims.is_empty()).then(|| {
-                p.resource_claims
-                    .iter()
-                    .map(|name| core::PodResourceClaim {
-                        name: name.clone(),
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
+            resource_claims: (!p.resource_claims.is_empty())
+                .then(|| p.resource_claims.iter().map(|c| c.to_api()).collect()),
             volumes: (!volumes.is_empty()).then_some(volumes),
             ..Default::default()
         }),
@@ -387,6 +380,7 @@ pub(super) fn pod_object(p: &PodInfo) -> core::Pod {
                     .map(meta::Time)
             }),
             conditions: (!conditions.is_empty()).then_some(conditions),
+            resource_claim_statuses: claim_statuses(p),
             ..Default::default()
         }),
     }
@@ -415,4 +409,14 @@ pub(super) fn pod_group_object(g: &PodGroupModel) -> PodGroup {
         },
         ..Default::default()
     }
+}
+
+/// The claims made for the pod from templates, as its status names them.
+fn claim_statuses(p: &PodInfo) -> Option<Vec<core::PodResourceClaimStatus>> {
+    let statuses: Vec<_> = p
+        .resource_claims
+        .iter()
+        .filter_map(|c| c.status_api())
+        .collect();
+    (!statuses.is_empty()).then_some(statuses)
 }

@@ -226,10 +226,9 @@ pub struct PodInfo {
     pub affinity: PodAffinity,
     /// Scheduling gates still present.
     pub scheduling_gates: Vec<String>,
-    /// The names of the pod's resource claims (`spec.resourceClaims`): devices that only
-    /// Dynamic Resource Allocation can give, so the pod is never bound until gantry
-    /// allocates them.
-    pub resource_claims: Box<[String]>,
+    /// The pod's resource claims (`spec.resourceClaims`, with the claims made for it from
+    /// templates): devices that only Dynamic Resource Allocation can give.
+    pub resource_claims: Box<[super::dra::claim::PodClaim]>,
     /// The features its node must declare (`status.declaredFeatures`), by
     /// [`super::node_features::required_by`].
     pub required_node_features: Box<[&'static str]>,
@@ -394,12 +393,7 @@ impl PodInfo {
                 .flatten()
                 .map(|g| g.name.clone())
                 .collect(),
-            resource_claims: spec
-                .resource_claims
-                .iter()
-                .flatten()
-                .map(|c| c.name.clone())
-                .collect(),
+            resource_claims: super::dra::claim::PodClaim::of_pod(spec, status),
             required_node_features: super::node_features::required_by(spec).into(),
             images,
             num_containers: spec.init_containers.as_ref().map_or(0, Vec::len)

@@ -54,6 +54,9 @@ pub struct PodStatus {
     /// `nominatedNodeName`.
     #[prost(string, optional, tag = "11")]
     pub nominated_node_name: Option<String>,
+    /// `resourceClaimStatuses`: the claims made for the pod from its templates.
+    #[prost(message, repeated, tag = "15")]
+    pub resource_claim_statuses: Vec<PodResourceClaimStatus>,
     /// `allocatedResources`: what the kubelet allocated to the pod (pod-level resize).
     #[prost(btree_map = "string, message", tag = "19")]
     pub allocated_resources: BTreeMap<String, Quantity>,
@@ -70,6 +73,7 @@ impl From<PodStatus> for api::PodStatus {
             container_statuses: some_vec(s.container_statuses),
             init_container_statuses: some_vec(s.init_container_statuses),
             nominated_node_name: text(s.nominated_node_name),
+            resource_claim_statuses: some_vec(s.resource_claim_statuses),
             allocated_resources: quantities(s.allocated_resources),
             resources: s.resources.map(Into::into),
             ..Default::default()
@@ -602,6 +606,26 @@ impl From<PodResourceClaim> for api::PodResourceClaim {
             name: c.name.unwrap_or_default(),
             resource_claim_name: text(c.resource_claim_name),
             resource_claim_template_name: text(c.resource_claim_template_name),
+        }
+    }
+}
+
+/// `PodResourceClaimStatus`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PodResourceClaimStatus {
+    /// `name`: the pod's claim.
+    #[prost(string, optional, tag = "1")]
+    pub name: Option<String>,
+    /// `resourceClaimName`: the claim made for it (none: none is needed).
+    #[prost(string, optional, tag = "2")]
+    pub resource_claim_name: Option<String>,
+}
+
+impl From<PodResourceClaimStatus> for api::PodResourceClaimStatus {
+    fn from(c: PodResourceClaimStatus) -> Self {
+        api::PodResourceClaimStatus {
+            name: c.name.unwrap_or_default(),
+            resource_claim_name: text(c.resource_claim_name),
         }
     }
 }

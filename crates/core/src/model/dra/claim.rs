@@ -562,3 +562,155 @@ impl Consumer {
         }
     }
 }
+
+/// One entry of a pod's `spec.resourceClaims`, with the claim it comes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodClaim {
+    /// `name`: how the pod's containers refer to it.
+    pub name: String,
+    /// Where the claim comes from.
+    pub source: PodClaimSource,
+}
+
+/// Where a pod's claim comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodClaimSource {
+    /// `resourceClaimName`: a claim of the pod's namespace, perhaps shared.
+    Claim(String),
+    /// `resourceClaimTemplateName`: a claim the resourceclaim controller makes for the pod,
+    /// named in `status.resourceClaimStatuses`; `made` is that entry (none yet: not made
+    /// yet; an entry without a name: none is needed).
+    Template {
+        /// The template.
+        template: String,
+        /// The status entry.
+        made: Option<Option<String>>,
+    },
+    /// Neither field is set.
+    Unset,
+}
+
+impl PodClaim {
+    /// The pod's claims, from its spec and its status.
+    pub fn of_pod(
+        spec: &k8s_openapi::api::core::v1::PodSpec,
+        status: Option<&k8s_openapi::api::core::v1::PodStatus>,
+    ) -> Box<[PodClaim]> {
+        let statuses = status.and_then(|s| s.resource_claim_statuses.as_deref());
+        spec.resource_claims
+            .iter()
+            .flatten()
+            .map(|c| {
+                let source = match (&c.resource_claim_name, &c.resource_claim_template_name) {
+                    (Some(claim), _) => PodClaimSource::Claim(claim.clone()),
+                    (None, Some(template)) => PodClaimSource::Template {
+                        template: template.clone(),
+                        made: statuses
+                            .unwrap_or_default()
+                            .iter()
+                            .find(|s| s.name == c.name)
+                            .map(|s| s.resource_claim_name.clone()),
+                    },
+                    (None, None) => PodClaimSource::Unset,
+                };
+                PodClaim {
+                    name: c.name.clone(),
+                    source,
+                }
+            })
+            .collect()
+    }
+
+    /// The name of the claim, as kube-scheduler finds it for the pod `namespace/pod`: none
+    /// when none is needed; an error, in its words, when it cannot be known yet or at all.
+    pub fn claim_name(&self, namespace: &str, pod: &str) -> Result<Option<&str>, String> {
+        match &self.source {
+            PodClaimSource::Claim(name) => Ok(Some(name)),
+            PodClaimSource::Template {
+                made: Some(name), ..
+            } => Ok(name.as_deref()),
+            PodClaimSource::Template { made: None, .. } => Err(format!(
+                "pod \"{namespace}/{pod}\": ResourceClaim not created yet"
+            )),
+            PodClaimSource::Unset => Err(format!(
+                "pod \"{namespace}/{pod}\", spec.resourceClaim \"{}\": none of the supported fields are set",
+                self.name
+            )),
+        }
+    }
+
+    /// Whether the claim is made for the pod from a template (and so must be owned by it).
+    pub fn from_template(&self) -> bool {
+        matches!(self.source, PodClaimSource::Template { .. })
+    }
+
+    /// The spec's entry, written back.
+    pub fn to_api(&self) -> k8s_openapi::api::core::v1::PodResourceClaim {
+        let mut c = k8s_openapi::api::core::v1::PodResourceClaim {
+            name: self.name.clone(),
+            ..Default::default()
+        };
+        match &self.source {
+            PodClaimSource::Claim(name) => c.resource_claim_name = Some(name.clone()),
+            PodClaimSource::Template { template, .. } => {
+                c.resource_claim_template_name = Some(template.clone());
+            }
+            PodClaimSource::Unset => {}
+        }
+        c
+    }
+
+    /// The status' entry for a claim from a template, written back.
+    pub fn status_api(&self) -> Option<k8s_openapi::api::core::v1::PodResourceClaimStatus> {
+        match &self.source {
+            PodClaimSource::Template {
+                made: Some(name), ..
+            } => Some(k8s_openapi::api::core::v1::PodResourceClaimStatus {
+                name: self.name.clone(),
+                resource_claim_name: name.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::PodInfo;
+
+    fn pod(json: serde_json::Value) -> PodInfo {
+        PodInfo::from_api(&serde_json::from_value(json).expect("a pod")).expect("read")
+    }
+
+    #[test]
+    fn a_pods_claims_come_to_their_names_as_kube_scheduler_finds_them() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "train-0", "namespace": "ml"},
+            "spec": {"containers": [], "resourceClaims": [
+                {"name": "shared", "resourceClaimName": "team-gpus"},
+                {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                {"name": "later", "resourceClaimTemplateName": "one-gpu"},
+                {"name": "unneeded", "resourceClaimTemplateName": "maybe"},
+                {"name": "odd"}]},
+            "status": {"resourceClaimStatuses": [
+                {"name": "gpu", "resourceClaimName": "train-0-gpu-x7k2p"},
+                {"name": "unneeded"}]}
+        }));
+        let names: Vec<_> = p
+            .resource_claims
+            .iter()
+            .map(|c| c.claim_name("ml", "train-0"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                Ok(Some("team-gpus")),
+                Ok(Some("train-0-gpu-x7k2p")),
+                Err("pod \"ml/train-0\": ResourceClaim not created yet".to_string()),
+                Ok(None),
+                Err("pod \"ml/train-0\", spec.resourceClaim \"odd\": none of the supported fields are set".to_string()),
+            ]
+        );
+        assert!(p.resource_claims[1].from_template() && !p.resource_claims[0].from_template());
+    }
+}
