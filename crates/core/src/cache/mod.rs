@@ -837,6 +837,7 @@ impl Cache {
         snapshot.workloads = self.workloads.clone();
         snapshot.image_nodes = self.image_nodes.clone();
         snapshot.storage = self.storage.clone();
+        snapshot.dynamic_resources = self.dynamic_resources.clone();
         snapshot.disruption_budgets = self.disruption_budgets.clone();
         snapshot.pod_groups = self.pod_groups.clone();
         snapshot.generation = self.generation;

@@ -39,6 +39,7 @@ pub struct Snapshot {
     pub(super) image_nodes: Arc<HashMap<String, usize>>,
     pub(super) pods: PodIndex,
     pub(super) storage: Storage,
+    pub(super) dynamic_resources: super::DynamicResources,
     pub(super) disruption_budgets: DisruptionBudgets,
     pub(super) pod_groups: PodGroups,
     /// Domains and values of the topology keys asked so far; replaced (not cleared: an older
@@ -286,6 +287,12 @@ impl Snapshot {
     pub fn storage(&self) -> &Storage {
         self.reads(Tracked::Volumes);
         &self.storage
+    }
+
+    /// DeviceClasses, ResourceSlices and ResourceClaims.
+    pub fn dynamic_resources(&self) -> &super::DynamicResources {
+        self.reads(Tracked::DynamicResources);
+        &self.dynamic_resources
     }
 
     /// Every PodDisruptionBudget, ordered by namespace and name (read by DefaultPreemption,

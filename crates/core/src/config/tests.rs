@@ -48,6 +48,7 @@ fn defaults_match_kube_scheduler() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
             "NodeDeclaredFeatures"
         ]
     );

@@ -4,6 +4,7 @@
 //! that allocates compiles them. Attribute and capacity names are qualified with their
 //! domain as Kubernetes' allocator qualifies them: a name without a domain is the driver's.
 
+pub mod cel;
 pub mod claim;
 pub mod class;
 pub mod slice;
