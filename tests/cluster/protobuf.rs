@@ -394,7 +394,8 @@ async fn assert_the_lists_agree(reflectors: &mut Reflectors) {
         "metadata.name",
         "kubernetes.io/hostname",
         "ClaimUse { name: \"proto-data\"",
-        "resource_claims: [\"gpu\", \"nic\"]",
+        "PodClaim { name: \"gpu\", source: Claim(\"proto-gpu\") }",
+        "PodClaim { name: \"nic\", source: Template { template: \"proto-nic\"",
         "requests: Resources { milli_cpu: 2000,",
     ] {
         assert!(rich.contains(read), "{read} missing from {rich}");
