@@ -706,13 +706,28 @@ pub async fn create_nodes(client: &Client, names: &[&str], label: &str, cpu: &st
     }
 }
 
-/// Creates a pod.
+/// Creates a pod. A PriorityClass created just before may not have reached the API server's
+/// priority admission (it reads PriorityClasses from a cache): the creation is retried for a
+/// while on that refusal alone.
 pub async fn create_pod(client: &Client, pod: &Pod) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), pod)
-        .await
-        .expect("create pod");
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match api.create(&PostParams::default(), pod).await {
+            Err(kube::Error::Api(e))
+                if e.code == 403
+                    && e.message.contains("no PriorityClass with name")
+                    && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            result => {
+                result.expect("create pod");
+                return;
+            }
+        }
+    }
 }
 
 /// Deletes a pod at once.
