@@ -81,7 +81,7 @@ const TRAVERSAL_DIVISOR: u64 = 10;
 /// 2 MiB.
 const MAX_DEPTH: usize = 250;
 
-/// The stack of the thread compiling an expression. The `cel` crate's parser takes hundreds
+/// The stack an expression is compiled on. The `cel` crate's parser takes hundreds
 /// of KiB of stack per nested expression in a debug build (its own limit is 96 levels), and
 /// the checks walk expressions as deep as the parser builds them; the stack is only committed
 /// as it is used.
@@ -129,8 +129,8 @@ impl Selector {
     ///
     /// The parser and the checks recurse as deep as the expression nests, which an
     /// expression of 10 KiB can make deep enough to overflow a thread's stack: they run on a
-    /// thread of their own, with a stack large enough (256 MiB, committed as used), and
-    /// only an expression shallow enough to evaluate on any thread (250 nested nodes) is
+    /// stack of their own, large enough (256 MiB, committed as used), on the calling thread,
+    /// and only an expression shallow enough to evaluate on any thread (250 nested nodes) is
     /// compiled.
     pub fn compile(expression: &str) -> Result<Selector, String> {
         if expression.len() > MAX_EXPRESSION_LENGTH {
@@ -138,18 +138,14 @@ impl Selector {
                 "Too long: may not be more than {MAX_EXPRESSION_LENGTH} bytes"
             ));
         }
-        std::thread::scope(|scope| {
-            std::thread::Builder::new()
-                .name("cel-compile".to_string())
-                .stack_size(COMPILE_STACK_SIZE)
-                .spawn_scoped(scope, || Selector::compile_here(expression))
-                .map_err(|e| format!("cannot start compiling: {e}"))?
-                .join()
-                .map_err(|_| "compilation failed: the compiler panicked".to_string())?
+        let compile = || Selector::compile_here(expression);
+        stacker::grow(COMPILE_STACK_SIZE, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(compile))
+                .unwrap_or_else(|_| Err("compilation failed: the compiler panicked".to_string()))
         })
     }
 
-    /// Compiles `expression` on this thread.
+    /// Compiles `expression` on the current stack.
     fn compile_here(expression: &str) -> Result<Selector, String> {
         let (mut root, source) = ENV
             .parser()

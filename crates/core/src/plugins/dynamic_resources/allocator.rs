@@ -10,7 +10,7 @@
 //! where kube-scheduler may place it; neither places one wrongly.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::cache::DynamicResources;
 use crate::model::Labels;
@@ -198,8 +198,34 @@ pub struct Allocator<'a> {
     allocated: &'a Allocated,
 }
 
-/// A compiled selector, cached by its text.
-type SelectorCache = HashMap<String, Arc<Selector>>;
+/// Compiled selectors by their text, shared by every allocation of a plugin: a selector is
+/// compiled once, not once per node (kube-scheduler keeps the last ten; these are few, and
+/// the cache starts over past [`Selectors::MAX`]).
+#[derive(Debug, Default)]
+pub struct Selectors(RwLock<HashMap<String, Arc<Selector>>>);
+
+impl Selectors {
+    /// Selectors kept at most.
+    pub const MAX: usize = 1024;
+
+    /// `expression` compiled; an error names it by `source`.
+    fn compiled(&self, expression: &str, source: &str) -> Result<Arc<Selector>, AllocError> {
+        let known = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = known.get(expression) {
+            return Ok(s.clone());
+        }
+        drop(known);
+        let selector = Selector::compile(expression)
+            .map(Arc::new)
+            .map_err(|e| format!("{source}: CEL compile error: {e}"))?;
+        let mut known = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= Self::MAX {
+            known.clear();
+        }
+        known.insert(expression.to_string(), selector.clone());
+        Ok(selector)
+    }
+}
 
 impl<'a> Allocator<'a> {
     /// The allocator of `claims` (those not allocated yet, in the pod's order) over the
@@ -209,11 +235,11 @@ impl<'a> Allocator<'a> {
         resources: &'a DynamicResources,
         claims: &[&'a ResourceClaimModel],
         allocated: &'a Allocated,
+        selectors: &Selectors,
     ) -> Result<Allocator<'a>, AllocError> {
-        let mut cache = SelectorCache::new();
         let claims = claims
             .iter()
-            .map(|claim| claim_data(resources, claim, &mut cache))
+            .map(|claim| claim_data(resources, claim, selectors))
             .collect::<Result<_, _>>()?;
         Ok(Allocator {
             slices: resources.slices().map(|s| &**s).collect(),
@@ -257,7 +283,7 @@ impl<'a> Allocator<'a> {
 fn claim_data<'a>(
     resources: &'a DynamicResources,
     claim: &'a ResourceClaimModel,
-    cache: &mut SelectorCache,
+    selectors: &Selectors,
 ) -> Result<ClaimData<'a>, AllocError> {
     let what = format!("claim {}/{}", claim.namespace, claim.name);
     let mut requests = Vec::new();
@@ -271,7 +297,7 @@ fn claim_data<'a>(
         };
         let data = alternatives
             .into_iter()
-            .map(|(name, exact)| request_data(resources, &what, name, exact, cache))
+            .map(|(name, exact)| request_data(resources, &what, name, exact, selectors))
             .collect::<Result<_, _>>()?;
         requests.push(data);
     }
@@ -283,7 +309,7 @@ fn request_data<'a>(
     what: &str,
     name: String,
     exact: &'a ExactRequest,
-    cache: &mut SelectorCache,
+    cache: &Selectors,
 ) -> Result<RequestData<'a>, AllocError> {
     let at = format!("{what}, request {name}");
     if !exact.capacity.is_empty() {
@@ -305,32 +331,17 @@ fn request_data<'a>(
     let mut selectors = Vec::new();
     for (i, expression) in class.selectors.iter().enumerate() {
         let source = format!("class {}: selector #{i}", class.name);
-        selectors.push((compiled(cache, expression, &source)?, source));
+        selectors.push((cache.compiled(expression, &source)?, source));
     }
     for (i, expression) in exact.selectors.iter().enumerate() {
         let source = format!("{what}: selector #{i}");
-        selectors.push((compiled(cache, expression, &source)?, source));
+        selectors.push((cache.compiled(expression, &source)?, source));
     }
     Ok(RequestData {
         name,
         exact,
         selectors,
     })
-}
-
-fn compiled(
-    cache: &mut SelectorCache,
-    expression: &str,
-    source: &str,
-) -> Result<Arc<Selector>, AllocError> {
-    if let Some(s) = cache.get(expression) {
-        return Ok(s.clone());
-    }
-    let selector = Selector::compile(expression)
-        .map(Arc::new)
-        .map_err(|e| format!("{source}: CEL compile error: {e}"))?;
-    cache.insert(expression.to_string(), selector.clone());
-    Ok(selector)
 }
 
 /// The devices of the usable pools reachable from `node`, in search order.

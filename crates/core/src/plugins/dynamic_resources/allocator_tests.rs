@@ -70,7 +70,7 @@ impl Cluster {
     ) -> Result<Option<Vec<String>>, String> {
         let resources = self.cache.dynamic_resources();
         let allocated = Allocated::of(resources, []);
-        let allocator = Allocator::new(resources, claims, &allocated)?;
+        let allocator = Allocator::new(resources, claims, &allocated, &Selectors::default())?;
         let node = Node {
             name: node,
             labels: &self.labels,

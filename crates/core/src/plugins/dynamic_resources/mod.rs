@@ -28,7 +28,7 @@ use crate::framework::{
 use crate::model::PodInfo;
 use crate::model::dra::claim::{RequestKind, ResourceClaimModel};
 use crate::model::duration::parse_go_duration;
-use allocator::{Allocated, Allocator, Node};
+use allocator::{Allocated, Allocator, Node, Selectors};
 
 /// The name used in configuration files.
 pub const NAME: &str = resource_claims::PLUGIN;
@@ -44,8 +44,11 @@ pub const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 
 /// Checks pods with resource claims at PreFilter and Filter, and refuses them.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DynamicResources;
+#[derive(Debug, Default)]
+pub struct DynamicResources {
+    /// The device selectors compiled so far.
+    selectors: Arc<Selectors>,
+}
 
 /// What PreFilter found of the pod's claims, for Filter.
 #[derive(Clone)]
@@ -58,6 +61,8 @@ struct PodClaims {
     allocated_claims: Vec<Arc<ResourceClaimModel>>,
     /// The pod's claims to allocate, in the pod's order.
     to_allocate: Vec<Arc<ResourceClaimModel>>,
+    /// The plugin's compiled selectors.
+    selectors: Arc<Selectors>,
 }
 
 impl Plugin for DynamicResources {
@@ -91,7 +96,7 @@ impl PreFilterPlugin for DynamicResources {
             return (PreFilterResult::default(), Status::skip());
         }
         let objects = snapshot.dynamic_resources();
-        let status = match pod_claims(pod, objects) {
+        let status = match pod_claims(pod, objects, &self.selectors) {
             Ok(Some(claims)) => {
                 state.insert(claims);
                 Status::success()
@@ -104,7 +109,11 @@ impl PreFilterPlugin for DynamicResources {
 }
 
 /// The pod's claims, found and checked; `None` when none is needed.
-fn pod_claims(pod: &PodInfo, objects: &Objects) -> Result<Option<PodClaims>, String> {
+fn pod_claims(
+    pod: &PodInfo,
+    objects: &Objects,
+    selectors: &Arc<Selectors>,
+) -> Result<Option<PodClaims>, String> {
     let (namespace, name) = (&pod.namespace, &pod.name);
     let mut allocated_claims = Vec::new();
     let mut to_allocate = Vec::new();
@@ -138,6 +147,7 @@ fn pod_claims(pod: &PodInfo, objects: &Objects) -> Result<Option<PodClaims>, Str
         allocated: Arc::new(Allocated::of(objects, [])),
         allocated_claims,
         to_allocate,
+        selectors: selectors.clone(),
     }))
 }
 
@@ -178,8 +188,13 @@ impl FilterPlugin for DynamicResources {
         if !claims.to_allocate.is_empty() {
             let to_allocate: Vec<&ResourceClaimModel> =
                 claims.to_allocate.iter().map(|c| &**c).collect();
-            let found = Allocator::new(&claims.objects, &to_allocate, &claims.allocated)
-                .and_then(|allocator| allocator.allocate(node));
+            let found = Allocator::new(
+                &claims.objects,
+                &to_allocate,
+                &claims.allocated,
+                &claims.selectors,
+            )
+            .and_then(|allocator| allocator.allocate(node));
             match found {
                 Err(e) => return Status::error(e),
                 Ok(None) => return Status::unresolvable(ERR_CANNOT_ALLOCATE),
@@ -257,7 +272,7 @@ pub const SPEC: PluginSpec = PluginSpec {
 /// Builds the plugin from its arguments, validated and otherwise unused.
 pub fn factory(args: Option<&serde_json::Value>) -> Result<Arc<dyn Plugin>, ArgsError> {
     let _: DynamicResourcesArgs = decode_args(args)?;
-    Ok(Arc::new(DynamicResources))
+    Ok(Arc::new(DynamicResources::default()))
 }
 
 #[cfg(test)]
@@ -286,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_claim_not_made_yet_keeps_the_pod_pending_with_kube_schedulers_message() {
-        let (_, status) = DynamicResources.pre_filter(
+        let (_, status) = DynamicResources::default().pre_filter(
             &mut CycleState::new(),
             &with_claims(&["gpu", "nic"]),
             &Snapshot::default(),
@@ -365,7 +380,8 @@ mod tests {
         let mut snapshot = Snapshot::default();
         cache.update_snapshot(&mut snapshot);
         let mut state = CycleState::new();
-        let (_, status) = DynamicResources.pre_filter(&mut state, &made_for("uid-p"), &snapshot);
+        let (_, status) =
+            DynamicResources::default().pre_filter(&mut state, &made_for("uid-p"), &snapshot);
         assert!(status.is_success(), "{status:?}");
         let on = |node: &str| {
             let info = snapshot
@@ -373,7 +389,7 @@ mod tests {
                 .iter()
                 .find(|n| &**n.name() == node)
                 .unwrap();
-            DynamicResources.filter(&state, &made_for("uid-p"), info)
+            DynamicResources::default().filter(&state, &made_for("uid-p"), info)
         };
         let n2 = on("n2");
         assert_eq!(
@@ -388,8 +404,11 @@ mod tests {
             "pod has resource claims [gpu], which gantry does not allocate yet"
         );
         // A claim made from a template for another pod is not this pod's.
-        let (_, status) =
-            DynamicResources.pre_filter(&mut CycleState::new(), &made_for("uid-q"), &snapshot);
+        let (_, status) = DynamicResources::default().pre_filter(
+            &mut CycleState::new(),
+            &made_for("uid-q"),
+            &snapshot,
+        );
         assert_eq!(
             status.message(),
             "ResourceClaim default/p-gpu was not created for Pod default/p (Pod is not owner)"
@@ -420,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_pod_without_claims_skips_the_plugin() {
-        let (_, status) = DynamicResources.pre_filter(
+        let (_, status) = DynamicResources::default().pre_filter(
             &mut CycleState::new(),
             &pod("p").build(),
             &Snapshot::default(),
