@@ -26,12 +26,9 @@ use super::readiness::Watchers;
 use super::reflector::{self, Format, Selectors};
 use gantry_core::cache::TrackedSet;
 use gantry_core::config::ContentType;
-pub use gantry_core::kinds::LeanPod;
 use gantry_core::kinds::{self, Change, Kind, ObjectKey, PodGroups, ReadContext, Serving, Visitor};
+pub use gantry_core::kinds::{LeanPod, POD_FIELD_SELECTOR};
 use gantry_core::model::pod_group::PodGroup;
-
-/// Pods that finished hold no resources: the pod watcher leaves them out.
-pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
 
 /// What every watcher shares: the API server, where its inputs go, where it says how it
 /// stands (for `/readyz`), and the metrics it counts unreadable objects in.
@@ -233,14 +230,13 @@ where
             metrics,
         } = watching;
         let name = K::NAME;
-        let fields = (name == kinds::Pods::NAME).then_some(POD_FIELD_SELECTOR);
         let api = Api::<K::Object>::all(client.clone());
         let mut state = Relist::new(metrics.unreadable_objects(name));
         let observer = observer.as_deref();
         reflector::run(
             client,
             api,
-            Selectors::fields(fields),
+            Selectors::fields(K::FIELD_SELECTOR),
             format,
             name,
             &watchers,

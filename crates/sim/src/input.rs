@@ -296,19 +296,9 @@ where
     }
 
     fn apply(&self, loader: &mut dyn Loader, now: Duration) {
-        let namespaced = TypeId::of::<<K::Object as k8s_openapi::Resource>::Scope>()
-            == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
         let context = ReadContext::default();
         for object in &self.0 {
-            let mut object = object.clone();
-            if namespaced {
-                // Hand-written input may leave the namespace out, as kubectl would fill it in.
-                object
-                    .metadata_mut()
-                    .namespace
-                    .get_or_insert_with(|| "default".to_string());
-            }
-            match K::read(&object, &context) {
+            match K::read(object, &context) {
                 Ok(Some(model)) => K::apply(Change::Applied(model), loader, now),
                 Ok(None) => {}
                 Err(e) => loader.invalid(e),
@@ -379,7 +369,16 @@ where
             echo(version.unwrap_or(""))
         ));
     }
-    let object: K::Object = decode(value, what)?;
+    let mut object: K::Object = decode(value, what)?;
+    let namespaced = TypeId::of::<<K::Object as k8s_openapi::Resource>::Scope>()
+        == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+    if namespaced {
+        // Hand-written input may leave the namespace out, as kubectl would fill it in.
+        object
+            .metadata_mut()
+            .namespace
+            .get_or_insert_with(|| "default".to_string());
+    }
     let of = objects
         .as_any_mut()
         .downcast_mut::<Of<K>>()

@@ -31,7 +31,7 @@ use crate::scheduler::Scheduler;
 
 pub use dra::{DeviceClasses, ResourceClaims, ResourceSlices};
 pub use node::Nodes;
-pub use pod::{LeanPod, PodReading, Pods, RefusedPod};
+pub use pod::{LeanPod, POD_FIELD_SELECTOR, PodReading, Pods, RefusedPod};
 pub use pod_group::{GroupReading, PodGroups};
 pub use storage::{
     Capacities, CsiDrivers, CsiNodes, PersistentVolumeClaims, PersistentVolumes, StorageClasses,
@@ -65,6 +65,9 @@ pub trait Kind: 'static {
     /// The reader of the kind's protobuf message, for the kinds the API server is asked to
     /// send in protobuf (`clientConnection.contentType`).
     const PROTOBUF: Option<ProtobufReader<Self::Object>> = None;
+    /// The field selector the kind is listed and watched with: the objects the scheduler
+    /// needs none of are left on the API server.
+    const FIELD_SELECTOR: Option<&'static str> = None;
     /// Older `apiVersion`s whose objects have the same schema, read as this one (saved
     /// manifests the simulator reads).
     const OLDER_VERSIONS: &'static [&'static str] = &[];

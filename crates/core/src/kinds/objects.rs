@@ -18,7 +18,7 @@ use crate::model::pod::{
     AffinityTerm, InclusionPolicy, Protocol, QosClass, WeightedAffinityTerm, WhenUnsatisfiable,
 };
 use crate::model::pod_group::{self, PodGroup, PodGroupModel, PodGroupSpec};
-use crate::model::selector::NodeSelectorTerm;
+use crate::model::selector::NodeSelector;
 use crate::model::taint::{TaintEffect, TolerationOperator};
 use crate::model::{Labels, NodeModel, PodInfo, Resources};
 
@@ -106,20 +106,6 @@ pub(super) fn node_object(n: &NodeModel) -> core::Node {
     }
 }
 
-pub(super) fn node_selector_term(t: &NodeSelectorTerm) -> core::NodeSelectorTerm {
-    let list = |rs: &[crate::model::selector::Requirement]| {
-        (!rs.is_empty()).then(|| {
-            rs.iter()
-                .map(|r| r.to_node_selector_requirement())
-                .collect()
-        })
-    };
-    core::NodeSelectorTerm {
-        match_expressions: list(&t.expressions),
-        match_fields: list(&t.fields),
-    }
-}
-
 fn affinity_term(t: &AffinityTerm) -> core::PodAffinityTerm {
     core::PodAffinityTerm {
         label_selector: t.selector.to_api(),
@@ -153,9 +139,7 @@ fn affinity(p: &PodInfo) -> Option<core::Affinity> {
                 required_during_scheduling_ignored_during_execution: p
                     .required_node_affinity
                     .as_ref()
-                    .map(|s| core::NodeSelector {
-                        node_selector_terms: s.terms.iter().map(node_selector_term).collect(),
-                    }),
+                    .map(NodeSelector::to_api),
                 preferred_during_scheduling_ignored_during_execution: (!p
                     .preferred_node_affinity
                     .is_empty())
@@ -164,7 +148,7 @@ fn affinity(p: &PodInfo) -> Option<core::Affinity> {
                         .iter()
                         .map(|(weight, term)| core::PreferredSchedulingTerm {
                             weight: *weight,
-                            preference: node_selector_term(term),
+                            preference: term.to_api(),
                         })
                         .collect()
                 }),

@@ -19,6 +19,9 @@ use crate::cache::Tracked;
 use crate::config::DEFAULT_SCHEDULER_NAME;
 use crate::model::PodInfo;
 
+/// Pods that finished hold no resources: the pod watcher leaves them out.
+pub const POD_FIELD_SELECTOR: &str = "status.phase!=Succeeded,status.phase!=Failed";
+
 /// Pods. A pending pod of the scheduler's that cannot be read is refused with why; a bound
 /// one keeps its last reading (its node's usage still counts it), as does one whose
 /// scheduler cannot be told.
@@ -53,6 +56,7 @@ impl Kind for Pods {
     type Model = PodReading;
     const TRACKED: Option<Tracked> = None;
     const PROTOBUF: Option<ProtobufReader<LeanPod>> = Some(LeanPod::decode);
+    const FIELD_SELECTOR: Option<&'static str> = Some(POD_FIELD_SELECTOR);
 
     fn read(pod: &LeanPod, context: &ReadContext) -> Result<Option<PodReading>, String> {
         if !pod.bound && !context.profiles.contains(&pod.scheduler_name) {

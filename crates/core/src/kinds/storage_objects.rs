@@ -18,7 +18,7 @@ use crate::model::volume::{
     VolumeModel,
 };
 
-use super::objects::{map, node_selector_term};
+use super::objects::map;
 
 /// `Some(value)` unless it is empty.
 fn non_empty(value: &str) -> Option<String> {
@@ -143,9 +143,7 @@ pub(super) fn volume_object(v: &VolumeModel) -> core::PersistentVolume {
             ..Default::default()
         }),
         node_affinity: v.node_affinity.as_ref().map(|a| core::VolumeNodeAffinity {
-            required: Some(core::NodeSelector {
-                node_selector_terms: a.terms.iter().map(node_selector_term).collect(),
-            }),
+            required: Some(a.to_api()),
         }),
         storage_class_name: non_empty(&v.class),
         volume_mode: v.block.then(|| "Block".to_string()),

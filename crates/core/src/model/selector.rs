@@ -339,6 +339,21 @@ pub struct NodeSelectorTerm {
 }
 
 impl NodeSelectorTerm {
+    /// The API's term, written back.
+    pub fn to_api(&self) -> core::NodeSelectorTerm {
+        let list = |rs: &[Requirement]| {
+            (!rs.is_empty()).then(|| {
+                rs.iter()
+                    .map(Requirement::to_node_selector_requirement)
+                    .collect()
+            })
+        };
+        core::NodeSelectorTerm {
+            match_expressions: list(&self.expressions),
+            match_fields: list(&self.fields),
+        }
+    }
+
     /// Compiles one term; `field` is the path of the term for error messages.
     pub fn compile(term: &core::NodeSelectorTerm, field: &str) -> Result<Self, SelectorError> {
         let mut expressions = Vec::new();
@@ -419,23 +434,7 @@ impl NodeSelector {
     /// The API's node selector, written back.
     pub fn to_api(&self) -> core::NodeSelector {
         core::NodeSelector {
-            node_selector_terms: self
-                .terms
-                .iter()
-                .map(|t| {
-                    let list = |rs: &[Requirement]| {
-                        (!rs.is_empty()).then(|| {
-                            rs.iter()
-                                .map(|r| r.to_node_selector_requirement())
-                                .collect()
-                        })
-                    };
-                    core::NodeSelectorTerm {
-                        match_expressions: list(&t.expressions),
-                        match_fields: list(&t.fields),
-                    }
-                })
-                .collect(),
+            node_selector_terms: self.terms.iter().map(NodeSelectorTerm::to_api).collect(),
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::resource::v1 as api;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::{Amount, api_quantity, object_error, quantities};
+use super::{Amount, api_quantity, object_error, quantities, selectors_api};
 use crate::model::selector::NodeSelector;
 
 /// A ResourceClaim.
@@ -344,17 +344,7 @@ fn exact(fields: Fields<'_>, admin_access: bool, field: &str) -> Result<ExactReq
             ));
         }
     };
-    let selectors = selectors
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            s.cel
-                .as_ref()
-                .map(|c| c.expression.clone())
-                .ok_or_else(|| format!("{field}.selectors[{i}]: cel is required"))
-        })
-        .collect::<Result<_, _>>()?;
+    let selectors = super::selectors(selectors.unwrap_or_default(), &format!("{field}.selectors"))?;
     let tolerations = tolerations
         .unwrap_or_default()
         .iter()
@@ -475,19 +465,6 @@ impl AllocationMode {
             AllocationMode::All => None,
         }
     }
-}
-
-fn selectors_api(selectors: &[String]) -> Option<Vec<api::DeviceSelector>> {
-    (!selectors.is_empty()).then(|| {
-        selectors
-            .iter()
-            .map(|e| api::DeviceSelector {
-                cel: Some(api::CELDeviceSelector {
-                    expression: e.clone(),
-                }),
-            })
-            .collect()
-    })
 }
 
 fn tolerations_api(tolerations: &[DeviceToleration]) -> Option<Vec<api::DeviceToleration>> {

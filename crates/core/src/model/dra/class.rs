@@ -5,7 +5,7 @@
 use k8s_openapi::api::resource::v1 as api;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::object_error;
+use super::{object_error, selectors_api};
 
 /// A DeviceClass.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,23 +25,13 @@ impl DeviceClassModel {
     /// Reads a DeviceClass; errors name it and the field.
     pub fn from_api(class: &api::DeviceClass) -> Result<Self, String> {
         let name = class.metadata.name.clone().unwrap_or_default();
-        let spec = class.spec.clone().unwrap_or_default();
-        let selectors = spec
-            .selectors
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, s)| {
-                s.cel.as_ref().map(|c| c.expression.clone()).ok_or_else(|| {
-                    object_error(
-                        "deviceclass",
-                        None,
-                        &name,
-                        &format!("spec.selectors[{i}]: cel is required"),
-                    )
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let empty = api::DeviceClassSpec::default();
+        let spec = class.spec.as_ref().unwrap_or(&empty);
+        let selectors = super::selectors(
+            spec.selectors.as_deref().unwrap_or_default(),
+            "spec.selectors",
+        )
+        .map_err(|reason| object_error("deviceclass", None, &name, &reason))?;
         Ok(DeviceClassModel {
             name,
             selectors,
@@ -58,16 +48,7 @@ impl DeviceClassModel {
                 ..Default::default()
             },
             spec: Some(api::DeviceClassSpec {
-                selectors: (!self.selectors.is_empty()).then(|| {
-                    self.selectors
-                        .iter()
-                        .map(|e| api::DeviceSelector {
-                            cel: Some(api::CELDeviceSelector {
-                                expression: e.clone(),
-                            }),
-                        })
-                        .collect()
-                }),
+                selectors: selectors_api(&self.selectors),
                 config: (!self.config.is_empty()).then(|| self.config.clone()),
                 extended_resource_name: self.extended_resource_name.clone(),
             }),

@@ -118,6 +118,35 @@ fn quantities(
         .collect()
 }
 
+/// The CEL expressions of `selectors` (a class's or a request's, at `field`); each must be
+/// one.
+fn selectors(selectors: &[api::DeviceSelector], field: &str) -> Result<Vec<String>, String> {
+    selectors
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            s.cel
+                .as_ref()
+                .map(|c| c.expression.clone())
+                .ok_or_else(|| format!("{field}[{i}]: cel is required"))
+        })
+        .collect()
+}
+
+/// Selectors written back; `None` when there are none.
+fn selectors_api(expressions: &[String]) -> Option<Vec<api::DeviceSelector>> {
+    (!expressions.is_empty()).then(|| {
+        expressions
+            .iter()
+            .map(|e| api::DeviceSelector {
+                cel: Some(api::CELDeviceSelector {
+                    expression: e.clone(),
+                }),
+            })
+            .collect()
+    })
+}
+
 /// `kind name: reason`, naming an object of DRA in an error.
 fn object_error(kind: &str, namespace: Option<&str>, name: &str, reason: &str) -> String {
     match namespace {

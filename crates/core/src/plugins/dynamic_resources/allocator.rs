@@ -434,24 +434,21 @@ fn selectable(request: &RequestData<'_>, candidate: &Candidate<'_>) -> Result<bo
     Ok(true)
 }
 
-/// The counters the devices in use consume, by (driver, pool, counter set, counter).
-type Counters = HashMap<(String, String, String, String), Amount>;
+/// What is left of each shared counter, by (driver, pool, counter set, counter).
+type Counters<'a> = HashMap<CounterKey<'a>, Amount>;
+
+/// A shared counter: driver, pool, counter set and counter.
+type CounterKey<'a> = (&'a str, &'a str, &'a str, &'a str);
 
 /// What is left of every shared counter of the pools once the devices in use have taken
 /// theirs (those of devices that do not reach the node included).
-fn counters_in_use(pools: &[Pool<'_>], allocated: &Allocated) -> Counters {
+fn counters_in_use<'a>(pools: &[Pool<'a>], allocated: &Allocated) -> Counters<'a> {
     let mut left = Counters::new();
     for p in pools {
         for s in &p.slices {
             for set in &s.shared_counters {
                 for (name, value) in &set.counters {
-                    let key = (
-                        p.driver.to_string(),
-                        p.name.to_string(),
-                        set.name.clone(),
-                        name.clone(),
-                    );
-                    left.insert(key, *value);
+                    left.insert((p.driver, p.name, set.name.as_str(), name.as_str()), *value);
                 }
             }
         }
@@ -465,7 +462,7 @@ fn counters_in_use(pools: &[Pool<'_>], allocated: &Allocated) -> Counters {
                     device: d.name.clone(),
                 };
                 if allocated.devices.contains(&id) {
-                    take_counters(&mut left, p.driver, p.name, d);
+                    take_counters(&mut left, s, d);
                 }
             }
         }
@@ -473,44 +470,39 @@ fn counters_in_use(pools: &[Pool<'_>], allocated: &Allocated) -> Counters {
     left
 }
 
-/// Takes what `device` consumes from `left`; false (and nothing taken) when a counter would
-/// go below zero or is not there.
-fn take_counters(left: &mut Counters, driver: &str, pool: &str, device: &Device) -> bool {
-    let mut taken = Vec::new();
-    for set in &device.consumes_counters {
-        for (name, amount) in &set.counters {
-            let key = (
-                driver.to_string(),
-                pool.to_string(),
-                set.name.clone(),
-                name.clone(),
-            );
-            match left.get(&key) {
-                Some(have) if *have >= *amount => taken.push((key, *amount)),
-                _ => return false,
-            }
-        }
-    }
-    for (key, amount) in taken {
-        if let Some(have) = left.get_mut(&key) {
-            have.0 -= amount.0;
-        }
-    }
-    true
+/// What `device` of `slice` consumes of each shared counter.
+fn consumption<'a>(
+    slice: &'a SliceModel,
+    device: &'a Device,
+) -> impl Iterator<Item = (CounterKey<'a>, Amount)> {
+    let (driver, pool) = (slice.driver.as_str(), slice.pool.name.as_str());
+    device.consumes_counters.iter().flat_map(move |set| {
+        set.counters
+            .iter()
+            .map(move |(name, amount)| ((driver, pool, set.name.as_str(), name.as_str()), *amount))
+    })
 }
 
-fn give_counters(left: &mut Counters, driver: &str, pool: &str, device: &Device) {
-    for set in &device.consumes_counters {
-        for (name, amount) in &set.counters {
-            let key = (
-                driver.to_string(),
-                pool.to_string(),
-                set.name.clone(),
-                name.clone(),
-            );
+/// Takes what `device` consumes from `left`; false (and nothing taken) when a counter would
+/// go below zero or is not there.
+fn take_counters<'a>(left: &mut Counters<'a>, slice: &'a SliceModel, device: &'a Device) -> bool {
+    let enough = consumption(slice, device)
+        .all(|(key, amount)| left.get(&key).is_some_and(|have| *have >= amount));
+    if enough {
+        for (key, amount) in consumption(slice, device) {
             if let Some(have) = left.get_mut(&key) {
-                have.0 += amount.0;
+                have.0 -= amount.0;
             }
+        }
+    }
+    enough
+}
+
+/// Gives back what `device` consumes to `left`.
+fn give_counters<'a>(left: &mut Counters<'a>, slice: &'a SliceModel, device: &'a Device) {
+    for (key, amount) in consumption(slice, device) {
+        if let Some(have) = left.get_mut(&key) {
+            have.0 += amount.0;
         }
     }
 }
@@ -537,11 +529,11 @@ struct Search<'s, 'a> {
     /// Per chosen device: (claim, request, alternative, candidate index).
     chosen: Vec<(usize, usize, usize, usize)>,
     in_use: HashSet<usize>,
-    counters: Counters,
+    counters: Counters<'a>,
     claims: &'s [ClaimData<'a>],
 }
 
-impl Search<'_, '_> {
+impl<'a> Search<'_, 'a> {
     /// Fills the slots from `slot` on; true when every request is satisfied.
     fn fill(
         &mut self,
@@ -590,12 +582,7 @@ impl Search<'_, '_> {
                 continue;
             }
             let candidate = &self.candidates[i];
-            if !take_counters(
-                &mut self.counters,
-                &candidate.id.driver,
-                &candidate.id.pool,
-                candidate.device,
-            ) {
+            if !take_counters(&mut self.counters, candidate.slice, candidate.device) {
                 continue;
             }
             self.chosen.push((c, r, a, i));
@@ -605,12 +592,7 @@ impl Search<'_, '_> {
             }
             self.in_use.remove(&i);
             self.chosen.pop();
-            give_counters(
-                &mut self.counters,
-                &candidate.id.driver,
-                &candidate.id.pool,
-                candidate.device,
-            );
+            give_counters(&mut self.counters, candidate.slice, candidate.device);
         }
         Ok(false)
     }
